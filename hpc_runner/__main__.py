@@ -1,0 +1,7 @@
+"""``python -m hpc_runner``."""
+
+import sys
+
+from hpc_runner.cli import main
+
+sys.exit(main())

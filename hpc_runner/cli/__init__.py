@@ -1,0 +1,104 @@
+"""The ``hpc-runner`` command line: one module per command, each thin over the Python API.
+
+Only the standard library is imported here and by the command modules at import time, so
+``hpc-runner --help`` stays fast and never imports torch or monai.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+
+from hpc_runner import __version__
+from hpc_runner.cli.argv import split_overrides
+
+# name -> module; each module defines HELP, add_arguments(parser), main(args) -> int,
+# and ACCEPTS_OVERRIDES (unknown --id value pairs become args.override_tokens)
+COMMANDS: dict[str, str] = {
+    "run": "hpc_runner.cli.run",
+    "config": "hpc_runner.cli.config",
+}
+
+EPILOG = """examples:
+  hpc-runner run training --bundle bundles/synthetic_seg --optimizer::lr 1e-3
+  HPCR__trainer__max_epochs=5 hpc-runner run --bundle bundles/synthetic_seg
+  hpc-runner config --bundle bundles/synthetic_seg --sources --network_def::channels '[8,16,32,64]'
+
+overrides: --ID VALUE or --ID=VALUE (ids use ::, legacy # accepted), typed as YAML 1.2
+(42, 1e-4, true, null, [8,16], {a: 1}; quote to keep a string); --+ID VALUE adds a new id.
+environment: HPCR__a__b=VALUE overrides id a::b; ${env:NAME,default} in values is expanded.
+"""
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(COMMANDS[name])
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """Return the top-level parser and the parser of each command."""
+    parser = argparse.ArgumentParser(
+        prog="hpc-runner",
+        description="Run MONAI-format deep-learning bundles here or on SLURM clusters.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"hpc-runner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = {}
+    for name in COMMANDS:
+        module = _load(name)
+        p = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=getattr(module, "DESCRIPTION", module.HELP),
+            epilog=getattr(module, "EPILOG", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+        )
+        p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+        module.add_arguments(p)
+        subparsers[name] = p
+    return parser, subparsers
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return f"hpc-runner: warning: {message}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; return the exit code (2 for bad input)."""
+    from hpc_runner.errors import UserError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, subparsers = build_parser()
+    index = next((i for i, tok in enumerate(argv) if tok in COMMANDS), None)
+    if index is None:
+        args = parser.parse_args(argv)
+        parser.print_help()
+        return 0 if not argv else 2
+    name = argv[index]
+    module = _load(name)
+    rest = argv[index + 1 :]
+    overrides: list[str] = []
+    if getattr(module, "ACCEPTS_OVERRIDES", False):
+        rest, overrides = split_overrides(subparsers[name], rest)
+    args = parser.parse_args([*argv[: index + 1], *rest])
+    args.override_tokens = overrides
+    warnings.formatwarning = _format_warning
+    try:
+        return int(module.main(args) or 0)
+    except UserError as exc:
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exc()
+        print(f"hpc-runner {name}: error: {exc.paragraph()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"hpc-runner {name}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,77 @@
+"""``hpc-runner config``: print the merged config after overrides, optionally resolved or with sources."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+
+HELP = "print the merged config after overrides (--resolve, --sources)"
+DESCRIPTION = """Print the bundle's config as it would run: files merged in order, then the args
+file, HPCR__ environment variables and command-line overrides applied, ${env:} expanded, and
+references checked. Nothing is built or run."""
+EPILOG = """examples:
+  hpc-runner config --bundle bundles/synthetic_seg
+  hpc-runner config --bundle bundles/synthetic_seg --sources --optimizer::lr 1e-3
+  hpc-runner config --bundle bundles/synthetic_seg --resolve --id network_def"""
+ACCEPTS_OVERRIDES = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the config options."""
+    add_bundle_arguments(parser)
+    parser.add_argument(
+        "--resolve",
+        action="store_true",
+        help="substitute @references and evaluate side-effect-free $expressions (nothing is built or run)",
+    )
+    parser.add_argument(
+        "--sources", action="store_true", help="show where every overridden value came from (file, env or cli)"
+    )
+    parser.add_argument("--id", metavar="ID", help="print only this id")
+    parser.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format")
+
+
+def _sources_table(cfg) -> str:
+    rows = [("ID", "VALUE", "SOURCE", "FROM", "REPLACES")]
+    from hpc_runner.config.values import format_value
+
+    for ov in cfg.overrides:
+        try:
+            shown = format_value(ov.value)
+        except TypeError:
+            shown = repr(ov.value)
+        rows.append((ov.spelling(), shown, ov.source, ov.origin, ov.replaced or "(new id)"))
+    for use in cfg.env_uses:
+        value = use.value if use.value is not None else "(default)"
+        rows.append((use.id_path, value, "env", f"${{env:{use.variable}}}", use.where or ""))
+    if len(rows) == 1:
+        return "no overrides: every value comes from " + ", ".join(str(p) for p in cfg.config_files)
+    widths = [min(max(len(str(r[i])) for r in rows), 48) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(c)[:48].ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.config.display import resolve_for_display, to_plain
+    from hpc_runner.config.ids import get_by_id
+    from hpc_runner.errors import ConfigError
+    from hpc_runner.records.rundir import dump_yaml
+
+    cfg = load_config_from_args(args)
+    if args.sources:
+        print(_sources_table(cfg))
+        return 0
+    data = cfg.expanded()
+    if args.resolve:
+        data = resolve_for_display(data)
+    if args.id:
+        try:
+            data = get_by_id(data, args.id)
+        except (KeyError, IndexError, TypeError):
+            raise ConfigError(f"id '{args.id}' is not in the config", expected="an existing id") from None
+    data = to_plain(data)
+    print(json.dumps(data, indent=2) if args.format == "json" else dump_yaml(data), end="")
+    return 0

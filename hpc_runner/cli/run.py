@@ -1,0 +1,82 @@
+"""``hpc-runner run``: run a bundle entry on this machine, in a recorded run directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+
+HELP = "run a bundle entry here (initialize, ENTRY, finalize) in a recorded run dir"
+DESCRIPTION = """Run a bundle entry on this machine.
+
+With no ENTRY the ids `initialize`, `run` and `finalize` run in order (`finalize` always).
+`run training` runs the `training` id instead of `run` (MONAI's legacy convention).
+Everything is recorded in the run dir (--output_dir, default runs/<bundle>/<timestamp>).
+SIGUSR2/SIGTERM make the trainer checkpoint at the end of its step and stop; under SLURM the
+job is then requeued and continues from that checkpoint."""
+EPILOG = """examples:
+  hpc-runner run training --bundle bundles/synthetic_seg
+  hpc-runner run --bundle bundles/synthetic_seg --trainer::max_epochs 2 --output_dir runs/try
+  hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00
+exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
+ACCEPTS_OVERRIDES = True
+EXIT_FAILED, EXIT_PREEMPTED = 1, 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the run options."""
+    parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
+    add_bundle_arguments(parser)
+    parser.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue a recorded run from its newest checkpoint, with its config"
+    )
+    parser.add_argument(
+        "--no-requeue", action="store_true", help="under SLURM, do not requeue the job after a stop signal"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.engine.stop import install_stop_handlers
+
+    if args.resume:
+        from hpc_runner.config.overrides import parse_cli_overrides
+        from hpc_runner.config.recorded import load_recorded_config
+
+        cfg, record = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))
+        entry = args.entry or record.get("entry")
+        output_dir = args.resume
+    else:
+        cfg = load_config_from_args(args)
+        entry, output_dir = args.entry, args.output_dir
+
+    from hpc_runner.engine.runner import describe_failure, execute_run, prepare_run
+
+    run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
+    print(f"hpc-runner: run dir {run_dir.path}", flush=True)
+    restore = install_stop_handlers()
+    try:
+        outcome = execute_run(cfg, run_dir, expanded, entry)
+    finally:
+        restore()
+    if outcome.status == "completed":
+        print(f"hpc-runner: done; results in {run_dir.path}", flush=True)
+        return 0
+    if outcome.status == "preempted":
+        from hpc_runner.slurm.requeue import requeue_current_job
+
+        job = None if args.no_requeue else requeue_current_job()
+        then = f"requeued SLURM job {job}" if job else f"continue with: hpc-runner run --resume {run_dir.path}"
+        print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; {then}", file=sys.stderr)
+        return EXIT_PREEMPTED
+    if outcome.status == "interrupted":
+        print(f"hpc-runner run: interrupted; run dir {run_dir.path}", file=sys.stderr)
+        return 130
+    print(f"hpc-runner run: error: {describe_failure(outcome)}", file=sys.stderr)
+    if args.debug and outcome.error is not None:
+        import traceback
+
+        traceback.print_exception(outcome.error)
+    return EXIT_FAILED

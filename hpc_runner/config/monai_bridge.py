@@ -1,0 +1,79 @@
+"""Hand a checked config to ``monai.bundle.ConfigParser`` and run its ids the way MONAI's workflow does."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpc_runner.config.bundle_config import META_KEY, BundleConfig
+
+if TYPE_CHECKING:  # importing monai costs seconds; only the run path pays it
+    from monai.bundle import ConfigParser
+
+
+def failing_id(exc: BaseException) -> str | None:
+    """Return the innermost config id whose resolution raised ``exc`` (set by the tracking resolver)."""
+    return getattr(exc, "hpcr_config_id", None)
+
+
+def _tracking_resolver() -> Any:
+    from monai.bundle import ReferenceResolver
+
+    class TrackingResolver(ReferenceResolver):
+        """MONAI's resolver, plus a note of which id was being resolved when something raised."""
+
+        def _resolve_one_item(self, id: str, waiting_list: set[str] | None = None, **kwargs: Any) -> Any:
+            try:
+                return super()._resolve_one_item(id, waiting_list, **kwargs)
+            except Exception as exc:
+                if not hasattr(exc, "hpcr_config_id"):
+                    exc.hpcr_config_id = self.normalize_id(id)  # type: ignore[attr-defined]
+                raise
+
+    return TrackingResolver()
+
+
+def build_parser(cfg: BundleConfig, expanded: dict | None = None) -> ConfigParser:
+    """Return a MONAI ConfigParser holding ``cfg`` (macros expanded), as ``ConfigWorkflow`` builds it."""
+    from monai.bundle import ConfigParser
+
+    content = dict(expanded if expanded is not None else cfg.expanded())
+    meta = content.pop(META_KEY, {})
+    parser = ConfigParser()
+    parser.ref_resolver = _tracking_resolver()
+    parser.read_config(f=content)
+    parser.read_meta(f=meta)
+    return parser
+
+
+def run_expr(parser: ConfigParser, id_path: str) -> list[Any]:
+    """Evaluate an id (or each item of a list id) and forget the result, as ``ConfigWorkflow._run_expr``."""
+    results: list[Any] = []
+    if id_path not in parser:
+        return results
+    if isinstance(parser[id_path], list):
+        for i in range(len(parser[id_path])):
+            sub = f"{id_path}::{i}"
+            results.append(parser.get_parsed_content(sub))
+            parser.ref_resolver.remove_resolved_content(sub)
+    else:
+        results.append(parser.get_parsed_content(id_path))
+        parser.ref_resolver.remove_resolved_content(id_path)
+    return results
+
+
+@contextmanager
+def bundle_on_sys_path(bundle_dir: Path | None):
+    """Put the bundle root on ``sys.path`` while it runs, so its ``scripts/`` package imports (as MONAI)."""
+    if bundle_dir is None:
+        yield
+        return
+    entry = str(Path(bundle_dir).resolve())
+    sys.path.insert(1, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)

@@ -1,0 +1,199 @@
+"""Overrides from the command line, an args file and ``HPCR__`` variables, applied by id."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpc_runner.config.env import env_override_vars, env_var_to_id
+from hpc_runner.config.ids import get_by_id, has_id, iter_ids, normalize_id, set_by_id
+from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
+from hpc_runner.errors import ConfigError
+
+ADD_PREFIX = "+"
+# args-file keys that select files rather than override ids (as in MONAI's args_file)
+ARGS_FILE_OPTIONS = ("config_file", "meta_file")
+
+
+@dataclass
+class Override:
+    """One ``id = value`` override and where it came from."""
+
+    id: str
+    value: Any
+    source: str  # "cli", "env" or "args_file"
+    origin: str  # "--optimizer::lr", "HPCR__optimizer__lr" or "args.yaml:3"
+    add: bool = False
+    raw: str | None = None
+    replaced: str | None = field(default=None)  # where the value it replaced was defined
+
+    def spelling(self) -> str:
+        """Return the key as the user wrote it (with ``+`` for an added id)."""
+        return (ADD_PREFIX if self.add else "") + self.id
+
+
+def _split_key(key: str, origin: str) -> tuple[str, bool]:
+    add = key.startswith(ADD_PREFIX)
+    key = normalize_id(key[1:] if add else key)
+    if not key or key.startswith("::") or key.endswith("::"):
+        raise ConfigError(f"override {origin!r} has an empty id", expected="--ID VALUE, e.g. --optimizer::lr 1e-3")
+    return key, add
+
+
+def parse_cli_overrides(tokens: Iterable[str]) -> list[Override]:
+    """Parse ``--KEY VALUE`` / ``--KEY=VALUE`` tokens into overrides (``--+KEY`` adds an id)."""
+    tokens = list(tokens)
+    result: list[Override] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or token == "--":
+            raise ConfigError(
+                f"unexpected argument {token!r}",
+                expected="overrides of the form --ID VALUE or --ID=VALUE, e.g. --optimizer::lr 1e-3",
+            )
+        body = token[2:]
+        if "=" in body:
+            key, raw = body.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(tokens):
+                raise ConfigError(
+                    f"override {token} has no value", expected=f"{token} VALUE or {token}=VALUE"
+                )
+            key, raw = body, tokens[i + 1]
+            i += 2
+        id_path, add = _split_key(key, token)
+        value = parse_value(raw, what=f"value of --{key}")
+        result.append(Override(id_path, value, "cli", f"--{key}", add=add, raw=raw))
+    return result
+
+
+def parse_env_overrides(environ: Mapping[str, str]) -> list[Override]:
+    """Return one override per ``HPCR__`` variable (``HPCR__a__b=1`` sets id ``a::b``)."""
+    result = []
+    for name, raw in env_override_vars(environ):
+        id_path, add = _split_key(env_var_to_id(name), name)
+        value = parse_value(raw, what=f"value of {name}")
+        result.append(Override(id_path, value, "env", name, add=add, raw=raw))
+    return result
+
+
+def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
+    """Load an args file (YAML/JSON mapping of id to value); return its overrides and file options."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the args file ({exc.strerror or exc})", where=str(path)) from None
+    loader = Yaml12Loader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"syntax error: {exc.problem}", where=where, expected="a YAML/JSON mapping") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ConfigError("the args file is not a mapping", where=str(path), expected="a mapping of id: value")
+    lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value} if node is not None else {}
+    options = {k: data.pop(k) for k in ARGS_FILE_OPTIONS if k in data}
+    result = []
+    for key, value in data.items():
+        origin = f"{path}:{lines.get(str(key), 1)}"
+        id_path, add = _split_key(str(key), origin)
+        result.append(Override(id_path, value, "args_file", origin, add=add))
+    return result, options
+
+
+def suggest_ids(id_path: str, config: Any, limit: int = 3) -> list[str]:
+    """Return the existing ids closest to ``id_path`` (for 'did you mean')."""
+    ids = [i for i, _ in iter_ids(config) if not i.startswith("_meta_")]
+    close = difflib.get_close_matches(id_path, ids, n=limit, cutoff=0.6)
+    last = id_path.split("::")[-1]
+    close += [i for i in ids if i.split("::")[-1] == last and i not in close]
+    return close[:limit]
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict | list):
+        return "collection"
+    return "other"
+
+
+def check_value_type(old: Any, new: Any) -> str | None:
+    """Return what was expected when ``new`` cannot sensibly replace ``old``, else None."""
+    if isinstance(new, str) and new.startswith(PASS_THROUGH_PREFIXES):
+        return None  # expressions, references and macros are typed by the resolver
+    if old is None or new is None or isinstance(old, str):
+        return None
+    old_kind, new_kind = _kind(old), _kind(new)
+    if old_kind == new_kind:
+        return None
+    if old_kind == "collection" and isinstance(new, dict | list):
+        return None
+    if old_kind == "number":
+        return f"a number (like the current {old!r})"
+    if old_kind == "bool":
+        return "true or false"
+    if old_kind == "collection":
+        return f"a {type(old).__name__} (like the current value), an @reference or a $expression"
+    return None
+
+
+def _merge(old: Any, new: Any) -> Any:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **new}
+    if isinstance(old, list) and isinstance(new, list):
+        return old + new
+    return new
+
+
+def apply_override(config: dict, ov: Override, where_defined: Mapping[str, str]) -> None:
+    """Apply one override to ``config`` in place; raise ConfigError for unknown ids or bad values."""
+    exists = has_id(config, ov.id)
+    if not exists and not ov.add:
+        close = suggest_ids(ov.id, config)
+        hint = f"Did you mean: {', '.join(close)}?" if close else None
+        add = f"--+{ov.id}" if ov.source == "cli" else f"+{ov.id}"
+        raise ConfigError(
+            f"override {ov.origin} names id '{ov.id}', which is not in the config",
+            where=ov.origin if ov.source == "args_file" else None,
+            expected=f"an existing id (to add a new one, write {add} VALUE)",
+            hint=hint,
+        )
+    if exists:
+        old = get_by_id(config, ov.id)
+        ov.replaced = where_defined.get(ov.id)
+        if not ov.add:
+            expected = check_value_type(old, ov.value)
+            if expected:
+                raise ConfigError(
+                    f"override {ov.origin} gives {ov.value!r} for id '{ov.id}'",
+                    where=ov.replaced,
+                    id_path=ov.id,
+                    expected=expected,
+                    hint="Quote a value to force a string, e.g. \"'text'\"",
+                )
+            set_by_id(config, ov.id, ov.value)
+        else:
+            set_by_id(config, ov.id, _merge(old, ov.value))
+    else:
+        try:
+            set_by_id(config, ov.id, ov.value, create_parents=True)
+        except (KeyError, IndexError, ValueError):
+            raise ConfigError(
+                f"override {ov.origin} cannot add id '{ov.id}': its parent is not a mapping",
+                expected="a new key under an existing mapping",
+            ) from None

@@ -1,0 +1,73 @@
+"""Synthetic 3D segmentation data for the example bundle: noisy spheres saved as NIfTI volumes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SPLITS = ("train", "val")
+
+
+def _volume_paths(dataset_dir: Path, index: int) -> tuple[Path, Path]:
+    return dataset_dir / f"img{index:03d}.nii.gz", dataset_dir / f"seg{index:03d}.nii.gz"
+
+
+def _save_nifti_atomic(array: np.ndarray, path: Path) -> None:
+    import nibabel as nib
+
+    # the temp name keeps the .nii.gz suffix so nibabel picks the format; rename makes it appear whole
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".nii.gz", dir=path.parent)
+    os.close(fd)
+    try:
+        nib.save(nib.Nifti1Image(array, np.eye(4)), tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def ensure_synthetic_volumes(
+    dataset_dir: str | os.PathLike,
+    num_train: int = 16,
+    num_val: int = 4,
+    size: int = 64,
+    noise_max: float = 0.5,
+    seed: int = 0,
+    num_objs: int = 12,
+) -> list[dict[str, str]]:
+    """Create the volumes that are missing in ``dataset_dir`` and return the whole datalist.
+
+    Volume ``i`` depends only on ``(seed, i)``, so every job that shares the folder writes the same
+    files; each file appears atomically, so concurrent jobs never read half a volume.
+    """
+    from monai.data import create_test_image_3d
+
+    folder = Path(dataset_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    datalist = []
+    for i in range(int(num_train) + int(num_val)):
+        img_path, seg_path = _volume_paths(folder, i)
+        if not (img_path.exists() and seg_path.exists()):
+            image, seg = create_test_image_3d(
+                size, size, size, num_objs=num_objs, rad_max=max(4, size // 5), rad_min=max(2, size // 16),
+                noise_max=noise_max, num_seg_classes=1, random_state=np.random.RandomState(seed * 100003 + i),
+            )
+            _save_nifti_atomic(seg.astype(np.uint8), seg_path)
+            _save_nifti_atomic(image.astype(np.float32), img_path)
+        datalist.append({"image": str(img_path), "label": str(seg_path)})
+    return datalist
+
+
+def synthetic_datalist(dataset_dir: str | os.PathLike, split: str = "train", num_val: int = 4) -> list[dict[str, str]]:
+    """Return the ``train`` or ``val`` part of the volumes in ``dataset_dir`` (the last ``num_val`` are val)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    folder = Path(dataset_dir)
+    images = sorted(folder.glob("img*.nii.gz"))
+    if not images:
+        raise FileNotFoundError(f"no img*.nii.gz volumes in {folder}; the bundle's initialize step creates them")
+    pairs = [{"image": str(p), "label": str(p.with_name("seg" + p.name[3:]))} for p in images]
+    return pairs[: len(pairs) - num_val] if split == "train" else pairs[len(pairs) - num_val :]

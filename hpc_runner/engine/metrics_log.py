@@ -1,0 +1,61 @@
+"""``metrics.jsonl``: one JSON object per line, appended and flushed as training goes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.records.atomic import write_text_atomic
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricsLog:
+    """Append-only metrics file; a no-op when ``path`` is None (e.g. ranks other than 0)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._f = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record as a line."""
+        if self._f is not None:
+            self._f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Read metrics.jsonl, ignoring a last line cut short by a crash."""
+    records = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return records
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def truncate_after_step(path: Path, step: int) -> None:
+    """Drop records after ``step`` (work redone after a resume), rewriting the file atomically."""
+    records = read_metrics(path)
+    kept = [r for r in records if r.get("step", 0) <= step]
+    if len(kept) != len(records):
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))

@@ -1,0 +1,216 @@
+"""Run a bundle entry in a run directory: record everything, run initialize/ENTRY/finalize, keep results."""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.config.bundle_config import BundleConfig, apply_overrides
+from hpc_runner.config.display import to_plain
+from hpc_runner.config.ids import has_id
+from hpc_runner.config.overrides import Override, suggest_ids
+from hpc_runner.errors import ConfigError
+from hpc_runner.records import environment
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.logtee import tee_to_log
+from hpc_runner.records.rundir import (
+    CONFIG_FILE,
+    ERROR_FILE,
+    LOG_FILE,
+    OVERRIDES_FILE,
+    RunDir,
+    command_line,
+    default_run_dir,
+    dump_yaml,
+    now_iso,
+)
+
+INIT_ID, RUN_ID, FINAL_ID = "initialize", "run", "finalize"
+OUTPUT_DIR_ID = "output_dir"
+BUNDLE_ROOT_ID = "bundle_root"
+log = logging.getLogger("hpc_runner.runner")
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended."""
+
+    run_dir: Path
+    status: str  # "completed", "failed", "preempted" or "interrupted"
+    error: BaseException | None = None
+    failing_id: str | None = None
+
+
+def _looks_like_entry(key: object, value: Any) -> bool:
+    """An id that does something when run: a ``$`` expression, or a list of them."""
+    if str(key) in (INIT_ID, FINAL_ID) or str(key).startswith("_"):
+        return False
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(isinstance(v, str) and v.startswith("$") and not v.startswith("$import") for v in items)
+
+
+def check_entry(cfg: BundleConfig, entry: str | None) -> str:
+    """Return the id to run (``run`` by default); raise ConfigError naming close ids if it is missing."""
+    run_id = entry or RUN_ID
+    if not has_id(cfg.config, run_id):
+        entries = [str(k) for k, v in cfg.config.items() if _looks_like_entry(k, v)]
+        close = suggest_ids(run_id, {k: None for k in cfg.config if not str(k).startswith("_")})
+        raise ConfigError(
+            f"entry '{run_id}' is not an id of the config",
+            where=", ".join(str(f) for f in cfg.config_files),
+            expected=f"an id to run; this config has: {', '.join(entries) or '(none)'}",
+            hint=f"Did you mean: {', '.join(close)}?" if close else None,
+        )
+    return run_id
+
+
+def _set_runner_value(cfg: BundleConfig, id_path: str, value: Any, source: str) -> None:
+    ov = Override(id_path, value, "hpc-runner", source, add=not has_id(cfg.config, id_path))
+    apply_overrides(cfg, [ov], os.environ)
+
+
+def prepare_run(
+    cfg: BundleConfig,
+    entry: str | None,
+    output_dir: str | Path | None = None,
+    argv: Sequence[str] | None = None,
+) -> tuple[RunDir, dict]:
+    """Create the run dir and write config.yaml, overrides.yaml and run.yaml; return it and the config."""
+    run_id = check_entry(cfg, entry)
+    run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name)).create()
+    if cfg.bundle_dir is not None and has_id(cfg.config, BUNDLE_ROOT_ID) and not any(
+        o.id == BUNDLE_ROOT_ID for o in cfg.overrides
+    ):
+        _set_runner_value(cfg, BUNDLE_ROOT_ID, str(cfg.bundle_dir.resolve()), "--bundle")
+    _set_runner_value(cfg, OUTPUT_DIR_ID, str(run_dir.path.resolve()), "run dir")
+    expanded = cfg.expanded()
+    config_text = dump_yaml(to_plain(expanded))
+    existing = run_dir.file(CONFIG_FILE)
+    if existing.exists() and existing.read_text(encoding="utf-8") != config_text:
+        raise ConfigError(
+            "the run dir already holds a run of a different config",
+            where=str(existing),
+            expected="a new --output_dir, or --resume DIR to continue the recorded run unchanged",
+        )
+    write_text_atomic(existing, config_text)
+    run_dir.write_yaml(
+        OVERRIDES_FILE,
+        [
+            {"id": o.spelling(), "value": to_plain(o.value), "source": o.source, "origin": o.origin,
+             "replaced": o.replaced}
+            for o in cfg.overrides
+        ],
+    )
+    previous = run_dir.record()
+    run_dir.write_yaml(
+        "run.yaml",
+        {
+            "entry": run_id,
+            "status": "prepared",
+            "bundle": {
+                "name": cfg.name,
+                "version": cfg.meta.get("version"),
+                "dir": str(cfg.bundle_dir.resolve()) if cfg.bundle_dir else None,
+                "config_files": [str(p.resolve()) for p in cfg.config_files],
+                "meta_file": str(cfg.meta_file.resolve()) if cfg.meta_file else None,
+            },
+            "command": command_line(argv),
+            "env": {
+                "HPCR": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HPCR")},
+                "refs": [{"id": u.id_path, "variable": u.variable, "value": u.value} for u in cfg.env_uses],
+            },
+            "attempts": previous.get("attempts", 0),
+            "created": previous.get("created", now_iso()),
+        },
+    )
+    return run_dir, expanded
+
+
+def _seed_before_build(config: dict) -> None:
+    """Seed before any object is built, so weights are initialised the same way each time."""
+    seed = config.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        from hpc_runner.engine.seeding import seed_everything
+
+        seed_everything(seed, bool(config.get("deterministic", False)))
+
+
+def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str | None) -> RunOutcome:
+    """Run initialize, the entry and (always) finalize inside ``run_dir``; record how it ended."""
+    from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, failing_id, run_expr
+    from hpc_runner.engine.stop import Preempted
+
+    run_id = entry or RUN_ID
+    rec = run_dir.record()
+    run_dir.update_record(
+        status="running",
+        started=now_iso(),
+        ended=None,
+        attempts=int(rec.get("attempts", 0)) + 1,
+        host=environment.host_info(),
+        slurm=environment.slurm_environment(),
+        versions=environment.package_versions(),
+        git=environment.git_state(cfg.bundle_dir or (cfg.config_files[0].parent if cfg.config_files else None)),
+    )
+    outcome = RunOutcome(run_dir.path, "completed")
+    with tee_to_log(run_dir.file(LOG_FILE)) as logger:
+        logger.info("run %s of %s in %s", run_id, cfg.name, run_dir.path)
+        try:
+            with bundle_on_sys_path(cfg.bundle_dir):
+                parser = build_parser(cfg, expanded)
+                _seed_before_build(expanded)
+                parser.parse(reset=True)
+                try:
+                    run_expr(parser, INIT_ID)
+                    run_expr(parser, run_id)
+                finally:
+                    run_expr(parser, FINAL_ID)
+        except Preempted as exc:
+            outcome = RunOutcome(run_dir.path, "preempted", exc)
+            logger.warning("preempted (%s); checkpoint %s", exc.reason, exc.checkpoint)
+        except KeyboardInterrupt as exc:
+            outcome = RunOutcome(run_dir.path, "interrupted", exc)
+        except Exception as exc:
+            outcome = RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
+            write_text_atomic(run_dir.file(ERROR_FILE), "".join(traceback.format_exception(exc)))
+            logger.error("failed%s: %s", f" at id '{outcome.failing_id}'" if outcome.failing_id else "", exc)
+    fields: dict[str, Any] = {"status": outcome.status, "ended": now_iso()}
+    if outcome.error is not None:
+        fields["error"] = {
+            "type": type(outcome.error).__name__,
+            "message": str(outcome.error).strip().splitlines()[0] if str(outcome.error).strip() else "",
+            "id": outcome.failing_id,
+        }
+    run_dir.update_record(**fields)
+    return outcome
+
+
+def run_bundle(
+    cfg: BundleConfig,
+    entry: str | None = None,
+    output_dir: str | Path | None = None,
+    argv: Sequence[str] | None = None,
+) -> RunOutcome:
+    """Prepare a run dir for ``cfg`` and run ``entry`` in it (the Python API behind ``hpc-runner run``)."""
+    run_dir, expanded = prepare_run(cfg, entry, output_dir, argv)
+    return execute_run(cfg, run_dir, expanded, entry)
+
+
+def describe_failure(outcome: RunOutcome) -> str:
+    """Return the one-paragraph message for a failed run, with the cause chain and where the log is."""
+    exc = outcome.error
+    chain = []
+    while exc is not None and len(chain) < 4:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        chain.append(f"{type(exc).__name__}: {text[:300].rstrip('.')}" if text else type(exc).__name__)
+        exc = exc.__cause__ or exc.__context__
+    where = f" while resolving id '{outcome.failing_id}'" if outcome.failing_id else ""
+    return (
+        f"run failed{where}: {' <- '.join(chain)}. The traceback is in {outcome.run_dir / ERROR_FILE}; "
+        f"checkpoints already written in {outcome.run_dir} are kept."
+    )

@@ -1,0 +1,453 @@
+"""The supervised training loop that bundles reference as ``_target_: hpc_runner.engine.Trainer``.
+
+It reads top to bottom: epochs of steps, validation every N epochs, checkpoints, metrics. Timing,
+checkpoints, metrics and seeding live in their own modules; this file only calls them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hpc_runner.engine import bottleneck
+from hpc_runner.engine.checkpoint import load_latest_checkpoint, save_checkpoint
+from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
+from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, seed_everything
+from hpc_runner.engine.stop import Preempted, stop_requested
+from hpc_runner.records.atomic import save_atomic, write_text_atomic
+from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
+
+log = logging.getLogger("hpc_runner.trainer")
+
+
+def _is_main_process() -> bool:
+    dist = torch.distributed
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch
+
+
+class _StepTimer:
+    """Compute time of one step: host clock on CPU, CUDA events on GPU (no extra synchronisation)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        if self.cuda:
+            self.e0 = torch.cuda.Event(enable_timing=True)
+            self.e1 = torch.cuda.Event(enable_timing=True)
+            self.e0.record()
+
+    def stop(self) -> float:
+        if self.cuda:
+            self.e1.record()
+            self.e1.synchronize()
+            return self.e0.elapsed_time(self.e1) / 1000.0
+        return time.perf_counter() - self.t0
+
+
+class Trainer:
+    """Supervised trainer: epochs, optional LR scheduler and validation, AMP, checkpoints, metrics.
+
+    Every argument is plain data or an object built by the bundle, so a config can declare it::
+
+        trainer:
+          _target_: hpc_runner.engine.Trainer
+          network: "@network"
+          optimizer: "@optimizer"
+          loss_function: "@loss"
+          train_loader: "@train_loader"
+          max_epochs: 20
+          output_dir: "@output_dir"
+    """
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_function: Callable[..., torch.Tensor],
+        train_loader: Iterable,
+        max_epochs: int = 1,
+        device: str | torch.device | None = None,
+        val_loader: Iterable | None = None,
+        val_interval: int = 1,
+        metric: Any = None,
+        metric_name: str = "val_metric",
+        post_pred: Callable | None = None,
+        post_label: Callable | None = None,
+        inferer: Callable | None = None,
+        lr_scheduler: Any = None,
+        scheduler_interval: str = "epoch",
+        amp: bool = False,
+        seed: int | None = None,
+        deterministic: bool = False,
+        checkpoint_interval: int = 0,
+        keep_checkpoints: int = 3,
+        output_dir: str | Path | None = None,
+        image_key: str = "image",
+        label_key: str = "label",
+        progress: bool | None = None,
+        prefetch: bool = True,
+        grad_clip_norm: float | None = None,
+        resume: bool = True,
+    ) -> None:
+        if scheduler_interval not in ("epoch", "iteration"):
+            raise ValueError(f"scheduler_interval must be 'epoch' or 'iteration', got {scheduler_interval!r}")
+        self.network = network
+        # `_mode_: callable` in a bundle gives a factory: build it on this network (no `$` needed)
+        if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
+            optimizer = optimizer(network.parameters())
+        if lr_scheduler is not None and callable(lr_scheduler) and not hasattr(lr_scheduler, "step"):
+            lr_scheduler = lr_scheduler(optimizer)
+        self.optimizer = optimizer
+        self.loss_function = loss_function
+        self.train_loader = train_loader
+        self.max_epochs = int(max_epochs)
+        self.device = torch.device(device) if device is not None else torch.device(
+            "cuda" if torch.cuda.is_available() else "cpu"
+        )
+        self.val_loader = val_loader
+        self.val_interval = max(1, int(val_interval))
+        self.metric = metric
+        self.metric_name = metric_name
+        self.post_pred = post_pred
+        self.post_label = post_label
+        self.inferer = inferer
+        self.lr_scheduler = lr_scheduler
+        self.scheduler_interval = scheduler_interval
+        self.amp = bool(amp)
+        self.seed = seed
+        self.deterministic = deterministic
+        self.checkpoint_interval = int(checkpoint_interval or 0)
+        self.keep_checkpoints = keep_checkpoints
+        self.output_dir = Path(output_dir) if output_dir else None
+        self.image_key = image_key
+        self.label_key = label_key
+        self.progress = progress
+        self.prefetch = prefetch
+        self.grad_clip_norm = grad_clip_norm
+        self.resume = resume
+        self.main = _is_main_process()
+        self.scaler = torch.amp.GradScaler("cuda") if self.amp and self.device.type == "cuda" else None
+        # state that a checkpoint carries
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.step = 0
+        self.history: dict[str, Any] = {"best_metric": None, "best_epoch": None, "metrics": [], "epoch_loss": []}
+        self._data_s: list[float] = []
+        self._compute_s: list[float] = []
+
+    # ---- setup -------------------------------------------------------------------------------
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.amp:
+            return contextlib.nullcontext()
+        dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def _model(self) -> torch.nn.Module:
+        return self.network.module if hasattr(self.network, "module") else self.network
+
+    def _wrap_distributed(self) -> None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and not isinstance(
+            self.network, torch.nn.parallel.DistributedDataParallel
+        ):
+            ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.network = torch.nn.parallel.DistributedDataParallel(self.network, device_ids=ids)
+
+    @property
+    def _ckpt_dir(self) -> Path | None:
+        return self.output_dir / CHECKPOINT_DIR if self.output_dir else None
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Return everything needed to continue exactly from this point."""
+        return {
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "network": self._model().state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": capture_rng(),
+            "history": json.loads(json.dumps(self.history)),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (RNG states are restored by the loop)."""
+        self._model().load_state_dict(state["network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr_scheduler is not None and state.get("lr_scheduler") is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.epoch = int(state["epoch"])
+        self.batch_in_epoch = int(state["batch_in_epoch"])
+        self.step = int(state["step"])
+        self.history = state["history"]
+
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current step (rank 0 only)."""
+        if self._ckpt_dir is None or not self.main:
+            return None
+        return save_checkpoint(self._ckpt_dir, self.step, self.state_dict(), keep=self.keep_checkpoints)
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def _batches(self, epoch: int, skip: int) -> Iterator[Any]:
+        if hasattr(self.train_loader, "set_epoch"):
+            self.train_loader.set_epoch(epoch)
+        source: Iterable = self.train_loader
+        if self.device.type == "cuda" and self.prefetch:
+            from hpc_runner.data import DevicePrefetcher
+
+            source = DevicePrefetcher(source, self.device)
+        it = iter(source)
+        if skip:
+            if hasattr(self.train_loader, "skip_batches") and source is self.train_loader:
+                self.train_loader.skip_batches(skip)
+                it = iter(source)
+            else:
+                for _ in range(skip):
+                    next(it)
+        return it
+
+    def _bar(self, epoch: int, initial: int):
+        from tqdm.auto import tqdm
+
+        try:
+            total = len(self.train_loader)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+        # a bar on a terminal; in a batch log (SLURM) the one line per epoch is enough
+        enabled = self.main and (self.progress if self.progress is not None else sys.stderr.isatty())
+        return tqdm(
+            total=total,
+            initial=initial,
+            desc=f"epoch {epoch + 1}/{self.max_epochs}",
+            disable=not enabled,
+            leave=False,
+            mininterval=0.5,
+            dynamic_ncols=True,
+        )
+
+    def _train_step(self, batch: Any) -> float:
+        batch = _to_device(batch, self.device)
+        inputs, labels = batch[self.image_key], batch[self.label_key]
+        self.optimizer.zero_grad(set_to_none=True)
+        with self._autocast():
+            outputs = self.network(inputs)
+            loss = self.loss_function(outputs, labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            if self.grad_clip_norm:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.network.parameters(), self.grad_clip_norm)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            if self.grad_clip_norm:
+                torch.nn.utils.clip_grad_norm_(self.network.parameters(), self.grad_clip_norm)
+            self.optimizer.step()
+        if self.lr_scheduler is not None and self.scheduler_interval == "iteration":
+            self.lr_scheduler.step()
+        value = loss.detach().float()
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(value, op=dist.ReduceOp.AVG if self.device.type == "cuda" else dist.ReduceOp.SUM)
+            if self.device.type != "cuda":  # gloo has no AVG
+                value /= dist.get_world_size()
+        return float(value.item())
+
+    def _train_epoch(self, epoch: int, metrics: MetricsLog, rng_after_skip: dict | None) -> float:
+        self.network.train()
+        skip = self.batch_in_epoch
+        if self.seed is not None:
+            # each epoch starts from its own seed, so a restart reproduces the shuffle and the draws
+            seed_everything(derive_seed(self.seed, "epoch", epoch))
+        batches = self._batches(epoch, skip)
+        if rng_after_skip is not None and (skip > 0 or self.seed is None):
+            restore_rng(rng_after_skip)  # mid-epoch: continue exactly where the checkpoint was taken
+        timer = _StepTimer(self.device)
+        losses: list[float] = []
+        with self._bar(epoch, skip) as bar:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                data_s = time.perf_counter() - t0
+                timer.start()
+                loss = self._train_step(batch)
+                compute_s = timer.stop()
+                self.step += 1
+                self.batch_in_epoch += 1
+                losses.append(loss)
+                self._data_s.append(data_s)
+                self._compute_s.append(compute_s)
+                metrics.write({
+                    "kind": "iter", "step": self.step, "epoch": epoch, "batch": self.batch_in_epoch - 1,
+                    "loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
+                    "data_s": round(data_s, 6), "compute_s": round(compute_s, 6),
+                })
+                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+                bar.update(1)
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"loss is {loss} at epoch {epoch + 1}, step {self.step}")
+                if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
+                    self.save()
+                reason = stop_requested()
+                if reason:
+                    path = self.save()
+                    raise Preempted(reason, str(path) if path else None)
+            with contextlib.suppress(AttributeError):
+                batches.close()  # type: ignore[attr-defined]
+        return sum(losses) / len(losses) if losses else float("nan")
+
+    def validate(self) -> float | None:
+        """Run the metric over the validation loader and return its value (None without one)."""
+        if self.val_loader is None or self.metric is None:
+            return None
+        from monai.data import decollate_batch
+
+        model = self.network
+        model.eval()
+        self.metric.reset()
+        with torch.no_grad(), self._autocast():
+            for batch in self.val_loader:
+                batch = _to_device(batch, self.device)
+                inputs, labels = batch[self.image_key], batch[self.label_key]
+                outputs = self.inferer(inputs, model) if self.inferer is not None else model(inputs)
+                preds = [self.post_pred(o) for o in decollate_batch(outputs)] if self.post_pred else outputs
+                targets = [self.post_label(t) for t in decollate_batch(labels)] if self.post_label else labels
+                self.metric(y_pred=preds, y=targets)
+        value = self.metric.aggregate()
+        if isinstance(value, list | tuple):
+            value = value[0]
+        self.metric.reset()
+        return float(value.item() if hasattr(value, "item") else value)
+
+    def run(self) -> dict[str, Any]:
+        """Train to ``max_epochs`` (continuing from the newest checkpoint) and return the summary."""
+        t_start = time.perf_counter()
+        self.network.to(self.device)
+        if self.seed is not None:
+            seed_everything(self.seed, self.deterministic)
+        rng_after_skip = None
+        resumed_from = None
+        if self.resume and self._ckpt_dir is not None:
+            found = load_latest_checkpoint(self._ckpt_dir, map_location=self.device)
+            if found:
+                path, state = found
+                self.load_state_dict(state)
+                rng_after_skip = state["rng"]
+                resumed_from = str(path)
+                print(f"hpc-runner: resuming from {path} (epoch {self.epoch + 1}, step {self.step})", flush=True)
+        self._wrap_distributed()
+        metrics_path = self.output_dir / METRICS_FILE if self.output_dir and self.main else None
+        if metrics_path is not None and resumed_from:
+            truncate_after_step(metrics_path, self.step)
+        metrics = MetricsLog(metrics_path)
+        try:
+            while self.epoch < self.max_epochs:
+                epoch = self.epoch
+                t_epoch = time.perf_counter()
+                mean_loss = self._train_epoch(epoch, metrics, rng_after_skip)
+                rng_after_skip = None
+                record: dict[str, Any] = {
+                    "kind": "epoch", "step": self.step, "epoch": epoch, "loss": mean_loss,
+                    "time_s": round(time.perf_counter() - t_epoch, 3),
+                }
+                self.history["epoch_loss"].append(mean_loss)
+                if (epoch + 1) % self.val_interval == 0 or epoch + 1 == self.max_epochs:
+                    value = self.validate() if self.main else None
+                    if value is not None:
+                        record[self.metric_name] = value
+                        self.history["metrics"].append([epoch, value])
+                        best = self.history["best_metric"]
+                        if best is None or value > best:
+                            self.history["best_metric"], self.history["best_epoch"] = value, epoch
+                        metrics.write({"kind": "val", "step": self.step, "epoch": epoch, self.metric_name: value})
+                if self.lr_scheduler is not None and self.scheduler_interval == "epoch":
+                    self.lr_scheduler.step()
+                metrics.write(record)
+                if self.main:
+                    print(self._epoch_line(record), flush=True)
+                self.epoch += 1
+                self.batch_in_epoch = 0
+                path = self.save()
+                reason = stop_requested()
+                if reason and self.epoch < self.max_epochs:
+                    raise Preempted(reason, str(path) if path else None)
+        finally:
+            metrics.close()
+        return self._finish(time.perf_counter() - t_start, resumed_from)
+
+    def _epoch_line(self, record: dict[str, Any]) -> str:
+        text = f"epoch {record['epoch'] + 1}/{self.max_epochs}: loss {record['loss']:.4f}, {record['time_s']:.1f} s"
+        if self.metric_name in record:
+            text += f", {self.metric_name} {record[self.metric_name]:.4f}"
+        return text
+
+    def _finish(self, wall_s: float, resumed_from: str | None) -> dict[str, Any]:
+        report = bottleneck.analyse(
+            self._data_s, self._compute_s, num_workers=getattr(self.train_loader, "num_workers", None)
+        )
+        losses = self.history["epoch_loss"]
+        metric_values = self.history["metrics"]
+        summary: dict[str, Any] = {
+            "status": "completed",
+            "epochs": self.epoch,
+            "steps": self.step,
+            "wall_s": round(wall_s, 3),
+            "steps_per_s": round(len(self._data_s) / wall_s, 3) if wall_s > 0 else None,
+            "final_loss": losses[-1] if losses else None,
+            "metric_name": self.metric_name if metric_values else None,
+            "final_metric": metric_values[-1][1] if metric_values else None,
+            "best_metric": self.history["best_metric"],
+            "best_epoch": (self.history["best_epoch"] + 1) if self.history["best_epoch"] is not None else None,
+            "resumed_from": resumed_from,
+            "bottleneck": report.to_dict(),
+        }
+        if metric_values:
+            summary[self.metric_name] = metric_values[-1][1]
+        if self.output_dir is not None and self.main:
+            write_text_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+            save_atomic(self.output_dir / "model.pt", lambda f: torch.save(self._model().state_dict(), f))
+        if self.main:
+            metric = ""
+            if metric_values:
+                metric = (
+                    f"; {self.metric_name} {summary['final_metric']:.4f}"
+                    f" (best {summary['best_metric']:.4f} at epoch {summary['best_epoch']})"
+                )
+            loss_text = f"{summary['final_loss']:.4f}" if summary["final_loss"] is not None else "n/a"
+            print(
+                f"hpc-runner: trained {self.epoch} epochs ({self.step} steps) in {wall_s:.1f} s, "
+                f"{summary['steps_per_s'] or 0:.2f} steps/s; final loss {loss_text}{metric}",
+                flush=True,
+            )
+            print(f"hpc-runner: {report.line()}", flush=True)
+            for tip in report.advice:
+                print(f"hpc-runner:   advice: {tip}", flush=True)
+        return summary

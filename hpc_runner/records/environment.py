@@ -1,0 +1,69 @@
+"""What a run record needs to know about where it ran: host, SLURM, package versions, git."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import platform
+import socket
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+RECORDED_PACKAGES = ("torch", "monai", "numpy", "hpc-runner", "pytorch-ignite", "submitit", "nibabel")
+
+
+def package_versions() -> dict[str, str]:
+    """Return the versions of Python and the packages that decide a run's numbers (no imports)."""
+    versions = {"python": platform.python_version()}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def slurm_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return every ``SLURM_*`` variable (job id, array index, node list, CPUs...)."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith("SLURM_")}
+
+
+def host_info() -> dict[str, object]:
+    """Return hostname, user, pid and platform."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {"hostname": socket.gethostname(), "user": user, "pid": os.getpid(), "platform": platform.platform()}
+
+
+def git_state(path: Path | None) -> dict[str, object] | None:
+    """Return commit and dirty flags of the git repo holding ``path``, or None outside a repo."""
+    if path is None:
+        return None
+    path = Path(path).resolve()
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(path), *args], capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    root = git("rev-parse", "--show-toplevel")
+    if not root:
+        return None
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain")
+    bundle_status = git("status", "--porcelain", "--", ".")
+    return {
+        "root": root,
+        "commit": commit,
+        "dirty": bool(status),
+        "bundle_dirty": bool(bundle_status),
+    }

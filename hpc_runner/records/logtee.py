@@ -1,0 +1,48 @@
+"""Copy what a run prints into its log file while it still reaches the terminal (or SLURM's log)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+LOGGER_NAME = "hpc_runner"
+
+
+class _Tee:
+    def __init__(self, stream: TextIO, log: TextIO) -> None:
+        self._stream = stream
+        self._log = log
+
+    def write(self, text: str) -> int:
+        self._log.write(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._log.flush()
+        self._stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def tee_to_log(path: Path) -> Iterator[logging.Logger]:
+    """Tee stdout and the ``hpc_runner`` logger into ``path`` (appending) for the duration."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    old_stdout = sys.stdout
+    sys.stdout = _Tee(old_stdout, log)  # type: ignore[assignment]
+    try:
+        yield logger
+    finally:
+        sys.stdout = old_stdout
+        logger.removeHandler(handler)
+        log.close()

@@ -1,0 +1,125 @@
+"""The run directory: the resolved config, overrides, command, environment, log, metrics, checkpoints.
+
+Layout (every file written atomically)::
+
+    config.yaml      the config that ran: files merged, overrides and ${env:} applied, macros expanded
+    overrides.yaml   each override with its source (cli, env, args_file) and what it replaced
+    run.yaml         entry, bundle, command line, cwd, host, SLURM_*, versions, git, status, times
+    log.txt          stdout of the run and hpc-runner's log
+    metrics.jsonl    one JSON object per iteration / validation / epoch (written by the trainer)
+    summary.json     final figures (written by the trainer)
+    checkpoints/     trainer checkpoints
+    error.txt        the traceback of a failed run
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpc_runner.records.atomic import write_text_atomic
+
+CONFIG_FILE = "config.yaml"
+OVERRIDES_FILE = "overrides.yaml"
+RUN_FILE = "run.yaml"
+LOG_FILE = "log.txt"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+ERROR_FILE = "error.txt"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style YAML that keeps key order and writes multi-line strings as literal blocks."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+_Dumper.add_representer(tuple, lambda d, v: d.represent_list(list(v)))
+
+
+def dump_yaml(data: Any) -> str:
+    """Return ``data`` as readable block YAML with keys in their original order."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def now_iso() -> str:
+    """Return the local time as an ISO-8601 string with offset."""
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def timestamp_name() -> str:
+    """Return a sortable folder name for a new run (``2026-11-21_14-03-07``)."""
+    return _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def default_run_dir(bundle_name: str, root: Path = Path("runs")) -> Path:
+    """Return ``runs/<bundle>/<timestamp>``, made unique with a suffix if it already exists."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", bundle_name) or "bundle"
+    base = root / safe / timestamp_name()
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}_{n}")
+    return path
+
+
+def command_line(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Return the command as a list and as a shell line, with the working directory."""
+    argv = list(sys.argv if argv is None else argv)
+    return {"argv": argv, "shell": shlex.join(argv), "cwd": os.getcwd()}
+
+
+class RunDir:
+    """A run directory on disk, and the one place that knows its file names."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def file(self, name: str) -> Path:
+        """Return the path of a file in the run dir."""
+        return self.path / name
+
+    @property
+    def checkpoints(self) -> Path:
+        """Return the checkpoint folder."""
+        return self.path / CHECKPOINT_DIR
+
+    def create(self) -> RunDir:
+        """Create the folder (and parents)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def write_yaml(self, name: str, data: Any) -> Path:
+        """Write ``data`` as YAML atomically."""
+        return write_text_atomic(self.file(name), dump_yaml(data))
+
+    def read_yaml(self, name: str) -> Any:
+        """Read a YAML file of the run dir (None when absent)."""
+        try:
+            return yaml.safe_load(self.file(name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def record(self) -> dict:
+        """Return run.yaml (empty when absent)."""
+        return self.read_yaml(RUN_FILE) or {}
+
+    def update_record(self, **fields: Any) -> dict:
+        """Merge ``fields`` into run.yaml atomically and return the new record."""
+        rec = self.record()
+        rec.update(fields)
+        self.write_yaml(RUN_FILE, rec)
+        return rec

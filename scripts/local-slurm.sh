@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# A real single-node SLURM cluster on loopback, for hpc-runner's tests and CI.
+#
+# Usage: scripts/local-slurm.sh start | stop [--clean] | status | env
+#
+#   start   install the Debian packages if missing, write the configs, start
+#           munged -> mariadbd -> slurmdbd -> slurmctld -> slurmd and wait until the
+#           node is idle. Idempotent: daemons already running (per pid file) are kept;
+#           a changed slurm.conf is applied with `scontrol reconfigure`.
+#   stop    cancel this cluster's jobs and stop the daemons it started (pid files only).
+#           --clean also wipes config, state, database and logs: the next start is cold.
+#   status  daemons, sinfo, and whether sacct answers; exit 1 if the cluster does not answer.
+#   env     print the line that points clients at this cluster:
+#               eval "$(scripts/local-slurm.sh env)"    # or: . /tmp/hpcr-slurm/env.sh
+#
+# What the cluster offers (the node is this machine, named `hostname -s`):
+#   partitions   small (default) and gpu, both on the one node (JADE-like naming).
+#   fake GPUs    2 gres "gpu" backed by character devices, so --gres=gpu:1 sets
+#                CUDA_VISIBLE_DEVICES=0 and --gres=gpu:3 is refused. No real GPU behind them.
+#   arrays       MaxArraySize=$LOCAL_SLURM_MAX_ARRAY_SIZE (default 1001, common on real
+#                clusters): array indices must be < MaxArraySize, so --array=0-1000 is
+#                accepted and --array=0-1001 refused. Sweep code must split larger sweeps
+#                into several arrays; tests can start a cluster with a small limit to check it.
+#   sacct        real accounting (slurmdbd + a private MariaDB on 127.0.0.1:13306).
+#   requeue      JobRequeue=1; finished jobs stay in squeue/scontrol for MinJobAge=300 s;
+#                KillWait=5 s between SIGTERM and SIGKILL.
+#
+# Environment:
+#   LOCAL_SLURM_DIR             everything lives here (default /tmp/hpcr-slurm):
+#                               etc/ configs, log/ daemon logs, run/ pids+sockets,
+#                               state/, mysql/, dev/ fake GPUs, jobs/ scratch, env.sh
+#   LOCAL_SLURM_MAX_ARRAY_SIZE  MaxArraySize (default 1001)
+#   LOCAL_SLURM_START_TIMEOUT   seconds to wait for the node to become idle (default 90)
+#
+# Needs root (slurmd runs jobs as any user, mknod for the fake GPUs, SlurmUser=root) and
+# Debian 12 or similar (SLURM 22.05). No systemd or cgroups needed. Daemons listen on
+# ports 6817-6819 on all interfaces (22.05 cannot bind loopback only; traffic is
+# munge-authenticated) and MariaDB on 127.0.0.1:13306.
+set -Eeuo pipefail
+
+DIR=${LOCAL_SLURM_DIR:-/tmp/hpcr-slurm}
+MAX_ARRAY=${LOCAL_SLURM_MAX_ARRAY_SIZE:-1001}
+TIMEOUT=${LOCAL_SLURM_START_TIMEOUT:-90}
+PKGS=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
+DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)   # start order; stop is the reverse
+DB_PORT=13306
+export SLURM_CONF=$DIR/etc/slurm.conf
+
+log() { echo "local-slurm: $*" >&2; }
+
+# The daemon logs are the only way to see why a start failed, so show all of them.
+show_logs() {
+  local f
+  for f in "$DIR"/log/*.log; do
+    [[ -f $f ]] || continue
+    echo "===== $f (last 20 lines)" >&2
+    tail -n 20 "$f" >&2
+  done
+}
+die() { log "ERROR: $*"; show_logs; exit 1; }
+
+# alive NAME: $DIR/run/NAME.pid names a live process whose command line mentions NAME.
+# Checking the command line guards against a stale pid file whose pid was reused.
+alive() {
+  local p
+  p=$(cat "$DIR/run/$1.pid" 2>/dev/null) || return 1
+  [[ -n $p ]] && grep -qa "$1" "/proc/$p/cmdline" 2>/dev/null
+}
+# running PID: exists and is not a zombie (PID 1 in a container may reap late).
+running() {
+  local s
+  s=$(ps -o stat= -p "$1" 2>/dev/null) && [[ -n $s && ${s:0:1} != Z ]]
+}
+port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
+# wait_until SECONDS CMD...: poll CMD every 0.2 s.
+wait_until() {
+  local n=$(($1 * 5)) i
+  shift
+  for ((i = 0; i < n; i++)); do
+    "$@" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+node_name() { hostname -s; }
+node_state() { sinfo -h -n "$(node_name)" -o %T 2>/dev/null | head -n 1; }
+# idle/mixed/allocated = usable; a trailing * (not responding), drain or down is not.
+node_usable() { [[ "$(node_state)" =~ ^(idle|mixed|allocated|completing)$ ]]; }
+db_answers() { mariadb-admin --socket="$DIR/run/mysqld.sock" ping >/dev/null 2>&1; }
+dbd_listening() { ! port_free 6819; }
+
+install_packages() {
+  dpkg -s "${PKGS[@]}" >/dev/null 2>&1 && return 0
+  log "installing ${PKGS[*]} (log: $DIR/log/apt.log)"
+  # Lists may be stale or absent on a fresh CI image, so always update first.
+  { apt-get update -q &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PKGS[@]}"; } \
+    >"$DIR/log/apt.log" 2>&1 || die "apt-get install failed"
+}
+
+# install_if_changed TMP DEST: move TMP over DEST unless identical; true if DEST changed.
+install_if_changed() {
+  if [[ -f $2 ]] && cmp -s "$1" "$2"; then
+    rm -f "$1"
+    return 1
+  fi
+  mv -f "$1" "$2"
+}
+
+write_configs() {
+  local node cpus mem
+  node=$(node_name)
+  # slurmd -C reports this machine's real layout; declaring more than exists drains the node.
+  cpus=$(slurmd -C | head -n 1 | grep -o 'CPUs=.*ThreadsPerCore=[0-9]*') || die "slurmd -C failed"
+  mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+  mem=$((mem > 2048 ? mem - 1024 : mem))   # leave room for the daemons themselves
+
+  [[ -s $DIR/etc/munge.key ]] || {
+    dd if=/dev/urandom of="$DIR/etc/munge.key" bs=1024 count=1 status=none
+    chmod 400 "$DIR/etc/munge.key"
+  }
+  # gres File= must be a character device (a count alone or a plain file drains the node);
+  # c 1 3 is /dev/null's device number, so nothing can be harmed through it.
+  local i
+  for i in 0 1; do
+    [[ -c $DIR/dev/gpu$i ]] || mknod "$DIR/dev/gpu$i" c 1 3 || die "mknod $DIR/dev/gpu$i failed"
+  done
+
+  cat >"$SLURM_CONF.new" <<EOF
+# Written by scripts/local-slurm.sh; edits are overwritten on the next start.
+ClusterName=hpcr-local
+SlurmctldHost=$node(127.0.0.1)
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire also delays a requeued job's restart (default 120 s); 5 is the minimum.
+AuthInfo=socket=$DIR/run/munge.socket,cred_expire=10
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$DIR/state/ctld
+SlurmdSpoolDir=$DIR/state/d
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd.log
+MailProg=/bin/true
+# No cgroups on CI machines without systemd: track processes by parentage, no binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# Start jobs within about a second of submission or of a slot freeing up: the main
+# scheduler runs on every event (submit, job end) without throttling, and its full pass
+# runs every second instead of every 60 s, which is what starts a requeued job once its
+# begin time has passed.
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=0,batch_sched_delay=0
+# sacct needs slurmdbd (22.05 has no file-based accounting). Connections to slurmdbd
+# ignore AuthInfo; the munge socket must be given as AccountingStoragePass.
+JobAcctGatherType=jobacct_gather/linux
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=6819
+AccountingStoragePass=$DIR/run/munge.socket
+AccountingStorageTRES=gres/gpu
+JobCompType=jobcomp/none
+# 1001 is common on real clusters; sweeps larger than this must be split into several arrays.
+MaxArraySize=$MAX_ARRAY
+MaxJobCount=$((MAX_ARRAY * 10 > 100000 ? MAX_ARRAY * 10 : 100000))
+# Preemption/requeue tests: requeue allowed, finished jobs visible to squeue/scontrol for
+# 5 minutes, and a short grace period between SIGTERM and SIGKILL.
+JobRequeue=1
+MinJobAge=300
+KillWait=5
+ReturnToService=2
+InactiveLimit=0
+GresTypes=gpu
+NodeName=$node NodeAddr=127.0.0.1 $cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
+PartitionName=small Nodes=$node Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=$node MaxTime=INFINITE State=UP
+EOF
+  echo "NodeName=$node Name=gpu File=$DIR/dev/gpu[0-1]" >"$DIR/etc/gres.conf.new"
+
+  cat >"$DIR/etc/slurmdbd.conf.new" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$DIR/run/munge.socket
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=6819
+SlurmUser=root
+LogFile=$DIR/log/slurmdbd.log
+PidFile=$DIR/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+EOF
+  chmod 600 "$DIR/etc/slurmdbd.conf.new"   # slurmdbd refuses a world-readable config
+
+  # A private server on its own port and socket, so a system MariaDB/MySQL is untouched.
+  cat >"$DIR/etc/my.cnf.new" <<EOF
+[mysqld]
+datadir=$DIR/mysql
+socket=$DIR/run/mysqld.sock
+pid-file=$DIR/run/mariadbd.pid
+log-error=$DIR/log/mariadbd.log
+bind-address=127.0.0.1
+port=$DB_PORT
+user=root
+skip-name-resolve
+innodb_buffer_pool_size=256M
+innodb_lock_wait_timeout=900
+innodb_flush_log_at_trx_commit=2
+EOF
+  printf 'export SLURM_CONF=%q\n' "$SLURM_CONF" >"$DIR/env.sh"
+
+  local changed=0 f
+  for f in "$SLURM_CONF" "$DIR/etc/gres.conf" "$DIR/etc/slurmdbd.conf" "$DIR/etc/my.cnf"; do
+    install_if_changed "$f.new" "$f" && changed=1
+  done
+  # Daemons kept running from an earlier start read the old files; ask them to re-read.
+  if ((changed)) && alive slurmctld; then
+    log "configuration changed; scontrol reconfigure"
+    scontrol reconfigure || die "scontrol reconfigure failed"
+  fi
+}
+
+start_daemons() {
+  if ! alive munged; then
+    munged --key-file="$DIR/etc/munge.key" --socket="$DIR/run/munge.socket" \
+      --pid-file="$DIR/run/munged.pid" --log-file="$DIR/log/munged.log" \
+      --seed-file="$DIR/state/munged.seed" || die "munged failed to start"
+  fi
+
+  if ! alive mariadbd; then
+    port_free "$DB_PORT" || die "port $DB_PORT is busy and not ours (see: ss -ltnp 'sport = :$DB_PORT')"
+    if [[ ! -d $DIR/mysql/mysql ]]; then
+      mariadb-install-db --defaults-file="$DIR/etc/my.cnf" --auth-root-authentication-method=normal \
+        --skip-test-db >"$DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed"
+    fi
+    # mariadbd does not daemonize itself; setsid detaches it from this shell's session.
+    setsid mariadbd --defaults-file="$DIR/etc/my.cnf" </dev/null >/dev/null 2>&1 &
+  fi
+  wait_until 30 db_answers || die "mariadbd did not answer within 30 s"
+  mariadb --socket="$DIR/run/mysqld.sock" -u root -e \
+    "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw';
+     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "cannot create the slurm db user"
+
+  if ! alive slurmdbd; then
+    port_free 6819 || die "port 6819 is busy and not our slurmdbd (a system slurmdbd?)"
+    # slurmdbd finds slurmdbd.conf next to $SLURM_CONF.
+    slurmdbd || die "slurmdbd failed to start"
+  fi
+  # slurmctld registers the cluster with slurmdbd at start-up, so it must be listening first.
+  wait_until 30 dbd_listening || die "slurmdbd not listening on 6819 within 30 s"
+
+  if ! alive slurmctld; then
+    port_free 6817 || die "port 6817 is busy and not our slurmctld (a system slurmctld?)"
+    slurmctld || die "slurmctld failed to start"
+  fi
+  if ! alive slurmd; then
+    port_free 6818 || die "port 6818 is busy and not our slurmd (a system slurmd?)"
+    slurmd || die "slurmd failed to start"
+  fi
+}
+
+cmd_start() {
+  [[ $(id -u) == 0 ]] || die "must run as root (slurmd, mknod, SlurmUser=root)"
+  [[ $DIR != *[[:space:]]* ]] || die "LOCAL_SLURM_DIR must not contain spaces: '$DIR'"
+  if ! [[ $MAX_ARRAY =~ ^[0-9]+$ ]] || ((MAX_ARRAY < 1 || MAX_ARRAY > 4000001)); then
+    die "LOCAL_SLURM_MAX_ARRAY_SIZE must be an integer in 1..4000001, got '$MAX_ARRAY'"
+  fi
+  local t0=$SECONDS
+  mkdir -p "$DIR"/{etc,run,log,state/ctld,state/d,dev,jobs}
+  chmod 700 "$DIR/etc"
+  # Any unexpected failure from here on must still show the daemon logs.
+  trap 'die "command failed (line $LINENO): $BASH_COMMAND"' ERR
+  install_packages
+  write_configs
+  start_daemons
+  wait_until "$TIMEOUT" node_usable ||
+    die "node $(node_name) not usable after ${TIMEOUT}s: state '$(node_state)'; $(scontrol show node "$(node_name)" 2>&1 | grep -o 'Reason=.*' || true)"
+  trap - ERR
+  log "node $(node_name) $(node_state) after $((SECONDS - t0))s (MaxArraySize=$MAX_ARRAY); clients: . $DIR/env.sh"
+}
+
+cmd_stop() {
+  local d p i
+  # Cancel first, so no slurmstepd or job process outlives the daemons.
+  if alive slurmctld; then
+    squeue -h -o %A 2>/dev/null | xargs -r scancel 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+      [[ -z $(squeue -h 2>/dev/null) ]] && break
+      sleep 0.2
+    done
+  fi
+  for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
+    d=${DAEMONS[i]}
+    alive "$d" || continue
+    p=$(cat "$DIR/run/$d.pid")
+    kill -TERM "$p" 2>/dev/null || true
+    local k
+    for ((k = 0; k < 100; k++)); do
+      running "$p" || break
+      sleep 0.1
+    done
+    if running "$p"; then
+      log "$d ($p) ignored SIGTERM for 10 s; sending SIGKILL"
+      kill -KILL "$p" 2>/dev/null || true
+    fi
+    rm -f "$DIR/run/$d.pid"
+    log "stopped $d ($p)"
+  done
+  if [[ ${1:-} == --clean ]]; then
+    # Only what start creates, never the directory's other contents.
+    rm -rf "${DIR:?}"/{etc,run,log,state,mysql,dev,jobs} "$DIR/env.sh"
+    rmdir "$DIR" 2>/dev/null || true
+    log "state wiped ($DIR)"
+  fi
+}
+
+cmd_status() {
+  local d ok=0
+  for d in "${DAEMONS[@]}"; do
+    if alive "$d"; then
+      printf '%-10s running (pid %s)\n' "$d" "$(cat "$DIR/run/$d.pid")"
+    else
+      printf '%-10s not running\n' "$d"
+    fi
+  done
+  echo "SLURM_CONF=$SLURM_CONF"
+  if ! timeout 10 sinfo; then
+    echo "sinfo: does not answer"
+    ok=1
+  fi
+  local err
+  if err=$(timeout 20 sacct -n -X -S now-1hours -o JobID 2>&1 >/dev/null) && [[ -z $err ]]; then
+    echo "sacct: answers"
+  else
+    echo "sacct: does not answer: ${err:-timed out}"
+    ok=1
+  fi
+  return "$ok"
+}
+
+case ${1:-} in
+  start) cmd_start ;;
+  stop) cmd_stop "${2:-}" ;;
+  status) cmd_status ;;
+  env) printf 'export SLURM_CONF=%q\n' "$SLURM_CONF" ;;
+  -h | --help | help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+  *)
+    echo "usage: $0 start | stop [--clean] | status | env" >&2
+    exit 2
+    ;;
+esac

@@ -214,3 +214,21 @@ def describe_failure(outcome: RunOutcome) -> str:
         f"run failed{where}: {' <- '.join(chain)}. The traceback is in {outcome.run_dir / ERROR_FILE}; "
         f"checkpoints already written in {outcome.run_dir} are kept."
     )
+
+
+def run_recorded(run_dir: str | Path, entry: str | None = None, argv: Sequence[str] | None = None) -> RunOutcome:
+    """Run (or continue) the run recorded in ``run_dir`` with its own config.yaml; used by jobs and --resume.
+
+    SIGUSR2/SIGTERM are turned into a checkpoint-and-stop for the duration.
+    """
+    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.engine.stop import install_stop_handlers
+
+    cfg, record = load_recorded_config(run_dir)
+    entry = entry or record.get("entry")
+    rd, expanded = prepare_run(cfg, entry, run_dir, argv)
+    restore = install_stop_handlers()
+    try:
+        return execute_run(cfg, rd, expanded, entry)
+    finally:
+        restore()

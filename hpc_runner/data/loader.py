@@ -1,0 +1,348 @@
+"""ThreadDataLoader: a drop-in for ``monai.data.ThreadDataLoader`` with seeded, restartable epochs.
+
+Batches are made on a producer thread (``ThreadBuffer``) so loading overlaps the training step.
+With ``use_thread_workers=True`` and ``num_workers > 0`` items are transformed on worker threads,
+each with a private copy of the random transforms; with ``use_thread_workers=False`` and
+``num_workers > 0`` on torch worker processes. In every mode item i of epoch e is transformed with
+random states derived from (seed, e, i, dataset index) and the shuffle order from (seed, e), so:
+
+* batches are identical for any worker count, thread or process;
+* an epoch can be re-run, or resumed at batch k without computing batches 0..k-1 (``iter_from``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from monai.data.utils import list_data_collate
+from monai.data.utils import worker_init_fn as monai_worker_init_fn
+
+from hpc_runner.data.buffer import BufferIterator, ThreadBuffer, lower_thread_priority
+from hpc_runner.data.items import ItemFetcher
+from hpc_runner.data.pool import OrderedMap
+from hpc_runner.data.prefetch import pin_batch
+from hpc_runner.data.seeding import derive_seed
+from hpc_runner.data.workers import default_num_workers
+
+_SHUFFLE_STREAM = 0x5EED5  # keeps the shuffle stream apart from the item streams
+
+
+class EpochShuffleSampler(torch.utils.data.Sampler[int]):
+    """A permutation of range(len(data_source)) that depends only on (seed, epoch)."""
+
+    def __init__(self, data_source: Sequence[Any], seed: int) -> None:
+        self.data_source = data_source
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the permutation of this epoch."""
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator()
+        g.manual_seed(derive_seed(self.seed, self.epoch, _SHUFFLE_STREAM))
+        return iter(torch.randperm(len(self.data_source), generator=g).tolist())
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class _ListSampler(torch.utils.data.Sampler[Any]):
+    """Yields a prepared list (of keys or key batches); the list is replaced each epoch."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class _SeededItems(torch.utils.data.Dataset):
+    """Dataset over keys (epoch, position, index) for worker processes: seeds each item, then fetches it."""
+
+    def __init__(self, dataset: Any, seed: int) -> None:
+        self.dataset = dataset
+        self.seed = seed
+        self._fetcher: ItemFetcher | None = None
+
+    def __getitem__(self, key: tuple[int, int, Any]) -> Any:
+        if self._fetcher is None:
+            # A worker process has its own copy of the dataset: no per-thread copy needed.
+            self._fetcher = ItemFetcher(self.dataset, self.seed, private=False)
+        epoch, position, index = key
+        return self._fetcher(epoch, position, index)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fetcher"] = None
+        return state
+
+
+class ThreadDataLoader(torch.utils.data.DataLoader):
+    """Drop-in for ``monai.data.ThreadDataLoader``: batches made on a producer thread, seeded per item.
+
+    MONAI's arguments keep their meaning: `buffer_size` (batches buffered), `buffer_timeout`
+    (accepted, unused: nothing polls), `repeats` (yield each batch that many times),
+    `use_thread_workers` (workers are threads, not processes) and the torch DataLoader kwargs
+    (batch_size, shuffle, sampler, batch_sampler, collate_fn, drop_last, generator, pin_memory...).
+    ``collate_fn`` defaults to MONAI's ``list_data_collate``.
+
+    Added: `copy_repeats` deep-copies repeats so in-place changes do not leak between them; `seed`
+    (default ``torch.initial_seed()``, or the generator's) fixes shuffle and item random states with
+    ``set_epoch``; ``num_workers=None`` means ``default_num_workers()``; `max_in_flight` bounds the
+    items being transformed ahead (thread workers); `producer_priority` ("normal", "low", "idle")
+    lowers the producer thread's CPU priority so it uses cores the step leaves idle.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        buffer_size: int = 1,
+        buffer_timeout: float = 0.01,
+        repeats: int = 1,
+        use_thread_workers: bool = False,
+        *,
+        copy_repeats: bool = False,
+        seed: int | None = None,
+        max_in_flight: int | None = None,
+        producer_priority: str = "normal",
+        **kwargs: Any,
+    ) -> None:
+        if int(repeats) < 1:
+            raise ValueError(f"repeats must be >= 1, got {repeats}")
+        if producer_priority not in {"normal", "low", "idle"}:
+            raise ValueError(f"producer_priority must be 'normal', 'low' or 'idle', got {producer_priority!r}")
+        num_workers = kwargs.pop("num_workers", 0)
+        if num_workers is None:
+            num_workers = default_num_workers()
+        num_workers = int(num_workers)
+        generator = kwargs.get("generator")
+        if seed is None:
+            seed = generator.initial_seed() if generator is not None else torch.initial_seed()
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        batched = kwargs.get("batch_sampler") is not None or kwargs.get("batch_size", 1) is not None
+        if batched:
+            kwargs.setdefault("collate_fn", list_data_collate)
+        shuffle = kwargs.pop("shuffle", None)
+        if shuffle and not iterable and kwargs.get("sampler") is None and kwargs.get("batch_sampler") is None:
+            kwargs["sampler"] = EpochShuffleSampler(dataset, seed)
+        elif shuffle is not None:
+            kwargs["shuffle"] = shuffle  # torch validates the combination
+        # Thread workers serve map-style datasets; an IterableDataset keeps torch's own workers.
+        thread_workers = bool(use_thread_workers) and num_workers > 0 and not iterable
+        if thread_workers:
+            # torch would check (and warn about) a process count and process-only options.
+            kwargs.pop("persistent_workers", None)
+            kwargs.pop("prefetch_factor", None)
+        elif iterable and num_workers > 0:
+            kwargs.setdefault("worker_init_fn", monai_worker_init_fn)
+        super().__init__(dataset, num_workers=0 if thread_workers else num_workers, **kwargs)
+        self.num_workers = num_workers
+        self.buffer_size = int(buffer_size)
+        self.buffer_timeout = buffer_timeout
+        self.repeats = int(repeats)
+        self.copy_repeats = bool(copy_repeats)
+        self.use_thread_workers = thread_workers
+        self.seed = int(seed) & ((1 << 64) - 1)
+        self.max_in_flight = max_in_flight
+        self.producer_priority = producer_priority
+        self._epoch = 0
+        self._epoch_used = False
+        self._pending_skip = 0
+        self._inner: torch.utils.data.DataLoader | None = None
+        self._inner_lock = threading.Lock()
+
+    # -- epochs ------------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration uses."""
+        return self._epoch + 1 if self._epoch_used else self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch `epoch`: its shuffle order and item random states."""
+        self._epoch = int(epoch)
+        self._epoch_used = False
+
+    def skip_batches(self, k: int) -> None:
+        """Make the next iteration start at yielded batch `k`, without computing batches 0..k-1."""
+        if int(k) < 0:
+            raise ValueError(f"skip_batches needs k >= 0, got {k}")
+        self._pending_skip = int(k)
+
+    def _begin_epoch(self) -> int:
+        if self._epoch_used:  # iterated again without set_epoch: move on, as a DataLoader would
+            self._epoch += 1
+        self._epoch_used = True
+        for s in (self.sampler, self.batch_sampler):
+            fn = getattr(s, "set_epoch", None)
+            if callable(fn):
+                fn(self._epoch)
+        return self._epoch
+
+    # -- iteration ---------------------------------------------------------------------------------
+    def __iter__(self) -> BufferIterator:  # type: ignore[override]
+        return self.iter_from(None)
+
+    def iter_from(self, start_batch: int | None = None, *, pin_memory: bool | None = None) -> BufferIterator:
+        """Iterate this epoch from yielded batch `start_batch` (repeats count), identical to a full run.
+
+        Skipped batches are not computed for map-style datasets (an IterableDataset computes and
+        drops them). `None` uses the skip set by skip_batches(). `pin_memory` (default: the
+        loader's) pins batches on the producer thread when CUDA is available.
+        """
+        if start_batch is None:
+            start_batch, self._pending_skip = self._pending_skip, 0
+        if int(start_batch) < 0:
+            raise ValueError(f"start_batch must be >= 0, got {start_batch}")
+        epoch = self._begin_epoch()
+        first, skip_repeats = divmod(int(start_batch), self.repeats)
+        pin = bool(self.pin_memory if pin_memory is None else pin_memory) and torch.cuda.is_available()
+        if isinstance(self.dataset, torch.utils.data.IterableDataset):
+            src = self._torch_batches(first, pin)
+        elif self.num_workers > 0 and not self.use_thread_workers:
+            src = self._process_batches(epoch, first, pin)
+        else:
+            src = self._thread_batches(epoch, first, pin)
+        setup = None
+        if self.producer_priority != "normal":
+            policy = self.producer_priority
+
+            def setup() -> None:
+                lower_thread_priority(policy)
+
+        buf = ThreadBuffer(
+            src, self.buffer_size, repeats=self.repeats, copy_repeats=self.copy_repeats, thread_setup=setup
+        )
+        return buf.iterate(skip_repeats=skip_repeats)
+
+    def _index_batches(self) -> list[Any]:
+        if self._auto_collation:
+            return [list(b) for b in self.batch_sampler]
+        return list(self.sampler)
+
+    def _collate(self, items: Any, pin: bool) -> Any:
+        batch = self.collate_fn(items) if self.collate_fn is not None else items
+        return pin_batch(batch) if pin else batch
+
+    def _thread_batches(self, epoch: int, first: int, pin: bool) -> Iterator[Any]:
+        batches = self._index_batches()
+        auto = self._auto_collation
+        sizes = [len(b) for b in batches] if auto else [1] * len(batches)
+        position = sum(sizes[:first])
+        todo = batches[first:]
+        if self.num_workers == 0 or not self.use_thread_workers:
+            fetch = ItemFetcher(self.dataset, self.seed)
+            for b in todo:
+                if auto:
+                    items = [fetch(epoch, position + j, idx) for j, idx in enumerate(b)]
+                    position += len(b)
+                else:
+                    items = fetch(epoch, position, b)
+                    position += 1
+                yield self._collate(items, pin)
+            return
+        keys: list[tuple[int, Any]] = []
+        for b in todo:
+            for idx in b if auto else [b]:
+                keys.append((position, idx))
+                position += 1
+        workers = self.num_workers
+        per_batch = max(sizes) if sizes else 1
+        in_flight = self.max_in_flight or max(2 * workers, 2 * per_batch)
+        dataset, seed = self.dataset, self.seed
+
+        def work(fetch: ItemFetcher, _: int, key: tuple[int, Any]) -> Any:
+            return fetch(epoch, key[0], key[1])
+
+        omap: OrderedMap[Any] = OrderedMap(keys, work, lambda: ItemFetcher(dataset, seed), workers, in_flight)
+        try:
+            for b in todo:
+                items = [next(omap) for _ in b] if auto else next(omap)
+                yield self._collate(items, pin)
+        finally:
+            omap.close()
+
+    def _inner_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "num_workers": self.num_workers,
+            "collate_fn": self.collate_fn,
+            "pin_memory": self.pin_memory,
+            "timeout": self.timeout,
+            "worker_init_fn": self.worker_init_fn,
+            "multiprocessing_context": self.multiprocessing_context,
+            "generator": self.generator,
+            "prefetch_factor": self.prefetch_factor,
+            "persistent_workers": self.persistent_workers,
+        }
+        for name in ("pin_memory_device", "in_order"):
+            if hasattr(self, name):
+                kw[name] = getattr(self, name)
+        return kw
+
+    def _process_batches(self, epoch: int, first: int, pin: bool) -> Iterator[Any]:
+        batches = self._index_batches()
+        auto = self._auto_collation
+        position = sum(len(b) for b in batches[:first]) if auto else first
+        keyed: list[Any] = []
+        for b in batches[first:]:
+            if auto:
+                keyed.append([(epoch, position + j, idx) for j, idx in enumerate(b)])
+                position += len(b)
+            else:
+                keyed.append((epoch, position, b))
+                position += 1
+        # One producer at a time drives a persistent inner loader: an abandoned epoch's producer may
+        # still be inside next() when the next epoch starts.
+        persistent = bool(self.persistent_workers)
+        with self._inner_lock if persistent else contextlib.nullcontext():
+            inner = self._inner if persistent else None
+            if inner is None:
+                sampler = _ListSampler(keyed)
+                if auto:
+                    inner = torch.utils.data.DataLoader(
+                        _SeededItems(self.dataset, self.seed), batch_sampler=sampler, **self._inner_kwargs()
+                    )
+                else:
+                    inner = torch.utils.data.DataLoader(
+                        _SeededItems(self.dataset, self.seed),
+                        batch_size=None,
+                        sampler=sampler,
+                        **self._inner_kwargs(),
+                    )
+                if persistent:
+                    self._inner = inner
+            else:
+                (inner.batch_sampler if auto else inner.sampler).items = keyed  # type: ignore[union-attr]
+            it = iter(inner)
+            try:
+                for batch in it:
+                    yield pin_batch(batch) if pin and not inner.pin_memory else batch
+            finally:
+                if not persistent:
+                    shutdown: Callable[[], None] | None = getattr(it, "_shutdown_workers", None)
+                    if shutdown is not None:
+                        shutdown()
+                del it
+
+    def _torch_batches(self, first: int, pin: bool) -> Iterator[Any]:
+        it = torch.utils.data.DataLoader.__iter__(self)
+        try:
+            for k, batch in enumerate(it):
+                if k >= first:
+                    yield pin_batch(batch) if pin and not self.pin_memory else batch
+        finally:
+            shutdown: Callable[[], None] | None = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None and not self.persistent_workers:
+                shutdown()
+            del it

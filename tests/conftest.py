@@ -1,0 +1,159 @@
+"""Shared fixtures. `slurm_cluster` talks to a real SLURM (scripts/local-slurm.sh start)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+# Job states after which a job never runs again (REQUEUED is not one: the job goes back to PENDING).
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+     "BOOT_FAIL", "DEADLINE", "REVOKED"}
+)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """A SLURM cluster that answered: the environment to reach it and polling helpers."""
+
+    env: dict[str, str]
+    max_array_size: int
+    partitions: tuple[str, ...]
+    default_partition: str
+    config: dict[str, str] = field(repr=False)
+
+    def run(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run a SLURM command against this cluster; output is captured as text."""
+        return subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def wait_for_jobs(self, job_ids: Iterable[str | int], timeout: float = 120) -> None:
+        """Poll squeue until none of `job_ids` is pending, running or completing."""
+        ids = ",".join(str(j) for j in job_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            res = self.run("squeue", "-h", "-j", ids, "-o", "%i %T")
+            # squeue refuses a list made only of purged ids: those jobs are long finished.
+            if res.returncode != 0 and "Invalid job id" not in res.stderr:
+                raise RuntimeError(f"squeue failed: {res.stderr.strip()}")
+            left = res.stdout.strip() if res.returncode == 0 else ""
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"jobs still queued after {timeout}s:\n{left}")
+            time.sleep(0.25)
+
+    def sacct_states(self, job_ids: Iterable[str | int], timeout: float = 60) -> dict[str, str]:
+        """Poll sacct until every record of `job_ids` has a final state; return {record id: state}.
+
+        sacct lags the controller by several seconds and may list only some tasks of an array at
+        first, so the records the controller still knows (squeue -t all, kept MinJobAge seconds)
+        must all appear. States are the first word ("CANCELLED by 0" -> "CANCELLED").
+        """
+        ids = ",".join(str(j) for j in job_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            known = self.run("squeue", "-h", "-t", "all", "-j", ids, "-o", "%i")
+            expected = set(known.stdout.split()) if known.returncode == 0 else set()
+            res = self.run("sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobID,State")
+            states = {}
+            for line in res.stdout.splitlines():
+                if "|" in line:
+                    job, state = line.split("|", 1)
+                    states[job] = state.split()[0] if state.strip() else ""
+            pending = {j for j, s in states.items() if s not in FINAL_STATES or "[" in j}
+            pending |= expected - states.keys()
+            if res.returncode == 0 and states and not pending:
+                return states
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"sacct has no final state after {timeout}s for {sorted(pending) or ids}: "
+                    f"{states} {res.stderr.strip()}"
+                )
+            time.sleep(0.5)
+
+
+def _slurm_env() -> dict[str, str]:
+    """The ambient environment, with SLURM_CONF from the local cluster's env.sh if there is one."""
+    env = dict(os.environ)
+    env_sh = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/hpcr-slurm")) / "env.sh"
+    if env_sh.is_file():
+        m = re.search(r"^export SLURM_CONF=(.+)$", env_sh.read_text(), re.M)
+        if m:
+            env["SLURM_CONF"] = shlex.split(m.group(1))[0]
+    return env
+
+
+def _probe(env: dict[str, str]) -> SlurmCluster:
+    """Ask the controller for its config and partitions; raise RuntimeError if it does not answer."""
+
+    def run(*args: str) -> str:
+        try:
+            res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=20)
+        except FileNotFoundError:
+            raise RuntimeError(f"{args[0]} is not installed") from None
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{' '.join(args)} did not answer in 20 s") from None
+        if res.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)}: {(res.stderr or res.stdout).strip()}")
+        return res.stdout + res.stderr
+
+    where = f"SLURM_CONF={env.get('SLURM_CONF', '(unset)')}"
+    try:
+        parts = run("sinfo", "-h", "-o", "%P %a %T").split("\n")
+        # sbatch --test-only goes through the controller's submit path without queueing a job.
+        run("sbatch", "--test-only", "-o", "/dev/null", "--wrap", "true")
+        config = dict(
+            (k.strip(), v.strip())
+            for k, _, v in (line.partition("=") for line in run("scontrol", "show", "config").splitlines())
+            if v
+        )
+    except RuntimeError as e:
+        raise RuntimeError(f"{e} ({where})") from None
+    rows = [p.split() for p in parts if p.strip()]
+    names = [r[0] for r in rows]
+    # A trailing * (not responding), drained or down node cannot run the tests' jobs.
+    if not any(r[1:] and r[-1] in ("idle", "mixed", "allocated", "completing") for r in rows):
+        raise RuntimeError(f"no usable node: sinfo says {parts} ({where})")
+    default = next((n.rstrip("*") for n in names if n.endswith("*")), names[0].rstrip("*"))
+    return SlurmCluster(
+        env=env,
+        max_array_size=int(config["MaxArraySize"]),
+        partitions=tuple(dict.fromkeys(n.rstrip("*") for n in names)),
+        default_partition=default,
+        config=config,
+    )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A SLURM cluster that answers; SLURM_CONF is also exported to os.environ for the session.
+
+    Skips when none answers, or fails when the env var CI is "true" (CI must start one).
+    Code under test calls sbatch/submitit with the ambient environment, hence the export.
+    """
+    env = _slurm_env()
+    try:
+        cluster = _probe(env)
+    except RuntimeError as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but no SLURM cluster answers: {e}", pytrace=False)
+        pytest.skip(f"no SLURM cluster answers (start one with scripts/local-slurm.sh start): {e}")
+    with pytest.MonkeyPatch.context() as mp:
+        if "SLURM_CONF" in env:
+            mp.setenv("SLURM_CONF", env["SLURM_CONF"])
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
+    """Tests marked `slurm` get the cluster (or its skip) without naming the fixture."""
+    if request.node.get_closest_marker("slurm") is not None:
+        request.getfixturevalue("slurm_cluster")

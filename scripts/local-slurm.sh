@@ -22,8 +22,10 @@
 #                accepted and --array=0-1001 refused. Sweep code must split larger sweeps
 #                into several arrays; tests can start a cluster with a small limit to check it.
 #   sacct        real accounting (slurmdbd + a private MariaDB on 127.0.0.1:13306).
-#   requeue      JobRequeue=1; finished jobs stay in squeue/scontrol for MinJobAge=300 s;
+#   requeue      JobRequeue=1; a requeued job restarts about 12 s later (cred_expire=10);
+#                finished jobs stay in `squeue -t all`/scontrol for MinJobAge=300 s;
 #                KillWait=5 s between SIGTERM and SIGKILL.
+#   speed        jobs start ~0.1-0.4 s after sbatch; a freed slot is refilled within ~1 s.
 #
 # Environment:
 #   LOCAL_SLURM_DIR             everything lives here (default /tmp/hpcr-slurm):
@@ -48,16 +50,27 @@ export SLURM_CONF=$DIR/etc/slurm.conf
 
 log() { echo "local-slurm: $*" >&2; }
 
-# The daemon logs are the only way to see why a start failed, so show all of them.
+# The daemon logs are the only way to see why a start failed, so show all of them
+# (plus apt's or mariadb-install-db's when that step is the one that failed).
 show_logs() {
   local f
-  for f in "$DIR"/log/*.log; do
+  for f in "$@" "${DAEMONS[@]/#/$DIR/log/}"; do
+    f=${f%.log}.log
     [[ -f $f ]] || continue
     echo "===== $f (last 20 lines)" >&2
     tail -n 20 "$f" >&2
   done
 }
-die() { log "ERROR: $*"; show_logs; exit 1; }
+# usage_error MSG: bad input, no daemon involved.
+usage_error() { log "ERROR: $*"; exit 2; }
+# die MSG [EXTRA_LOG...]: a step failed; show the logs that say why.
+die() {
+  log "ERROR: $1"
+  shift
+  show_logs "$@"
+  log "daemons that did start keep running; scripts/local-slurm.sh stop stops them"
+  exit 1
+}
 
 # alive NAME: $DIR/run/NAME.pid names a live process whose command line mentions NAME.
 # Checking the command line guards against a stale pid file whose pid was reused.
@@ -95,7 +108,7 @@ install_packages() {
   # Lists may be stale or absent on a fresh CI image, so always update first.
   { apt-get update -q &&
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PKGS[@]}"; } \
-    >"$DIR/log/apt.log" 2>&1 || die "apt-get install failed"
+    >"$DIR/log/apt.log" 2>&1 || die "apt-get install failed" "$DIR/log/apt.log"
 }
 
 # install_if_changed TMP DEST: move TMP over DEST unless identical; true if DEST changed.
@@ -239,7 +252,8 @@ start_daemons() {
     port_free "$DB_PORT" || die "port $DB_PORT is busy and not ours (see: ss -ltnp 'sport = :$DB_PORT')"
     if [[ ! -d $DIR/mysql/mysql ]]; then
       mariadb-install-db --defaults-file="$DIR/etc/my.cnf" --auth-root-authentication-method=normal \
-        --skip-test-db >"$DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed"
+        --skip-test-db >"$DIR/log/mariadb-install.log" 2>&1 ||
+        die "mariadb-install-db failed" "$DIR/log/mariadb-install.log"
     fi
     # mariadbd does not daemonize itself; setsid detaches it from this shell's session.
     setsid mariadbd --defaults-file="$DIR/etc/my.cnf" </dev/null >/dev/null 2>&1 &
@@ -268,10 +282,10 @@ start_daemons() {
 }
 
 cmd_start() {
-  [[ $(id -u) == 0 ]] || die "must run as root (slurmd, mknod, SlurmUser=root)"
-  [[ $DIR != *[[:space:]]* ]] || die "LOCAL_SLURM_DIR must not contain spaces: '$DIR'"
+  [[ $(id -u) == 0 ]] || usage_error "must run as root (slurmd, mknod, SlurmUser=root)"
+  [[ $DIR != *[[:space:]]* ]] || usage_error "LOCAL_SLURM_DIR must not contain spaces: '$DIR'"
   if ! [[ $MAX_ARRAY =~ ^[0-9]+$ ]] || ((MAX_ARRAY < 1 || MAX_ARRAY > 4000001)); then
-    die "LOCAL_SLURM_MAX_ARRAY_SIZE must be an integer in 1..4000001, got '$MAX_ARRAY'"
+    usage_error "LOCAL_SLURM_MAX_ARRAY_SIZE must be an integer in 1..4000001, got '$MAX_ARRAY'"
   fi
   local t0=$SECONDS
   mkdir -p "$DIR"/{etc,run,log,state/ctld,state/d,dev,jobs}
@@ -332,7 +346,11 @@ cmd_status() {
     fi
   done
   echo "SLURM_CONF=$SLURM_CONF"
-  if ! timeout 10 sinfo; then
+  # scontrol ping answers at once; sinfo would retry a dead controller for about 9 s.
+  if ! scontrol ping >/dev/null 2>&1; then
+    echo "slurmctld: does not answer (scontrol ping)"
+    ok=1
+  elif ! timeout 20 sinfo; then
     echo "sinfo: does not answer"
     ok=1
   fi

@@ -15,8 +15,18 @@ import pytest
 
 # Job states after which a job never runs again (REQUEUED is not one: the job goes back to PENDING).
 FINAL_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-     "BOOT_FAIL", "DEADLINE", "REVOKED"}
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
 )
 
 
@@ -102,11 +112,16 @@ def _probe(env: dict[str, str]) -> SlurmCluster:
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"{' '.join(args)} did not answer in 20 s") from None
         if res.returncode != 0:
-            raise RuntimeError(f"{' '.join(args)}: {(res.stderr or res.stdout).strip()}")
+            first = ((res.stderr or res.stdout).strip().splitlines() or ["no output"])[0]
+            raise RuntimeError(f"{' '.join(args)} exited {res.returncode}: {first}")
         return res.stdout + res.stderr
 
     where = f"SLURM_CONF={env.get('SLURM_CONF', '(unset)')}"
+    # Clients retry a missing config file for 60 s and a dead controller for 9 s; fail fast.
+    if "SLURM_CONF" in env and not Path(env["SLURM_CONF"]).is_file():
+        raise RuntimeError(f"{where} does not exist")
     try:
+        run("scontrol", "ping")
         parts = run("sinfo", "-h", "-o", "%P %a %T").split("\n")
         # sbatch --test-only goes through the controller's submit path without queueing a job.
         run("sbatch", "--test-only", "-o", "/dev/null", "--wrap", "true")
@@ -157,3 +172,29 @@ def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
     """Tests marked `slurm` get the cluster (or its skip) without naming the fixture."""
     if request.node.get_closest_marker("slurm") is not None:
         request.getfixturevalue("slurm_cluster")
+
+
+@dataclass
+class Cli:
+    """Runs ``python -m hpc_runner`` as a user would: a subprocess with its own cwd and environment."""
+
+    env: dict[str, str]
+
+    def __call__(
+        self, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        """Run the CLI and return the completed process (stdout/stderr captured as text)."""
+        import sys
+
+        return subprocess.run(
+            [sys.executable, "-m", "hpc_runner", *args], cwd=cwd, env={**self.env, **(env or {})},
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+
+@pytest.fixture
+def cli() -> Cli:
+    """The hpc-runner CLI, without HPCR__/SLURM_ variables from the calling shell, one thread per op."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR__", "SLURM_JOB", "SLURM_ARRAY"))}
+    env["OMP_NUM_THREADS"] = "1"
+    return Cli(env)

@@ -21,6 +21,17 @@ from hpc_runner.cli.argv import split_overrides
 COMMANDS: dict[str, str] = {
     "run": "hpc_runner.cli.run",
     "config": "hpc_runner.cli.config",
+    "list": "hpc_runner.cli.listing",  # not cli/list.py: it would shadow list() in this package
+    "verify": "hpc_runner.cli.verify",
+    "init": "hpc_runner.cli.init",
+    "pack": "hpc_runner.cli.pack",
+    "install": "hpc_runner.cli.install",
+    "submit": "hpc_runner.cli.submit",
+    "sweep": "hpc_runner.cli.sweep",
+    "status": "hpc_runner.cli.status",
+    "resume": "hpc_runner.cli.resume",
+    "collect": "hpc_runner.cli.collect",
+    "cancel": "hpc_runner.cli.cancel",
 }
 
 EPILOG = """examples:

@@ -48,9 +48,13 @@ def _sources_table(cfg) -> str:
         rows.append((use.id_path, value, "env", f"${{env:{use.variable}}}", use.where or ""))
     if len(rows) == 1:
         return "no overrides: every value comes from " + ", ".join(str(p) for p in cfg.config_files)
-    widths = [min(max(len(str(r[i])) for r in rows), 48) for i in range(len(rows[0]))]
-    lines = ["  ".join(str(c)[:48].ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines)
+    rows = [(r[0], _short(str(r[1])), *r[2:]) for r in rows]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def main(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ reads as a string is kept exactly as typed, so ``a#b`` and ``hello #1`` are not 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
@@ -97,9 +96,25 @@ def parse_value(text: str, *, what: str = "value") -> Any:
     return value
 
 
+def _quote(text: str) -> str:
+    """Return ``text`` as a YAML double-quoted scalar (escapes for anything not plainly printable)."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def _format_inner(value: Any) -> str:
     if isinstance(value, str):
-        return json.dumps(value)  # a double-quoted JSON string is a double-quoted YAML string
+        return _quote(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_format_inner(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -133,5 +148,5 @@ def format_value(value: Any) -> str:
                 return value
         except ConfigError:
             pass
-        return json.dumps(value)
+        return _quote(value)
     return _format_inner(value)

@@ -46,6 +46,19 @@ class RunOutcome:
     failing_id: str | None = None
 
 
+def _preemption_in(exc: BaseException) -> BaseException | None:
+    """Return the Preempted inside ``exc``: MONAI wraps what an expression raises in a RuntimeError."""
+    from hpc_runner.engine.stop import Preempted
+
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, Preempted):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
 def _looks_like_entry(key: object, value: Any) -> bool:
     """An id that does something when run: a ``$`` expression, or a list of them."""
     if str(key) in (INIT_ID, FINAL_ID) or str(key).startswith("_"):
@@ -81,14 +94,25 @@ def prepare_run(
     argv: Sequence[str] | None = None,
 ) -> tuple[RunDir, dict]:
     """Create the run dir and write config.yaml, overrides.yaml and run.yaml; return it and the config."""
+    from hpc_runner.engine.distributed import launched_world
+
     run_id = check_entry(cfg, entry)
-    run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name)).create()
+    rank, world = launched_world()
+    if output_dir is None and world > 1:
+        # every rank must pick the same folder, so it cannot come from each rank's clock
+        job = os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "dist"
+        output_dir = Path("runs") / cfg.name / f"job-{job}"
+    run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name))
+    if rank == 0:
+        run_dir.create()
     if cfg.bundle_dir is not None and has_id(cfg.config, BUNDLE_ROOT_ID) and not any(
         o.id == BUNDLE_ROOT_ID for o in cfg.overrides
     ):
         _set_runner_value(cfg, BUNDLE_ROOT_ID, str(cfg.bundle_dir.resolve()), "--bundle")
     _set_runner_value(cfg, OUTPUT_DIR_ID, str(run_dir.path.resolve()), "run dir")
     expanded = cfg.expanded()
+    if rank != 0:
+        return run_dir, expanded  # only rank 0 writes the record
     config_text = dump_yaml(to_plain(expanded))
     existing = run_dir.file(CONFIG_FILE)
     if existing.exists() and existing.read_text(encoding="utf-8") != config_text:
@@ -142,15 +166,61 @@ def _seed_before_build(config: dict) -> None:
 
 def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str | None) -> RunOutcome:
     """Run initialize, the entry and (always) finalize inside ``run_dir``; record how it ended."""
-    from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, failing_id, run_expr
-    from hpc_runner.engine.stop import Preempted
+    from hpc_runner.engine.distributed import init_distributed, launched_world, shutdown_distributed
 
     run_id = entry or RUN_ID
+    if launched_world()[0] != 0:
+        return _execute_worker(cfg, run_dir, expanded, run_id)
+    started_group = init_distributed()
+    try:
+        return _execute_main(cfg, run_dir, expanded, run_id)
+    finally:
+        if started_group:
+            shutdown_distributed()
+
+
+def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
+    from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, run_expr
+
+    with bundle_on_sys_path(cfg.bundle_dir):
+        parser = build_parser(cfg, expanded)
+        _seed_before_build(expanded)
+        parser.parse(reset=True)
+        try:
+            run_expr(parser, INIT_ID)
+            run_expr(parser, run_id)
+        finally:
+            run_expr(parser, FINAL_ID)
+
+
+def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
+    """Ranks other than 0 run the same ids but write no record (rank 0 owns the run dir)."""
+    from hpc_runner.config.monai_bridge import failing_id
+    from hpc_runner.engine.distributed import init_distributed, shutdown_distributed
+
+    started_group = init_distributed()
+    try:
+        _run_ids(cfg, expanded, run_id)
+        return RunOutcome(run_dir.path, "completed")
+    except Exception as exc:
+        if (stop := _preemption_in(exc)) is not None:
+            return RunOutcome(run_dir.path, "preempted", stop)
+        traceback.print_exception(exc)
+        return RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
+    finally:
+        if started_group:
+            shutdown_distributed()
+
+
+def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
+    from hpc_runner.config.monai_bridge import failing_id
+
     rec = run_dir.record()
     run_dir.update_record(
         status="running",
         started=now_iso(),
         ended=None,
+        error=None,
         attempts=int(rec.get("attempts", 0)) + 1,
         host=environment.host_info(),
         slurm=environment.slurm_environment(),
@@ -161,26 +231,21 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     with tee_to_log(run_dir.file(LOG_FILE)) as logger:
         logger.info("run %s of %s in %s", run_id, cfg.name, run_dir.path)
         try:
-            with bundle_on_sys_path(cfg.bundle_dir):
-                parser = build_parser(cfg, expanded)
-                _seed_before_build(expanded)
-                parser.parse(reset=True)
-                try:
-                    run_expr(parser, INIT_ID)
-                    run_expr(parser, run_id)
-                finally:
-                    run_expr(parser, FINAL_ID)
-        except Preempted as exc:
-            outcome = RunOutcome(run_dir.path, "preempted", exc)
-            logger.warning("preempted (%s); checkpoint %s", exc.reason, exc.checkpoint)
+            _run_ids(cfg, expanded, run_id)
         except KeyboardInterrupt as exc:
             outcome = RunOutcome(run_dir.path, "interrupted", exc)
         except Exception as exc:
-            outcome = RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
-            write_text_atomic(run_dir.file(ERROR_FILE), "".join(traceback.format_exception(exc)))
-            logger.error("failed%s: %s", f" at id '{outcome.failing_id}'" if outcome.failing_id else "", exc)
+            if (stop := _preemption_in(exc)) is not None:
+                outcome = RunOutcome(run_dir.path, "preempted", stop)
+                logger.warning("preempted (%s); checkpoint %s", stop.reason, stop.checkpoint)
+            else:
+                outcome = RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
+                write_text_atomic(run_dir.file(ERROR_FILE), "".join(traceback.format_exception(exc)))
+                logger.error("failed%s: %s", f" at id '{outcome.failing_id}'" if outcome.failing_id else "", exc)
     fields: dict[str, Any] = {"status": outcome.status, "ended": now_iso()}
-    if outcome.error is not None:
+    if outcome.status == "preempted":
+        fields["checkpoint"] = outcome.error.checkpoint  # type: ignore[union-attr]
+    elif outcome.error is not None:
         fields["error"] = {
             "type": type(outcome.error).__name__,
             "message": str(outcome.error).strip().splitlines()[0] if str(outcome.error).strip() else "",

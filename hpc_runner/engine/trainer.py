@@ -20,6 +20,7 @@ import torch
 
 from hpc_runner.engine import bottleneck
 from hpc_runner.engine.checkpoint import load_latest_checkpoint, save_checkpoint
+from hpc_runner.engine.distributed import all_ranks_agree, is_main_process, shard_loader
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, seed_everything
 from hpc_runner.engine.stop import Preempted, stop_requested
@@ -27,11 +28,6 @@ from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
 log = logging.getLogger("hpc_runner.trainer")
-
-
-def _is_main_process() -> bool:
-    dist = torch.distributed
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -146,7 +142,7 @@ class Trainer:
         self.prefetch = prefetch
         self.grad_clip_norm = grad_clip_norm
         self.resume = resume
-        self.main = _is_main_process()
+        self.main = is_main_process()
         self.scaler = torch.amp.GradScaler("cuda") if self.amp and self.device.type == "cuda" else None
         # state that a checkpoint carries
         self.epoch = 0
@@ -173,6 +169,7 @@ class Trainer:
         ):
             ids = [self.device.index or 0] if self.device.type == "cuda" else None
             self.network = torch.nn.parallel.DistributedDataParallel(self.network, device_ids=ids)
+            self.train_loader = shard_loader(self.train_loader, seed=self.seed or 0)
 
     @property
     def _ckpt_dir(self) -> Path | None:
@@ -215,6 +212,9 @@ class Trainer:
     def _batches(self, epoch: int, skip: int) -> Iterator[Any]:
         if hasattr(self.train_loader, "set_epoch"):
             self.train_loader.set_epoch(epoch)
+        sampler = getattr(self.train_loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle each epoch, the same on every rank
         source: Iterable = self.train_loader
         if self.device.type == "cuda" and self.prefetch:
             from hpc_runner.data import DevicePrefetcher
@@ -316,10 +316,10 @@ class Trainer:
                     raise FloatingPointError(f"loss is {loss} at epoch {epoch + 1}, step {self.step}")
                 if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
                     self.save()
-                reason = stop_requested()
-                if reason:
+                # every rank must stop after the same step, or the others wait forever in all-reduce
+                if all_ranks_agree(stop_requested() is not None):
                     path = self.save()
-                    raise Preempted(reason, str(path) if path else None)
+                    raise Preempted(stop_requested() or "a stop request on another rank", str(path) if path else None)
             with contextlib.suppress(AttributeError):
                 batches.close()  # type: ignore[attr-defined]
         return sum(losses) / len(losses) if losses else float("nan")
@@ -330,7 +330,7 @@ class Trainer:
             return None
         from monai.data import decollate_batch
 
-        model = self.network
+        model = self._model()  # the bare module: no DDP gradient hooks in evaluation
         model.eval()
         self.metric.reset()
         with torch.no_grad(), self._autocast():
@@ -380,7 +380,9 @@ class Trainer:
                 }
                 self.history["epoch_loss"].append(mean_loss)
                 if (epoch + 1) % self.val_interval == 0 or epoch + 1 == self.max_epochs:
-                    value = self.validate() if self.main else None
+                    # every rank validates on the whole set: MONAI metrics all-gather across ranks, and
+                    # gathering identical copies gives exactly the single-process value
+                    value = self.validate()
                     if value is not None:
                         record[self.metric_name] = value
                         self.history["metrics"].append([epoch, value])
@@ -396,9 +398,8 @@ class Trainer:
                 self.epoch += 1
                 self.batch_in_epoch = 0
                 path = self.save()
-                reason = stop_requested()
-                if reason and self.epoch < self.max_epochs:
-                    raise Preempted(reason, str(path) if path else None)
+                if all_ranks_agree(stop_requested() is not None) and self.epoch < self.max_epochs:
+                    raise Preempted(stop_requested() or "a stop request on another rank", str(path) if path else None)
         finally:
             metrics.close()
         return self._finish(time.perf_counter() - t_start, resumed_from)

@@ -1,4 +1,10 @@
-"""Find bundles by name on the search path: ``$HPCR_BUNDLE_PATH`` (colon-separated), then ``./bundles``."""
+"""Find bundles by name on the search path: ``$HPCR_BUNDLE_PATH`` (colon-separated), then ``./bundles``.
+
+A search directory holds bundle folders. ``hpc-runner install`` names them ``<name>-<version>/`` so
+several versions sit side by side; any other folder with ``configs/metadata.json`` counts too (its
+name and version come from the metadata). When one name is found several times, the first directory
+on the search path wins (like ``$PATH``), then the newest version within that directory.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,9 @@ from pathlib import Path
 from hpc_runner.errors import BundleError
 
 PATH_VAR = "HPCR_BUNDLE_PATH"
+DEFAULT_DIR = Path("bundles")
 META_RELPATH = Path("configs") / "metadata.json"
+_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
 @dataclass(frozen=True)
@@ -26,12 +34,17 @@ class BundleEntry:
     search_dir: Path
     rank: int  # position of search_dir on the path: lower wins
 
+    @property
+    def spec(self) -> str:
+        """Return ``NAME@VERSION``."""
+        return f"{self.name}@{self.version}"
+
 
 def search_path(environ: Mapping[str, str] | None = None) -> list[Path]:
     """Return the directories searched for bundles, in priority order."""
     environ = os.environ if environ is None else environ
     dirs = [Path(p).expanduser() for p in environ.get(PATH_VAR, "").split(os.pathsep) if p]
-    dirs.append(Path("bundles"))
+    dirs.append(DEFAULT_DIR)
     seen: set[Path] = set()
     result = []
     for d in dirs:
@@ -42,9 +55,39 @@ def search_path(environ: Mapping[str, str] | None = None) -> list[Path]:
     return result
 
 
+def default_install_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Return where ``install`` puts bundles: the first directory of ``$HPCR_BUNDLE_PATH``, else ./bundles."""
+    return search_path(environ)[0]
+
+
+def install_dir_name(name: str, version: str) -> str:
+    """Return the folder name of an installed bundle: ``<name>-<version>``."""
+    return f"{name}-{version}"
+
+
 def version_key(version: str) -> tuple:
-    """Sort key for versions like ``1.10.0`` > ``1.9.2`` (non-numeric parts sort as text)."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.+-]", version))
+    """Sort key for versions: ``1.10.0`` > ``1.9.2`` > ``1.9.2-rc.1`` (semantic versioning order)."""
+    m = _SEMVER.match(version.strip())
+    if m:
+        numbers = tuple(int(x) for x in m.group(1, 2, 3))
+        pre = m.group(4)
+    else:  # not semver: leading numbers, the rest sorts like a pre-release tag
+        parts = re.split(r"[.+_-]", version.strip())
+        n = 0
+        while n < len(parts) and parts[n].isdigit():
+            n += 1
+        numbers = tuple(int(p) for p in parts[:n])
+        pre = ".".join(parts[n:]) or None
+    if pre is None:
+        return (numbers, 1, ())
+    return (numbers, 0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split(".")))
+
+
+def name_from_dir(bundle_dir: Path, version: str) -> str:
+    """Return a bundle's name from its folder (``seg-1.0.0`` -> ``seg`` for version 1.0.0)."""
+    suffix = f"-{version}"
+    name = bundle_dir.name
+    return name[: -len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else name
 
 
 def read_entry(bundle_dir: Path, search_dir: Path, rank: int) -> BundleEntry | None:
@@ -55,33 +98,68 @@ def read_entry(bundle_dir: Path, search_dir: Path, rank: int) -> BundleEntry | N
         return None
     if not isinstance(meta, dict):
         return None
+    version = str(meta.get("version", "0.0.0"))
+    description = str(meta.get("description") or "").strip()
     return BundleEntry(
-        name=str(meta.get("name") or bundle_dir.name),
-        version=str(meta.get("version", "0.0.0")),
-        description=str(meta.get("description", "")).strip().splitlines()[0] if meta.get("description") else "",
+        name=str(meta.get("name") or name_from_dir(bundle_dir, version)),
+        version=version,
+        description=description.splitlines()[0] if description else "",
         path=bundle_dir,
         search_dir=search_dir,
         rank=rank,
     )
 
 
-def list_bundles(environ: Mapping[str, str] | None = None) -> list[BundleEntry]:
-    """Return every bundle on the search path, in priority order (path order, then newest version)."""
+def bundles_in(directory: Path, rank: int = 0) -> list[BundleEntry]:
+    """Return the bundles directly inside one directory (sorted by folder name)."""
+    if not directory.is_dir():
+        return []
     entries = []
-    for rank, d in enumerate(search_path(environ)):
-        if not d.is_dir():
-            continue
-        for child in sorted(d.iterdir()):
-            if (child / META_RELPATH).is_file():
-                entry = read_entry(child, d, rank)
-                if entry:
-                    entries.append(entry)
-    # path order first (like $PATH), then the newest version within one directory
-    return sorted(entries, key=lambda e: (e.name, e.rank, _descending(version_key(e.version))))
+    for child in sorted(directory.iterdir()):
+        if child.name.startswith(".") or not (child / META_RELPATH).is_file():
+            continue  # dot-folders: install's temporary folders
+        entry = read_entry(child, directory, rank)
+        if entry:
+            entries.append(entry)
+    return entries
 
 
-def _descending(key: tuple) -> tuple:
-    return (*((-a, -b, tuple(-ord(ch) for ch in c)) for a, b, c in key), (1,))
+def sort_by_priority(entries: list[BundleEntry]) -> list[BundleEntry]:
+    """Sort by name, then the order ``--bundle NAME`` prefers: path order, newest version, folder name."""
+    out = sorted(entries, key=lambda e: e.path.name)
+    out.sort(key=lambda e: version_key(e.version), reverse=True)
+    out.sort(key=lambda e: (e.name, e.rank))
+    return out
+
+
+def list_bundles(environ: Mapping[str, str] | None = None, name: str | None = None) -> list[BundleEntry]:
+    """Return every bundle on the search path (or those called ``name``), best candidate of each name first."""
+    entries = [e for rank, d in enumerate(search_path(environ)) for e in bundles_in(d, rank)]
+    if name is not None:
+        entries = [e for e in entries if e.name == name]
+    return sort_by_priority(entries)
+
+
+def explain_choice(candidates: list[BundleEntry]) -> str:
+    """Say which of several same-name candidates (in priority order) wins and why."""
+    if not candidates:
+        return "no candidates"
+    best = candidates[0]
+    if len(candidates) == 1:
+        return f"{best.spec} at {best.path} (the only one)"
+    same_dir = [c for c in candidates if c.rank == best.rank]
+    later_dirs = sorted({str(c.search_dir) for c in candidates if c.rank > best.rank})
+    reasons = []
+    if later_dirs:
+        reasons.append(f"{best.search_dir} comes before {', '.join(later_dirs)} on the search path")
+    if any(version_key(c.version) < version_key(best.version) for c in same_dir):
+        reasons.append(f"{best.version} is the newest version in {best.search_dir}")
+    if any(c.version == best.version for c in same_dir[1:]):
+        reasons.append(f"folder {best.path.name} sorts first among copies of the same version")
+    return (
+        f"{len(candidates)} bundles named '{best.name}'; '--bundle {best.name}' uses {best.spec} at {best.path} "
+        f"because {' and '.join(reasons)}; name another with --bundle {best.name}@VERSION or a path"
+    )
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
@@ -92,32 +170,40 @@ def split_spec(spec: str) -> tuple[str, str | None]:
 
 def looks_like_path(spec: str) -> bool:
     """Return True when ``spec`` is meant as a directory rather than a bundle name."""
-    return os.sep in spec or spec.startswith(".") or Path(spec).is_dir()
+    return os.sep in spec or spec.startswith((".", "~")) or (Path(spec) / "configs").is_dir()
+
+
+def find_bundle(spec: str, environ: Mapping[str, str] | None = None) -> BundleEntry:
+    """Return the search-path entry that ``NAME[@VERSION]`` names; BundleError when there is none."""
+    name, version = split_spec(spec)
+    candidates = list_bundles(environ, name)
+    if version:
+        matching = [e for e in candidates if e.version == version]
+        if not matching:
+            found = ", ".join(sorted({e.version for e in candidates}, key=version_key)) or "none"
+            raise BundleError(
+                f"bundle '{name}' has no version {version} on the search path (versions found: {found})",
+                expected=f"one of the versions listed by 'hpc-runner list {name}'",
+            )
+        return matching[0]
+    if not candidates:
+        dirs = ", ".join(str(d) for d in search_path(environ))
+        hint = "'hpc-runner list' shows the bundles found"
+        if Path(spec).is_dir():
+            hint = f"'{spec}' is a folder but has no configs/ folder, so it is not a bundle; " + hint
+        raise BundleError(
+            f"no bundle named '{name}' on the search path ({dirs})",
+            expected=f"a bundle folder, or a bundle installed in a directory of ${PATH_VAR}",
+            hint=hint,
+        )
+    return candidates[0]
 
 
 def resolve_bundle(spec: str, environ: Mapping[str, str] | None = None) -> Path:
     """Return the bundle directory for a path or a ``NAME[@VERSION]`` on the search path."""
     if looks_like_path(spec):
-        path = Path(spec)
+        path = Path(spec).expanduser()
         if not path.is_dir():
             raise BundleError("bundle directory not found", where=spec, expected="a bundle folder or a bundle name")
         return path
-    name, version = split_spec(spec)
-    candidates = [e for e in list_bundles(environ) if e.name == name]
-    if version:
-        matching = [e for e in candidates if e.version == version]
-        if not matching:
-            found = ", ".join(sorted({e.version for e in candidates})) or "none"
-            raise BundleError(
-                f"bundle '{name}' has no version {version} on the search path (versions found: {found})",
-                expected=f"one of the versions listed by 'hpc-runner list {name}'",
-            )
-        return matching[0].path
-    if not candidates:
-        dirs = ", ".join(str(d) for d in search_path(environ))
-        raise BundleError(
-            f"no bundle named '{name}' on the search path ({dirs})",
-            expected=f"a bundle folder, or a bundle installed in a directory of ${PATH_VAR}",
-            hint="'hpc-runner list' shows the bundles found",
-        )
-    return candidates[0].path
+    return find_bundle(spec, environ).path

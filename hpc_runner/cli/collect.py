@@ -1,0 +1,39 @@
+"""``hpc-runner collect``: one table of a sweep's results (results.csv and results.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "write results.csv and results.md: one row per point (params, state, metrics, time, job id)"
+DESCRIPTION = """Collect every point of a sweep dir (or one run dir) into results.csv and results.md
+(a Markdown table): the swept parameters, the state (one sacct call), the final metrics from the
+point's summary.json, wall time, job id and, for failed points, the first error line."""
+EPILOG = """examples:
+  hpc-runner collect runs/synthetic_seg/sweep-2026-11-21_10-00-00
+  hpc-runner collect runs/synthetic_seg/sweep-2026-11-21_10-00-00 --out reports/ --quiet"""
+MAX_PRINTED_ROWS = 50
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the collect options."""
+    parser.add_argument("dir", metavar="DIR", help="a sweep dir (or a run dir)")
+    parser.add_argument("--out", metavar="DIR", help="where to write the tables (default: DIR)")
+    parser.add_argument("--quiet", action="store_true", help="do not print the table")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.slurm.collect import result_rows, write_results
+    from hpc_runner.slurm.targets import load_target
+
+    target = load_target(args.dir)
+    states, _ = target.states()
+    columns, rows = result_rows(target, states)
+    csv_path, md_path = write_results(target, columns, rows, args.out)
+    if not args.quiet:
+        text = md_path.read_text(encoding="utf-8").splitlines()
+        print("\n".join(text[: MAX_PRINTED_ROWS + 2]))
+        if len(text) > MAX_PRINTED_ROWS + 2:
+            print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")
+    print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
+    return 0

@@ -1,0 +1,141 @@
+"""``hpc-runner resume``: resubmit only the failed and missing points of a sweep (or a failed run)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from hpc_runner.slurm.cli_args import add_cluster_arguments, positive_int
+
+HELP = "resubmit the failed or missing points of a sweep as a new array (never a completed one)"
+DESCRIPTION = """Ask the scheduler once where every point stands, then resubmit the points that failed,
+timed out, were cancelled or never got submitted, as new job arrays. Completed points and points
+still queued or running are never submitted again. A point resubmitted unchanged continues in its
+run dir (from its newest checkpoint). Overrides given here (e.g. --batch_size 1) fix the
+resubmitted points: they are checked first, recorded in sweep.yaml as the point's `extra`, and the
+old run dir of each such point is moved to attempts/ so the new config starts clean.
+The cluster profile recorded at submission is used unless --cluster is given; --slurm changes it."""
+EPILOG = """examples:
+  hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00
+  hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --slurm time=04:00:00
+  hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --points 3,7 --batch_size 1"""
+ACCEPTS_OVERRIDES = True
+
+
+def _indices(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        a, _, b = part.strip().partition("-")
+        try:
+            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list of point numbers like 3,7,10-12") from None
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the resume options."""
+    parser.add_argument("dir", metavar="DIR", help="a sweep dir (or a run dir submitted with hpc-runner submit)")
+    parser.add_argument("--points", type=_indices, metavar="LIST", help="only these failed points, e.g. 3,7,10-12")
+    parser.add_argument(
+        "--array-parallelism",
+        "--array_parallelism",
+        dest="array_parallelism",
+        type=positive_int,
+        metavar="K",
+        help="run at most K tasks of each array at once",
+    )
+    add_cluster_arguments(parser, default_from_env=False)
+
+
+def _profile(args: argparse.Namespace, recorded: dict):
+    from hpc_runner.slurm.profiles import ClusterProfile, check_settings, load_profile, parse_setting_overrides
+
+    changes = parse_setting_overrides(args.slurm)
+    if args.cluster:
+        return load_profile(args.cluster, changes)
+    from pathlib import Path
+
+    settings = dict(recorded.get("settings") or {})
+    name = recorded.get("profile") or "recorded"
+    check_settings(settings, f"the profile recorded for this sweep ({name})")
+    if changes:
+        check_settings(changes, "--slurm")
+        settings.update(changes)
+    return ClusterProfile(name, [Path(recorded.get("file") or name)], settings)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.errors import ClusterError
+    from hpc_runner.slurm.targets import load_target
+
+    target = load_target(args.dir)
+    d = shlex.quote(str(target.path))
+    if target.kind == "run":
+        return _resume_run(args, target)
+    from hpc_runner.config.overrides import parse_cli_overrides
+    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.slurm.resume import plan_resume, resume_sweep
+    from hpc_runner.slurm.sweep_check import check_extra_overrides
+
+    record = target.record
+    profile = _profile(args, record.data.get("cluster") or {})
+    extra = parse_cli_overrides(args.override_tokens)
+    plan = plan_resume(target, args.points)
+    print(
+        f"hpc-runner: {len(plan.completed)} completed (kept), {len(plan.active)} queued or running (kept), "
+        f"{len(plan.resubmit)} to resubmit"
+    )
+    if not plan.resubmit:
+        print("hpc-runner: nothing to resubmit")
+        return 0
+    if extra:
+        base, _ = load_recorded_config(record.base_dir)
+        check_extra_overrides(base, [record.effective_overrides(record.points[s.index]) for s in plan.resubmit], extra)
+    if args.dry_run:
+        for s in plan.resubmit:
+            print(f"  would resubmit point {s.index} ({s.state}, job {s.job_id or '-'})")
+        return 0
+    if extra and profile.executor != "local" and not plan.resubmit:
+        raise ClusterError("nothing to fix")
+    res = resume_sweep(
+        target,
+        plan,
+        profile,
+        extra,
+        hold=args.hold,
+        array_parallelism=args.array_parallelism,
+        log=lambda m: print(m, flush=True),
+    )
+    if profile.executor == "local":
+        print(f"hpc-runner: ran {len(res.job_ids)} point(s) here, {res.local_failures} failed")
+        return 1 if res.local_failures else 0
+    arrays = ", ".join(a["job_id"] for a in res.arrays)
+    print(f"hpc-runner: resubmitted {len(res.job_ids)} point(s) as {len(res.arrays)} array(s): {arrays}")
+    print(f"  status: hpc-runner status {d}")
+    return 0
+
+
+def _resume_run(args: argparse.Namespace, target) -> int:
+    from hpc_runner.errors import ClusterError
+    from hpc_runner.slurm.resume import resume_run
+    from hpc_runner.slurm.tracking import DONE
+
+    if args.override_tokens:
+        raise ClusterError(
+            "a single run dir resumes with its recorded config",
+            expected="no overrides (submit a new run with `hpc-runner submit` to change the config)",
+        )
+    states, _ = target.states()
+    state = states[0]
+    if state.state == DONE or state.active:
+        print(f"hpc-runner: the run is {state.state}; nothing to resubmit")
+        return 0
+    profile = _profile(args, ((target.run_record or {}).get("job") or {}).get("cluster") or {})
+    if args.dry_run:
+        print(f"  would resubmit the run ({state.state}, job {state.job_id or '-'})")
+        return 0
+    res = resume_run(target, profile, hold=args.hold)
+    print(f"hpc-runner: resubmitted the run as job {res.job_ids[0]}; it continues from its newest checkpoint")
+    return 0

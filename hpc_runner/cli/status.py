@@ -1,0 +1,109 @@
+"""``hpc-runner status``: where every point of a sweep (or one submitted run) stands, from one sacct call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+HELP = "show the state of a sweep's points or of a submitted run (one sacct call)"
+DESCRIPTION = """Show the state of every job of a sweep dir (or of one run dir) with one `sacct` call
+(`squeue` when sacct does not answer), the counts per state, and the first error line of each
+failed point (from its run.yaml, error.txt or the job's log). Works from the directory alone."""
+EPILOG = """examples:
+  hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00
+  hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00 --all
+  hpc-runner status runs/synthetic_seg/2026-11-21_10-00-00 --wait
+exit codes: 0 (with --wait: every point completed), 1 some point failed (--wait), 2 not a sweep/run dir"""
+MAX_ROWS = 40
+MAX_ERRORS = 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the status options."""
+    parser.add_argument("dir", metavar="DIR", help="a sweep dir (with sweep.yaml) or a run dir (with run.yaml)")
+    parser.add_argument("--all", action="store_true", help=f"list every point (default: only up to {MAX_ROWS})")
+    parser.add_argument("--json", action="store_true", help="print the states as JSON lines")
+    parser.add_argument("--wait", action="store_true", help="poll until no point is queued or running")
+    parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (--wait)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def render(target, states, answer, show_all: bool = False) -> str:
+    """Return the status report as text."""
+    from hpc_runner.slurm.sweep_spec import format_cell
+    from hpc_runner.slurm.tracking import counts, error_line
+
+    c = counts(states)
+    what = f"sweep of {len(states)} points" if target.kind == "sweep" else "run"
+    profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
+    if not profile and target.run_record:
+        profile = (target.run_record.get("job") or {}).get("cluster") or {}
+    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {answer.source}"
+    head += f", {answer.calls} call{'s' if answer.calls != 1 else ''})" if answer.calls else ")"
+    lines = [head]
+    if answer.error:
+        lines.append(f"  note: {answer.error}")
+    lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
+    failed = [s for s in states if s.failed]
+    params = target.param_ids
+    if show_all or len(states) <= MAX_ROWS:
+        rows = [["point", "state", "job", *params, "error"]]
+        for s in states:
+            eff = {**s.params, **s.extra}
+            err = (error_line(s, target.job_folder) or "") if s.failed else ""
+            rows.append([str(s.index), s.state, s.job_id or "-", *(format_cell(eff.get(p)) for p in params), err[:120]])
+        lines.append(_table(rows))
+    elif failed:
+        lines.append(f"failed points ({len(failed)}; --all lists every point):")
+        for s in failed[:MAX_ERRORS]:
+            lines.append(f"  {s.index}  {s.state}  {s.job_id or '-'}  {(error_line(s, target.job_folder) or '')[:160]}")
+        if len(failed) > MAX_ERRORS:
+            lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")
+    if failed and target.kind == "sweep":
+        lines.append(f"resubmit the failed ones: hpc-runner resume {target.path}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.slurm.tracking import DONE, UNKNOWN
+
+    target = load_target(args.dir)
+    started = time.monotonic()
+    while True:
+        states, answer = target.states()
+        pending = [s for s in states if s.active or (s.state == UNKNOWN and s.job_id)]
+        if not args.wait or not pending:
+            break
+        if args.timeout is not None and time.monotonic() - started > args.timeout:
+            print(f"hpc-runner status: {len(pending)} point(s) still queued or running after {args.timeout:g} s")
+            break
+        time.sleep(args.interval)
+    if args.json:
+        for s in states:
+            print(
+                json.dumps(
+                    {
+                        "point": s.index,
+                        "state": s.state,
+                        "job_id": s.job_id,
+                        "params": s.params,
+                        "extra": s.extra,
+                        "source": s.source,
+                        "run_dir": str(s.run_dir),
+                    },
+                    default=str,
+                )
+            )
+    else:
+        print(render(target, states, answer, args.all))
+    if args.wait:
+        return 0 if all(s.state == DONE for s in states) else 1
+    return 0

@@ -1,0 +1,69 @@
+"""``hpc-runner submit``: submit one run of a bundle to SLURM (through submitit) and return at once."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args
+
+HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
+DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
+one job that runs it, print the job id and return. The job runs `run_recorded` on the run dir, so
+the config that runs is exactly the one recorded now. run.yaml records the job id and profile."""
+EPILOG = """examples:
+  hpc-runner submit training --bundle bundles/synthetic_seg --cluster jade --trainer::max_epochs 20
+  hpc-runner submit --bundle bundles/synthetic_seg --cluster slurm --slurm partition=gpu --wait
+  hpc-runner submit --bundle bundles/synthetic_seg --cluster jade --dry-run
+exit codes: 0 submitted (with --wait: the run completed), 1 the run failed (--wait), 2 bad input or sbatch refused"""
+ACCEPTS_OVERRIDES = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the submit options."""
+    parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
+    add_bundle_arguments(parser)
+    parser.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
+    add_cluster_arguments(parser)
+    parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.slurm.submission import submit_run
+
+    profile = load_profile_from_args(args)
+    cfg = load_config_from_args(args)
+    res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run)
+    if res.dry_run:
+        for script in res.scripts:
+            print(f"# sbatch script (profile {profile.name}; nothing submitted)\n{script}")
+        for note in res.notes:
+            print(note)
+        return 0
+    run_dir = shlex.quote(str(res.directory))
+    job_id = res.job_ids[0]
+    if job_id == "local":
+        print(f"hpc-runner: {'failed' if res.local_failures else 'done'}; run dir {res.directory}")
+        return 1 if res.local_failures else 0
+    from hpc_runner.records.rundir import RunDir
+
+    job = res.logs[0]
+    print(f"hpc-runner: submitted job {job_id} (profile {profile.name}{', held' if args.hold else ''})")
+    print(f"  run dir: {res.directory}")
+    print(f"  status:  hpc-runner status {run_dir}")
+    print(f"  log:     tail -f {shlex.quote(job.get('stdout', ''))}")
+    print(f"  cancel:  hpc-runner cancel {run_dir}")
+    sys.stdout.flush()
+    if not args.wait:
+        return 0
+    from pathlib import Path
+
+    from hpc_runner.slurm.follow import follow_job
+
+    state = follow_job(job_id, Path(job["stdout"]), Path(job["stderr"]), since=None)
+    status = RunDir(res.directory).record().get("status")
+    print(f"hpc-runner: job {job_id} ended: {state}; run status {status}; run dir {res.directory}")
+    return 0 if status == "completed" else 1

@@ -1,0 +1,104 @@
+"""``hpc-runner sweep``: check every point of a parameter sweep, then submit it as SLURM job arrays."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
+
+HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
+DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
+type, references resolve) and only then write the sweep dir and submit: one job array per
+MaxArraySize points (read from `scontrol show config`). One bad point: nothing is submitted.
+
+  --sweep 'ID=V1,V2,...'   values typed like overrides; split at top-level commas only, so
+                           'network_def::channels=[8,16],[16,32]' is two lists;
+                           range(a,b[,step]) (b excluded), linspace(a,b,n), logspace(a,b,n)
+  --zip                    pair the --sweep values by position instead of the grid
+  --sweep-file FILE        grid: {ID: [..]}, zip: {ID: [..]}, points: [{ID: V, ...}, ...]
+
+The sweep dir (--output_dir, default runs/<bundle>/sweep-<time>) holds sweep.yaml, base/ (the
+shared config) and points/NNNN/ (each point's run dir, written by its job)."""
+EPILOG = """examples:
+  hpc-runner sweep training --bundle bundles/synthetic_seg --cluster jade \\
+      --sweep 'optimizer::lr=1e-3,1e-4' --sweep 'network_def::channels=[8,16,32],[16,32,64]'
+  hpc-runner sweep --bundle bundles/synthetic_seg --zip --sweep 'seed=range(3)' --sweep 'learning_rate=1e-3,2e-3,4e-3'
+  hpc-runner sweep --bundle bundles/synthetic_seg --sweep-file jobs/sweeps/lr_channels.yaml --dry-run
+then: hpc-runner status DIR | hpc-runner collect DIR | hpc-runner resume DIR | hpc-runner cancel DIR"""
+ACCEPTS_OVERRIDES = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the sweep options."""
+    parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
+    add_bundle_arguments(parser)
+    g = parser.add_argument_group("sweep")
+    g.add_argument(
+        "--sweep", action="append", default=[], metavar="ID=V1,V2", help="one axis of the sweep (repeatable)"
+    )
+    g.add_argument("--zip", action="store_true", help="pair the --sweep values by position (all the same length)")
+    g.add_argument(
+        "--sweep-file", "--sweep_file", dest="sweep_file", metavar="FILE", help="YAML file with grid/zip/points"
+    )
+    g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="sweep dir (default runs/<bundle>/sweep-<time>)")
+    g.add_argument(
+        "--array-parallelism",
+        "--array_parallelism",
+        dest="array_parallelism",
+        type=positive_int,
+        metavar="K",
+        help="run at most K tasks of each array at once (sbatch --array=...%%K)",
+    )
+    add_cluster_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.slurm.submission import submit_sweep
+    from hpc_runner.slurm.sweep_spec import build_spec
+
+    spec = build_spec(args.sweep, args.zip, args.sweep_file)
+    profile = load_profile_from_args(args)
+    cfg = load_config_from_args(args)
+    res = submit_sweep(
+        cfg,
+        args.entry,
+        spec,
+        profile,
+        args.output_dir,
+        argv=sys.argv,
+        hold=args.hold,
+        array_parallelism=args.array_parallelism,
+        dry_run=args.dry_run,
+        log=lambda m: print(m, flush=True),
+    )
+    if res.dry_run:
+        print(f"# dry run: profile {profile.name}; nothing submitted, nothing written")
+        for note in res.notes[:2]:
+            print(f"# {note}")
+        for script in res.scripts:
+            print(script)
+        for note in res.notes[2:]:
+            print(note)
+        return 0
+    d = shlex.quote(str(res.directory))
+    if profile.executor == "local":
+        done = len(res.job_ids) - res.local_failures
+        print(f"hpc-runner: {done} of {len(res.job_ids)} points completed here; sweep dir {res.directory}")
+        print(f"  results: hpc-runner collect {d}")
+        return 1 if res.local_failures else 0
+    arrays = ", ".join(a["job_id"] for a in res.arrays)
+    print(
+        f"hpc-runner: {len(res.job_ids)} points checked ({res.notes[-1]}) and submitted as "
+        f"{len(res.arrays)} array(s): {arrays} ({len(res.arrays)} sbatch call(s), profile {profile.name}"
+        f"{', held' if args.hold else ''})"
+    )
+    print(f"  sweep dir: {res.directory}")
+    print(f"  status:    hpc-runner status {d}")
+    print(f"  results:   hpc-runner collect {d}")
+    print(f"  failed:    hpc-runner resume {d}")
+    print(f"  cancel:    hpc-runner cancel {d}")
+    return 0

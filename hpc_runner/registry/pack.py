@@ -1,0 +1,108 @@
+"""``hpc-runner pack``: write ``NAME-VERSION.tar.gz`` holding the bundle and its MANIFEST.
+
+The archive is reproducible: members sorted, fixed owner, mode and time, gzip without a timestamp,
+so packing the same files twice gives the same bytes. Everything sits under ``NAME-VERSION/``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hpc_runner.errors import BundleError
+from hpc_runner.records.atomic import atomic_open
+from hpc_runner.registry.manifest import MANIFEST_NAME, compute_manifest, diff_manifest, format_manifest, read_manifest
+from hpc_runner.registry.metadata import check_metadata
+from hpc_runner.registry.search import META_RELPATH, install_dir_name, name_from_dir
+
+ARCHIVE_SUFFIX = ".tar.gz"
+MTIME = 315532800  # 1980-01-01, as reproducible zip files use
+
+
+@dataclass
+class PackResult:
+    """The archive written and what is in it."""
+
+    archive: Path
+    name: str
+    version: str
+    files: int
+
+
+def bundle_identity(bundle_dir: Path) -> tuple[str, str, dict]:
+    """Return ``(name, version, metadata)`` of a bundle; BundleError when the metadata is unusable."""
+    meta_path = bundle_dir / META_RELPATH
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError("the bundle has no configs/metadata.json", where=str(bundle_dir),
+                          expected="a bundle folder") from None
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"cannot read the metadata ({exc})", where=str(meta_path)) from None
+    check_metadata(meta, str(meta_path))
+    version = str(meta["version"])
+    name = str(meta.get("name") or name_from_dir(bundle_dir.resolve(), version))
+    return name, version, meta
+
+
+def _tarinfo(name: str, size: int, executable: bool = False, is_dir: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if is_dir else tarfile.REGTYPE
+    info.size = 0 if is_dir else size
+    info.mode = 0o755 if (is_dir or executable) else 0o644
+    info.mtime = MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def pack_bundle(bundle_dir: Path, out_dir: Path | None = None, *, check: bool = True) -> PackResult:
+    """Pack a bundle folder into ``<out_dir>/NAME-VERSION.tar.gz`` (default: the current directory)."""
+    bundle_dir = Path(bundle_dir)
+    name, version, _ = bundle_identity(bundle_dir)
+    if check:
+        from hpc_runner.registry.problems import problems_error
+        from hpc_runner.registry.verify import verify_bundle
+
+        report = verify_bundle(bundle_dir, imports=False, check_manifest=False)
+        if report.problems:
+            raise problems_error(report.problems, f"cannot pack {bundle_dir}", expected="a bundle that loads",
+                                 hint="'hpc-runner verify' checks it; fix the problems first")
+    old = read_manifest(bundle_dir)
+    if old is not None:
+        diff = diff_manifest(bundle_dir, old)
+        if not diff.ok:
+            warnings.warn(f"{bundle_dir} differs from its {MANIFEST_NAME} ({diff.describe()}); if it was installed, "
+                          f"give the changed bundle a new version (it is still {version})", stacklevel=2)
+    manifest = compute_manifest(bundle_dir)
+    top = install_dir_name(name, version)
+    archive = Path(out_dir or ".") / f"{top}{ARCHIVE_SUFFIX}"
+    dirs = sorted({str(parent) for rel in manifest for parent in PurePosixPath(rel).parents if str(parent) != "."})
+    with atomic_open(archive, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_tarinfo(top, 0, is_dir=True))
+        for d in dirs:
+            tar.addfile(_tarinfo(f"{top}/{d}", 0, is_dir=True))
+        for rel in sorted(manifest):
+            path = bundle_dir / rel
+            with open(path, "rb") as f:
+                data = f.read() if path.stat().st_size < (64 << 20) else None
+                if data is not None:
+                    if hashlib.sha256(data).hexdigest() != manifest[rel]:
+                        raise BundleError(f"'{rel}' changed while it was being packed", where=str(path))
+                    tar.addfile(_tarinfo(f"{top}/{rel}", len(data), _executable(path)), io.BytesIO(data))
+                else:  # large files (weights) are streamed; install checks them against the MANIFEST
+                    tar.addfile(_tarinfo(f"{top}/{rel}", path.stat().st_size, _executable(path)), f)
+        text = format_manifest(manifest).encode()
+        tar.addfile(_tarinfo(f"{top}/{MANIFEST_NAME}", len(text)), io.BytesIO(text))
+    return PackResult(archive, name, version, len(manifest))
+
+
+def _executable(path: Path) -> bool:
+    return bool(path.stat().st_mode & 0o111)

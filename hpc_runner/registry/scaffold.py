@@ -1,0 +1,136 @@
+"""``hpc-runner init``: a new bundle copied from a template, with its own name, version and metadata.
+
+The copy leaves out what a MANIFEST leaves out (caches, data, runs) and the template's MANIFEST and
+docs; the template's name is replaced in the config files; metadata gets the new name, version
+0.1.0, a changelog entry, the author and the installed monai/torch/numpy versions; docs/README.md
+says how to run, verify, pack and install it. It is written to a temporary folder and renamed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import json
+import re
+import shutil
+import tempfile
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+import hpc_runner
+from hpc_runner.errors import BundleError
+from hpc_runner.registry.manifest import scan_bundle
+from hpc_runner.registry.pack import bundle_identity
+from hpc_runner.registry.search import META_RELPATH
+
+DEFAULT_TEMPLATE = "synthetic_seg"
+FIRST_VERSION = "0.1.0"
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+SKIPPED = ("docs/README.md",)
+CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def default_template() -> Path:
+    """Return the default template: ``synthetic_seg`` on the search path, else the source checkout's copy."""
+    from hpc_runner.registry.search import list_bundles
+
+    found = list_bundles(name=DEFAULT_TEMPLATE)
+    if found:
+        return found[0].path
+    checkout = Path(hpc_runner.__file__).resolve().parents[1] / "bundles" / DEFAULT_TEMPLATE
+    if (checkout / META_RELPATH).is_file():
+        return checkout
+    raise BundleError(f"the default template '{DEFAULT_TEMPLATE}' is not on the search path",
+                      expected="--from DIR|NAME naming the bundle to start from")
+
+
+def _installed_version(package: str, fallback: str) -> str:
+    try:
+        return importlib_metadata.version(package).split("+")[0]
+    except importlib_metadata.PackageNotFoundError:
+        return fallback
+
+
+def new_metadata(template_meta: dict, name: str, template: str, author: str) -> dict:
+    """Return the metadata of a new bundle made from ``template_meta``."""
+    meta = dict(template_meta)
+    year = datetime.date.today().year
+    meta.update(
+        name=name,
+        version=FIRST_VERSION,
+        changelog={FIRST_VERSION: f"created by 'hpc-runner init' from {template}"},
+        description=f"TODO: what {name} does, on which data. (Started from {template}: "
+        f"{str(template_meta.get('description', '')).strip()})",
+        authors=author,
+        copyright=f"Copyright (c) {year} {author}",
+        monai_version=_installed_version("monai", str(meta.get("monai_version", ""))),
+        pytorch_version=_installed_version("torch", str(meta.get("pytorch_version", ""))),
+        numpy_version=_installed_version("numpy", str(meta.get("numpy_version", ""))),
+    )
+    return meta
+
+
+def readme(name: str, template: str) -> str:
+    """Return docs/README.md of a new bundle."""
+    return f"""# {name}
+
+TODO: describe the task, the data and the model, and how well it does.
+
+Started from `{template}` with `hpc-runner init`. Edit `configs/train.*` (the training config) and
+`configs/metadata.json` (what the network takes and returns, authors, version and changelog).
+
+## Use
+
+```
+hpc-runner verify {name} --net                 # metadata, configs, imports, network shapes
+hpc-runner run --bundle {name} --max_epochs 1  # train here; any id can be overridden
+```
+
+## Share
+
+```
+hpc-runner pack {name} --out dist/
+hpc-runner install dist/{name}-<version>.tar.gz --to /shared/group/bundles
+HPCR_BUNDLE_PATH=/shared/group/bundles hpc-runner run --bundle {name}
+```
+
+Bump `version` (and add a `changelog` entry) in `configs/metadata.json` for every change you share.
+"""
+
+
+def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: str | None = None) -> Path:
+    """Create bundle ``name`` in folder ``dest`` from ``template``; return ``dest``."""
+    if not NAME_PATTERN.match(name):
+        raise BundleError(f"'{name}' is not a usable bundle name",
+                          expected="letters, digits and '_', starting with a letter (e.g. spleen_seg)")
+    template = template or default_template()
+    tname, tversion, tmeta = bundle_identity(template)
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise BundleError("the destination already exists and is not empty", where=str(dest),
+                          expected="a new folder (--to DIR)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-init-", dir=dest.parent))
+    try:
+        staged = tmp / name
+        found = scan_bundle(template)
+        for rel in found.files:
+            if rel in SKIPPED:
+                continue
+            target = staged / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(template / rel, target)
+            if rel.startswith("configs/") and target.suffix in CONFIG_SUFFIXES and rel != META_RELPATH.as_posix():
+                text = target.read_text(encoding="utf-8")
+                target.write_text(re.sub(rf"\b{re.escape(tname)}\b", name, text), encoding="utf-8")
+        meta = new_metadata(tmeta, name, f"{tname} {tversion}", author or getpass.getuser())
+        (staged / META_RELPATH).parent.mkdir(parents=True, exist_ok=True)
+        (staged / META_RELPATH).write_text(json.dumps(meta, indent=4) + "\n", encoding="utf-8")
+        (staged / "docs").mkdir(exist_ok=True)
+        (staged / "docs" / "README.md").write_text(readme(name, f"{tname} {tversion}"), encoding="utf-8")
+        if dest.exists():
+            dest.rmdir()
+        staged.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest

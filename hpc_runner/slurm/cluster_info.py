@@ -1,0 +1,40 @@
+"""What the scheduler says about itself: MaxArraySize from ``scontrol show config``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's own default
+_CACHE: dict[str, dict[str, str]] = {}
+
+
+def scheduler_config(timeout: float = 20) -> dict[str, str]:
+    """Return ``scontrol show config`` as a dict (empty when scontrol is missing or fails); answers are cached."""
+    key = os.environ.get("SLURM_CONF", "")
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        res = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if res.returncode != 0:
+        return {}
+    config = {}
+    for line in res.stdout.splitlines():
+        m = re.match(r"^(\w+)\s*=\s*(.*)$", line)
+        if m:
+            config[m.group(1)] = m.group(2).strip()
+    _CACHE[key] = config
+    return config
+
+
+def max_array_size(fallback: int | None = None) -> tuple[int, str]:
+    """Return the largest array a job may have (indices 0..MaxArraySize-1) and where the number came from."""
+    value = scheduler_config().get("MaxArraySize", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value), "scontrol show config"
+    if fallback:
+        return int(fallback), "the profile's max_array_size"
+    return DEFAULT_MAX_ARRAY_SIZE, "SLURM's default (scontrol did not answer)"

@@ -1,0 +1,111 @@
+"""Collect a sweep's results into one table: results.csv and results.md (one row per point)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.rundir import SUMMARY_FILE
+from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.slurm.sweep_spec import format_cell
+from hpc_runner.slurm.targets import Target
+from hpc_runner.slurm.tracking import DONE, PointState, error_line
+
+SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric", "best_epoch", "wall_s")
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def result_rows(target: Target, states: list[PointState]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Return the column names and one row per point (params, state, metrics, wall time, job id)."""
+    params = target.param_ids
+    rows: list[dict[str, Any]] = []
+    metric_names: list[str] = []
+    any_extra = any(s.extra for s in states)
+    for st in states:
+        summary = _summary(st.run_dir)
+        name = summary.get("metric_name")
+        if name and name not in metric_names:
+            metric_names.append(name)
+        row: dict[str, Any] = {"point": st.index}
+        effective = {**st.params, **st.extra}
+        row.update({p: effective.get(p) for p in params})
+        if any_extra:
+            row["resumed_with"] = " ".join(f"{k}={format_cell(v)}" for k, v in st.extra.items())
+        row["state"] = st.state
+        for col in SUMMARY_COLUMNS:
+            value = summary.get(col)
+            if col in ("final_metric", "best_metric") and name:
+                row[col.replace("metric", name).replace("final_", "")] = value
+            else:
+                row[col] = value
+        row["elapsed"] = st.elapsed
+        row["job_id"] = st.job_id
+        row["run_dir"] = str(st.run_dir)
+        row["error"] = error_line(st, target.job_folder) if st.state != DONE and st.failed else None
+        rows.append(row)
+    columns = ["point", *params, *(["resumed_with"] if any_extra else []), "state"]
+    for col in SUMMARY_COLUMNS:
+        if col in ("final_metric", "best_metric"):
+            names = metric_names or ["metric"]
+            columns += [col.replace("metric", n).replace("final_", "") for n in names]
+        else:
+            columns.append(col)
+    columns += ["elapsed", "job_id", "run_dir", "error"]
+    for row in rows:
+        for c in columns:
+            row.setdefault(c, None)
+    return columns, rows
+
+
+def _csv_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list | bool) or value is None:
+        return format_cell(value)
+    return str(value)
+
+
+def _md_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, dict | list | bool):
+        text = format_cell(value)
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def write_results(
+    target: Target, columns: list[str], rows: list[dict[str, Any]], out_dir: Path | None = None
+) -> tuple[Path, Path]:
+    """Write results.csv and results.md atomically into ``out_dir`` (default: the sweep dir)."""
+    out_dir = Path(out_dir) if out_dir else target.path
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_csv_value(row[c]) for c in columns])
+    csv_path = write_text_atomic(out_dir / sr.RESULTS_CSV, buf.getvalue())
+    md_columns = [c for c in columns if c != "run_dir"]
+    lines = [
+        "| " + " | ".join(md_columns) + " |",
+        "|"
+        + "|".join("---:" if c not in ("state", "job_id", "error", "resumed_with") else "---" for c in md_columns)
+        + "|",
+    ]
+    lines += ["| " + " | ".join(_md_value(row[c]) for c in md_columns) + " |" for row in rows]
+    md_path = write_text_atomic(out_dir / sr.RESULTS_MD, "\n".join(lines) + "\n")
+    return csv_path, md_path

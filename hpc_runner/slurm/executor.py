@@ -1,0 +1,133 @@
+"""Turn a cluster profile into a submitit SlurmExecutor, and into the exact sbatch script it submits."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.slurm.profiles import ClusterProfile
+
+# profile key -> submitit SlurmExecutor parameter (same meaning, passed through when set)
+_PASS_THROUGH = {
+    "partition": "partition",
+    "nodes": "nodes",
+    "ntasks_per_node": "ntasks_per_node",
+    "cpus_per_task": "cpus_per_task",
+    "cpus_per_gpu": "cpus_per_gpu",
+    "gpus_per_node": "gpus_per_node",
+    "gpus_per_task": "gpus_per_task",
+    "gres": "gres",
+    "mem": "mem",
+    "mem_per_gpu": "mem_per_gpu",
+    "account": "account",
+    "qos": "qos",
+    "constraint": "constraint",
+    "exclude": "exclude",
+    "setup": "setup",
+    "signal_delay_s": "signal_delay_s",
+    "srun_args": "srun_args",
+}
+
+
+def _mem(mem_gb: float) -> str:
+    return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
+
+
+def slurm_parameters(
+    profile: ClusterProfile,
+    *,
+    job_name: str,
+    hold: bool = False,
+    array_parallelism: int | None = None,
+) -> dict[str, Any]:
+    """Return the SlurmExecutor parameters that the profile describes."""
+    params: dict[str, Any] = {"job_name": profile.get("job_name") or job_name, "time": profile.time_minutes()}
+    for key, name in _PASS_THROUGH.items():
+        value = profile.get(key)
+        if value is not None and value != []:
+            params[name] = value
+    if profile.get("mem_gb") is not None and "mem" not in params:
+        params["mem"] = _mem(float(profile.get("mem_gb")))
+    parallelism = array_parallelism or profile.get("array_parallelism")
+    if parallelism:
+        params["array_parallelism"] = int(parallelism)
+    extra: dict[str, Any] = {"export": profile.export_option()}
+    extra.update({str(k).replace("_", "-"): v for k, v in (profile.get("sbatch") or {}).items()})
+    if hold:
+        extra["hold"] = True
+    params["additional_parameters"] = extra
+    return params
+
+
+def python_command(profile: ClusterProfile) -> str:
+    """Return the command that starts python in the job (the profile's, else this interpreter)."""
+    return profile.get("python") or shlex.quote(sys.executable)
+
+
+def sbatch_script(
+    profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None
+) -> str:
+    """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    folder = Path(folder).expanduser().absolute()  # as SlurmExecutor.__init__ does
+    # the same command string as SlurmExecutor._submitit_command_str
+    command = " ".join([python_command(profile), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    try:
+        return _make_sbatch_string(command=command, folder=folder, map_count=map_count, **parameters)
+    except (TypeError, ValueError) as exc:
+        raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})", where=profile.where) from None
+
+
+def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, Any]) -> Any:
+    """Return a submitit SlurmExecutor writing into ``folder`` (which may hold ``%j``)."""
+    from submitit import SlurmExecutor
+
+    try:
+        executor = SlurmExecutor(folder=folder, python=profile.get("python"))
+    except RuntimeError as exc:  # no srun on PATH
+        raise ClusterError(
+            f"cannot submit to SLURM from here ({exc})",
+            expected="a machine with the SLURM client commands (sbatch, srun) or --cluster local",
+        ) from None
+    try:
+        executor.update_parameters(**parameters)
+    except ValueError as exc:
+        raise ClusterError(f"submitit refused a parameter of the profile ({exc})", where=profile.where) from None
+    return executor
+
+
+def sbatch_error(exc: BaseException) -> ClusterError:
+    """Return the ClusterError for a failed sbatch call, with sbatch's own message."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    relevant = [ln for ln in lines if "error" in ln.lower()] or lines[:3]
+    message = " ".join(relevant)[:600] or type(exc).__name__
+    return ClusterError(
+        f"sbatch refused the submission: {message}",
+        hint="Check the partition, account, qos and limits in the cluster profile (or --slurm KEY=VALUE)",
+    )
+
+
+def submit_array(executor: Any, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]]) -> list[Any]:
+    """Submit one array through ``executor.map_array``; raise ClusterError with sbatch's message on failure."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    try:
+        return executor.map_array(fn, *argument_lists)
+    except (FailedJobError, FailedSubmissionError, OSError) as exc:
+        raise sbatch_error(exc) from None
+
+
+def submit_one(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Submit one job through ``executor.submit``; raise ClusterError with sbatch's message on failure."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    try:
+        return executor.submit(fn, *args)
+    except (FailedJobError, FailedSubmissionError, OSError) as exc:
+        raise sbatch_error(exc) from None

@@ -1,0 +1,106 @@
+"""What a submitted job runs: ``run_recorded`` on its run dir (a sweep point's is written first).
+
+These functions are pickled by reference (module + name) by submitit, so the job's Python must be
+able to import hpc_runner; they import the runner lazily so the submitting side stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.rundir import CONFIG_FILE, OVERRIDES_FILE, RunDir
+
+
+class RunFailed(RuntimeError):
+    """The run ended without completing; the message says why and where the traceback is."""
+
+
+def _run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
+    """run_recorded, then put back overrides.yaml: prepare_run rewrites it from the reloaded config.yaml,
+    which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost."""
+    from hpc_runner.engine.runner import run_recorded
+
+    path = Path(run_dir) / OVERRIDES_FILE
+    before = path.read_text(encoding="utf-8") if path.is_file() else None
+    try:
+        return run_recorded(run_dir, entry)
+    finally:
+        if before is not None and path.read_text(encoding="utf-8") != before:
+            write_text_atomic(path, before)
+
+
+def _log_paths() -> dict[str, str]:
+    """submitit's stdout/stderr files of this job, when it runs under submitit."""
+    try:
+        import submitit
+
+        paths = submitit.JobEnvironment().paths
+        return {"stdout": str(paths.stdout), "stderr": str(paths.stderr)}
+    except Exception:  # not a submitit job (in-process local run)
+        return {}
+
+
+def _finish(outcome: Any, extra_record: dict[str, Any]) -> dict[str, Any]:
+    from hpc_runner.engine.runner import describe_failure
+    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+
+    rd = RunDir(outcome.run_dir)
+    # run_recorded rewrote run.yaml when it started, so the job and sweep fields go back on now
+    job = {**extra_record.get("job", {}), "id": current_job_id() or "local", **_log_paths()}
+    fields = {**extra_record, "job": job}
+    rd.update_record(**fields)
+    if outcome.status == "completed":
+        return {"status": "completed", "run_dir": str(outcome.run_dir)}
+    if outcome.status == "preempted":
+        job = requeue_current_job()
+        if job:
+            return {"status": "preempted", "requeued": job, "run_dir": str(outcome.run_dir)}
+        raise RunFailed(f"stopped by {outcome.error.reason} and not requeued; checkpoint kept in {outcome.run_dir}")
+    if outcome.status == "interrupted":
+        raise RunFailed(f"interrupted; run dir {outcome.run_dir}")
+    raise RunFailed(describe_failure(outcome))
+
+
+def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the prepared run dir of ``hpc-runner submit``; raise RunFailed unless it completes."""
+    print(f"hpc-runner: job runs {run_dir}", flush=True)
+    outcome = _run_keeping_overrides(Path(run_dir), entry)
+    return _finish(outcome, {"job": job_record or {}})
+
+
+def materialize_point(
+    sweep_dir: str | Path, point_dir: str | Path, overrides: dict[str, Any], entry: str | None
+) -> Path:
+    """Write a point's run dir (config.yaml = the sweep's base + the point's overrides) unless it exists."""
+    point_dir = Path(point_dir)
+    if (point_dir / CONFIG_FILE).is_file():
+        return point_dir
+    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.engine.runner import prepare_run
+    from hpc_runner.slurm.sweep_check import make_override
+    from hpc_runner.slurm.sweep_record import BASE_DIR
+
+    cfg, _ = load_recorded_config(Path(sweep_dir) / BASE_DIR, [make_override(k, v) for k, v in overrides.items()])
+    prepare_run(cfg, entry, point_dir)
+    return point_dir
+
+
+def run_sweep_point(
+    sweep_dir: str,
+    index: int,
+    point_dir: str,
+    overrides: dict[str, Any],
+    entry: str | None = None,
+    job_record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run point ``index`` of a sweep in ``point_dir``; raise RunFailed unless it completes."""
+    from hpc_runner.engine.stop import clear_stop
+
+    path = materialize_point(sweep_dir, point_dir, overrides, entry)
+    print(f"hpc-runner: sweep point {index} runs in {path}", flush=True)
+    clear_stop()  # a stop request meant for the previous point of an in-process sweep is not for this one
+    outcome = _run_keeping_overrides(path, entry)
+    record = {"sweep": {"dir": str(Path(sweep_dir).resolve()), "index": index, "overrides": overrides}}
+    return _finish(outcome, {**record, "job": job_record or {}})

@@ -1,0 +1,179 @@
+"""Resubmit the failed and missing points of a sweep (never a completed or a still-queued one)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.config.overrides import Override
+from hpc_runner.errors import ClusterError
+from hpc_runner.records.rundir import now_iso
+from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.slurm import tracking
+from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.slurm.submission import Submitted, submit_points
+from hpc_runner.slurm.targets import Target
+
+
+@dataclass
+class ResumePlan:
+    """Which points go again, and which stay (with why)."""
+
+    resubmit: list[tracking.PointState] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    active: list[int] = field(default_factory=list)
+
+
+def _still_queued(job_ids: Sequence[str]) -> set[str]:
+    """Job ids squeue still lists as pending/running (for points sacct does not know yet)."""
+    ids = tracking.array_ids(job_ids)
+    if not ids:
+        return set()
+    try:
+        res = subprocess.run(
+            ["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set(job_ids)  # cannot tell: do not risk running a point twice
+    if res.returncode != 0:
+        return set() if "Invalid job id" in res.stderr else set(job_ids)
+    listed = set(res.stdout.split())
+    return {j for j in job_ids if j in listed or j.split("_")[0] in listed}
+
+
+def plan_resume(target: Target, only: Sequence[int] | None = None) -> ResumePlan:
+    """Sort the points into resubmit / completed / active; ``only`` limits the resubmitted ones."""
+    states, _ = target.states()
+    unknown = [s for s in states if s.state in (tracking.UNKNOWN,) and s.job_id]
+    queued = _still_queued([s.job_id for s in unknown]) if unknown else set()
+    plan = ResumePlan()
+    for s in states:
+        if s.state == tracking.DONE:
+            plan.completed.append(s.index)
+        elif s.failed or s.state == tracking.NOT_STARTED or (s.state == tracking.UNKNOWN and s.job_id not in queued):
+            plan.resubmit.append(s)
+        else:
+            plan.active.append(s.index)
+    if only is not None:
+        wanted = set(only)
+        unknown_idx = wanted - {s.index for s in states}
+        if unknown_idx:
+            raise ClusterError(
+                f"no point {', '.join(map(str, sorted(unknown_idx)))} in this sweep",
+                expected=f"indices 0..{len(states) - 1}",
+            )
+        refused = sorted(wanted & set(plan.completed + plan.active))
+        if refused:
+            raise ClusterError(
+                f"point(s) {', '.join(map(str, refused))} completed or are still queued/running",
+                expected="failed or missing points only (resume never runs a completed point again)",
+            )
+        plan.resubmit = [s for s in plan.resubmit if s.index in wanted]
+    return plan
+
+
+def _move_aside(record: sr.SweepRecord, point: dict[str, Any]) -> tuple[Path, Path] | None:
+    """Move a point's old run dir to attempts/ so the new config starts clean; return (old, new) paths."""
+    src = record.point_dir(point)
+    if not src.exists():
+        return None
+    n = 1
+    while (dst := record.path / sr.ATTEMPTS_DIR / f"{src.name}-{n}").exists():
+        n += 1
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    src.rename(dst)
+    return src, dst
+
+
+def resume_sweep(
+    target: Target,
+    plan: ResumePlan,
+    profile: ClusterProfile,
+    extra: Sequence[Override] = (),
+    *,
+    hold: bool = False,
+    array_parallelism: int | None = None,
+    log: Callable[[str], None] = print,
+) -> Submitted:
+    """Submit the planned points again (as new arrays); with ``extra`` fixes their old run dirs go to attempts/."""
+    record = target.record
+    assert record is not None
+    indices = [s.index for s in plan.resubmit]
+    fixes = {o.spelling(): o.value for o in extra}
+    saved: dict[int, dict[str, Any]] = {}
+
+    def before(idx: list[int]) -> Callable[[], None]:
+        moved: list[tuple[int, Path, Path]] = []
+        for i in idx:
+            p = record.points[i]
+            saved[i] = dict(p.get("extra", {}))
+            if fixes:
+                p["extra"] = {**p.get("extra", {}), **fixes}
+                pair = _move_aside(record, p)
+                if pair:
+                    moved.append((i, *pair))
+                    p.setdefault("attempts", []).append(str(pair[1].relative_to(record.path)))
+
+        def undo() -> None:  # that sbatch failed: the points are as they were
+            for i, src, dst in moved:
+                dst.rename(src)
+                record.points[i]["attempts"].pop()
+            for i in idx:
+                record.points[i]["extra"] = saved[i]
+                if not saved[i]:
+                    record.points[i].pop("extra")
+
+        return undo
+
+    try:
+        out = submit_points(
+            record,
+            indices,
+            profile,
+            entry=record.data.get("entry"),
+            reason="resume",
+            hold=hold,
+            array_parallelism=array_parallelism,
+            before_chunk=before,
+            log=log,
+        )
+    finally:
+        record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
+        if all(p.get("job_id") for p in record.points):
+            record.data["state"] = "submitted"
+        record.save()
+    return out
+
+
+def resume_run(
+    target: Target, profile: ClusterProfile, *, hold: bool = False, log: Callable[[str], None] = print
+) -> Submitted:
+    """Submit a single failed run dir again; it continues from its newest checkpoint."""
+    from hpc_runner.records.rundir import RunDir
+    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_one
+    from hpc_runner.slurm.job import run_submitted
+
+    rd = RunDir(target.path)
+    rec = rd.record()
+    job_record = {"cluster": profile.to_record(), "submitted": now_iso()}
+    if profile.executor == "local":
+        run_submitted(str(target.path.resolve()), rec.get("entry"), {**job_record, "id": "local"})
+        return Submitted(target.path, {0: "local"})
+    params = slurm_parameters(profile, job_name=f"hpcr-run-{(rec.get('bundle') or {}).get('name', 'run')}", hold=hold)
+    executor = make_executor(profile, target.path / sr.RUN_JOB_FOLDER, params)
+    job = submit_one(executor, run_submitted, str(target.path.resolve()), rec.get("entry"), job_record)
+    previous = [*((rec.get("job") or {}).get("previous") or []), (rec.get("job") or {}).get("id")]
+    rd.update_record(
+        status="submitted",
+        job={
+            **job_record,
+            "id": job.job_id,
+            "previous": [p for p in previous if p],
+            "stdout": str(job.paths.stdout),
+            "stderr": str(job.paths.stderr),
+        },
+    )
+    return Submitted(target.path, {0: job.job_id}, [{"job_id": job.job_id, "points": [0]}])

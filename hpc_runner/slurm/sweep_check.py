@@ -1,0 +1,110 @@
+"""Check every sweep point against the bundle config before anything is submitted.
+
+A point is valid when each of its overrides names an existing id (or adds one), has a value of the
+right type, and the config still resolves (no missing or circular references). Checking 5,000 full
+configs one by one costs seconds, so each distinct (id, value) is checked once: when the swept ids do
+not nest and no value holds a reference, expression or ``${env:}``, a point is valid exactly when each
+of its values is (a plain value cannot create a reference, and a removed id that something references
+fails on its own). Otherwise every point is checked whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.config.env import has_env_refs
+from hpc_runner.config.ids import get_by_id, has_id, split_id
+from hpc_runner.config.overrides import Override, check_value_type
+from hpc_runner.config.values import PASS_THROUGH_PREFIXES
+from hpc_runner.errors import ClusterError, ConfigError
+from hpc_runner.slurm.sweep_spec import ADD_PREFIX, describe_point
+
+SOURCE = "sweep"
+
+
+def make_override(spelled_id: str, value: Any) -> Override:
+    """Return the Override for one swept ``id`` (``+id`` adds it) and value."""
+    add = spelled_id.startswith(ADD_PREFIX)
+    key = spelled_id[1:] if add else spelled_id
+    return Override(key, _copy(value), SOURCE, f"--sweep {key}", add=add)
+
+
+def _copy(value: Any) -> Any:
+    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
+
+
+def has_references(value: Any) -> bool:
+    """Return True when ``value`` holds a string MONAI would resolve (``@``, ``$``, ``%``) or ``${env:}``."""
+    if isinstance(value, str):
+        return value.startswith(PASS_THROUGH_PREFIXES) or has_env_refs(value)
+    if isinstance(value, dict):
+        return any(has_references(k) or has_references(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(has_references(v) for v in value)
+    return False
+
+
+def _nested(ids: Sequence[str]) -> bool:
+    keys = sorted({tuple(split_id(i.lstrip(ADD_PREFIX))) for i in ids})
+    return any(b[: len(a)] == a for a, b in itertools.pairwise(keys))
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def _point_error(n: int, point: dict[str, Any], exc: ConfigError) -> ClusterError:
+    return ClusterError(
+        f"sweep point {n} ({describe_point(point)}) is not valid, nothing was submitted: {exc.message.rstrip('.')}",
+        where=exc.where,
+        id_path=exc.id_path,
+        expected=exc.expected,
+        hint=exc.hint,
+    )
+
+
+def _cheap_ok(cfg: BundleConfig, ov: Override) -> bool:
+    """True when a plain value replaces a plain value of the right type (no need to copy the config)."""
+    if ov.add or has_references(ov.value) or not has_id(cfg.config, ov.id):
+        return False
+    old = get_by_id(cfg.config, ov.id)
+    return not isinstance(old, dict | list) and check_value_type(old, ov.value) is None
+
+
+def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
+    """Raise ClusterError naming the first invalid point; return how the points were checked."""
+    if not points:
+        raise ClusterError("the sweep has no points")
+    ids = list(points[0])
+    per_value = not _nested(ids) and not any(has_references(v) for p in points for v in p.values())
+    if per_value:
+        checked: set[tuple[str, str]] = set()
+        for n, point in enumerate(points):
+            for spelled, value in point.items():
+                key = (spelled, _key(value))
+                if key in checked:
+                    continue
+                ov = make_override(spelled, value)
+                if not _cheap_ok(cfg, ov):
+                    try:
+                        cfg.with_overrides([ov])
+                    except ConfigError as exc:
+                        raise _point_error(n, point, exc) from None
+                checked.add(key)
+        return f"{len(checked)} distinct values checked once each"
+    for n, point in enumerate(points):
+        try:
+            cfg.with_overrides([make_override(k, v) for k, v in point.items()])
+        except ConfigError as exc:
+            raise _point_error(n, point, exc) from None
+    return f"{len(points)} points checked whole (nested ids or references in the values)"
+
+
+def check_extra_overrides(cfg: BundleConfig, points: Sequence[dict[str, Any]], extra: Sequence[Override]) -> None:
+    """Raise ClusterError when ``extra`` overrides (resume fixes) make any of ``points`` invalid."""
+    combined = [{**p, **{o.spelling(): o.value for o in extra}} for p in points]
+    check_points(cfg, combined)

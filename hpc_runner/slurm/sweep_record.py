@@ -1,0 +1,124 @@
+"""The sweep directory and its record, ``sweep.yaml``.
+
+Layout::
+
+    sweep.yaml        spec, cluster profile, submissions (array job ids), and one line per point:
+                      its params, fixes added on resume, its run dir and job ids
+    base/             the sweep's shared config (config.yaml, overrides.yaml, run.yaml): files merged,
+                      CLI/env overrides applied; every point is this plus its own overrides
+    points/0007/      the run dir of point 7, written by its job when it starts
+    slurm/<array id>/ submitit's files for each array (submission script, pickles, stdout/stderr logs)
+    attempts/         run dirs of points that were resumed with different overrides
+
+sweep.yaml is written as JSON (a subset of YAML 1.2), one point a line: at 5,000 points PyYAML takes
+~0.5 s to read it back (libyaml) where JSON takes ~10 ms, and ``status`` reads it on every call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.records.atomic import write_text_atomic
+
+SWEEP_FILE = "sweep.yaml"
+BASE_DIR = "base"
+POINTS_DIR = "points"
+SLURM_DIR = "slurm"
+# submitit's folder: one per array (%A), not one per task (%j): 5,000 fewer mkdirs, ~30% faster map_array
+SWEEP_JOB_FOLDER = "slurm/%A"
+RUN_JOB_FOLDER = "slurm/%j"
+ATTEMPTS_DIR = "attempts"
+RESULTS_CSV = "results.csv"
+RESULTS_MD = "results.md"
+KIND = "hpc-runner sweep"
+
+# per-point submission states that no scheduler knows about
+NOT_SUBMITTED = "not-submitted"
+SUBMITTED = "submitted"
+
+
+def point_dir_name(index: int, count: int) -> str:
+    """Return ``points/0007`` (at least 4 digits, more for larger sweeps)."""
+    width = max(4, len(str(max(count - 1, 0))))
+    return f"{POINTS_DIR}/{index:0{width}d}"
+
+
+@dataclass
+class SweepRecord:
+    """sweep.yaml in memory: ``data`` holds everything except ``points``."""
+
+    path: Path
+    data: dict[str, Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def file(self) -> Path:
+        """Return the path of sweep.yaml."""
+        return self.path / SWEEP_FILE
+
+    @property
+    def base_dir(self) -> Path:
+        """Return the folder of the shared base config."""
+        return self.path / self.data.get("base", BASE_DIR)
+
+    @property
+    def param_ids(self) -> list[str]:
+        """Return the swept ids, in axis order."""
+        return list(self.data.get("params", []))
+
+    @property
+    def job_folder(self) -> Path:
+        """Return submitit's folder pattern for this sweep's jobs."""
+        return self.path / self.data.get("job_folder", SWEEP_JOB_FOLDER)
+
+    def point_dir(self, point: dict[str, Any]) -> Path:
+        """Return the run dir of a point."""
+        return self.path / point["dir"]
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepRecord:
+        """Read ``path/sweep.yaml`` (JSON fast path, YAML for a hand-edited file)."""
+        path = Path(path)
+        file = path / SWEEP_FILE
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ClusterError(f"cannot read the sweep record ({exc.strerror or exc})", where=str(file)) from None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            import yaml
+
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ClusterError(f"the sweep record is not valid YAML ({exc})", where=str(file)) from None
+        if not isinstance(data, dict) or data.get("kind") != KIND or not isinstance(data.get("points"), list):
+            raise ClusterError(
+                "not a sweep record", where=str(file), expected=f"a {SWEEP_FILE} written by hpc-runner sweep"
+            )
+        points = data.pop("points")
+        return cls(path, data, points)
+
+    def save(self) -> Path:
+        """Write sweep.yaml atomically: one top-level key a line, then one point a line."""
+
+        def dumps(value: Any) -> str:
+            return json.dumps(value, default=str, separators=(", ", ": "))
+
+        head = [f"  {json.dumps(k)}: {dumps(v)}" for k, v in self.data.items()]
+        points = ",\n".join("    " + dumps(p) for p in self.points)
+        text = "{\n" + ",\n".join(head) + ',\n  "points": [\n' + points + "\n  ]\n}\n"
+        return write_text_atomic(self.file, text)
+
+    def submissions(self) -> list[dict[str, Any]]:
+        """Return the list of submissions (each with its arrays)."""
+        return self.data.setdefault("submissions", [])
+
+    def effective_overrides(self, point: dict[str, Any]) -> dict[str, Any]:
+        """Return the point's swept values with the fixes given on resume on top."""
+        return {**point.get("params", {}), **point.get("extra", {})}

@@ -1,0 +1,83 @@
+"""Open what ``status``/``collect``/``cancel``/``resume`` are pointed at: a sweep dir or one run dir."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.records.rundir import RUN_FILE, RunDir
+from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.slurm import tracking
+
+
+@dataclass
+class Target:
+    """A sweep (many points) or a single submitted run (one point, index 0)."""
+
+    path: Path
+    kind: str  # "sweep" or "run"
+    points: list[dict[str, Any]]
+    record: sr.SweepRecord | None = None
+    run_record: dict[str, Any] | None = None
+
+    @property
+    def param_ids(self) -> list[str]:
+        """Return the swept ids (none for a single run)."""
+        return self.record.param_ids if self.record else []
+
+    def run_dir(self, point: dict[str, Any]) -> Path:
+        """Return the run dir of a point."""
+        return self.record.point_dir(point) if self.record else self.path
+
+    @property
+    def job_folder(self) -> Path:
+        """Return submitit's folder pattern (``%A``/``%j`` still in it) for the jobs of this target."""
+        return self.record.job_folder if self.record else self.path / sr.RUN_JOB_FOLDER
+
+    def submitted_dates(self) -> list[str]:
+        """Return when the jobs were submitted (for sacct's start time)."""
+        if self.record:
+            return [s.get("at") for s in self.record.submissions()] or [self.record.data.get("created")]
+        job = (self.run_record or {}).get("job") or {}
+        return [job.get("submitted") or (self.run_record or {}).get("created")]
+
+    def states(self) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
+        """Return every point's state from one scheduler call."""
+        answer = tracking.query_scheduler(
+            [p.get("job_id") for p in self.points], since=tracking._since(self.submitted_dates())
+        )
+        return [tracking.combine(p, self.run_dir(p), answer) for p in self.points], answer
+
+
+def _job_id_of_run(rec: dict[str, Any]) -> str | None:
+    job = rec.get("job") or {}
+    if job.get("id"):
+        return str(job["id"])
+    slurm = rec.get("slurm") or {}
+    if slurm.get("SLURM_ARRAY_JOB_ID") and slurm.get("SLURM_ARRAY_TASK_ID"):
+        return f"{slurm['SLURM_ARRAY_JOB_ID']}_{slurm['SLURM_ARRAY_TASK_ID']}"
+    return slurm.get("SLURM_JOB_ID")
+
+
+def load_target(path: str | Path) -> Target:
+    """Return the sweep or run at ``path``; raise ClusterError when it is neither."""
+    path = Path(path)
+    if (path / sr.SWEEP_FILE).is_file():
+        record = sr.SweepRecord.load(path)
+        return Target(path, "sweep", record.points, record=record)
+    if (path / RUN_FILE).is_file():
+        rec = RunDir(path).record()
+        job_id = _job_id_of_run(rec)
+        if not job_id and rec.get("status") != sr.NOT_SUBMITTED:
+            job_id = "local"
+        point = {"index": 0, "dir": ".", "params": {}, "job_id": job_id}
+        if rec.get("status") == sr.NOT_SUBMITTED:
+            point["job_id"] = None
+        return Target(path, "run", [point], run_record=rec)
+    raise ClusterError(
+        "not a sweep dir or a run dir",
+        where=str(path),
+        expected=f"a folder with {sr.SWEEP_FILE} (hpc-runner sweep) or {RUN_FILE} (hpc-runner submit/run)",
+    )

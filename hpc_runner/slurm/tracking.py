@@ -1,0 +1,239 @@
+"""Where every point of a sweep (or a single submitted run) stands, from ONE scheduler call.
+
+``sacct -X --parsable2 -j id1,id2,...`` once for all arrays, parsed by submitit's own
+``SlurmInfoWatcher.read_info`` (it expands ``123_[5-999%32]`` ranges); ``squeue`` once when sacct
+does not answer. The run dirs are read only where the scheduler cannot tell (no record yet, purged,
+local runs) and for the error line of failed points, so status stays fast at thousands of points.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.slurm import sweep_record as sr
+
+# states after which a job never runs again, and that mean the point must be run again
+FAILED_STATES = frozenset(
+    {
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
+DONE = "COMPLETED"
+NOT_SUBMITTED = "NOT-SUBMITTED"
+NOT_STARTED = "NOT-STARTED"  # local run that never started
+UNKNOWN = "UNKNOWN"  # the scheduler has no record (yet: sacct lags a few seconds; or purged)
+# run.yaml status -> state, for runs the scheduler cannot tell about
+RUN_STATUS_STATES = {
+    "completed": DONE,
+    "failed": "FAILED",
+    "preempted": "PREEMPTED",
+    "interrupted": "CANCELLED",
+    "running": "RUNNING",
+    "prepared": "PENDING",
+    "submitted": "PENDING",
+    sr.NOT_SUBMITTED: NOT_SUBMITTED,
+}
+SACCT_FIELDS = "JobID,State,Elapsed,ExitCode"
+
+
+@dataclass
+class PointState:
+    """One point's state and where it came from."""
+
+    index: int
+    run_dir: Path
+    params: dict[str, Any]
+    job_id: str | None
+    state: str
+    source: str  # "sacct", "squeue", "run.yaml", "record"
+    elapsed: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """True when the point ended without completing, or was never submitted."""
+        return self.state in FAILED_STATES or self.state == NOT_SUBMITTED
+
+    @property
+    def active(self) -> bool:
+        """True while the scheduler may still run it."""
+        return not (self.failed or self.state in (DONE, UNKNOWN, NOT_STARTED))
+
+
+@dataclass
+class SchedulerAnswer:
+    """The parsed answer of the one sacct (or squeue) call."""
+
+    info: dict[str, dict[str, str]]
+    source: str  # "sacct", "squeue" or "none"
+    calls: int = 0
+    error: str | None = None
+
+
+def array_ids(job_ids: Iterable[str | None]) -> list[str]:
+    """Return the distinct job ids to ask about (array tasks ``123_4`` -> ``123``), local runs left out."""
+    return list(dict.fromkeys(j.split("_")[0] for j in job_ids if j and j[0].isdigit()))
+
+
+def _first_word(state: str) -> str:
+    return state.split()[0].rstrip("+") if state.strip() else ""
+
+
+def query_scheduler(job_ids: Sequence[str], since: str | None = None, timeout: float = 60) -> SchedulerAnswer:
+    """Ask sacct once about ``job_ids`` (squeue once if sacct fails); return submitit-parsed info per job id."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    ids = array_ids(job_ids)
+    if not ids:
+        return SchedulerAnswer({}, "none")
+    parse = SlurmInfoWatcher().read_info
+    command = ["sacct", "-X", "--parsable2", "-o", SACCT_FIELDS, "-j", ",".join(ids)]
+    if since:
+        command += ["-S", since]
+    errors = []
+    try:
+        res = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if res.returncode == 0:
+            return SchedulerAnswer(parse(res.stdout), "sacct", 1)
+        errors.append(f"sacct: {res.stderr.strip()[:300]}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        errors.append(f"sacct: {exc}")
+    try:
+        res = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return SchedulerAnswer({}, "none", 1, "; ".join([*errors, f"squeue: {exc}"]))
+    if res.returncode != 0 and "Invalid job id" not in res.stderr:
+        return SchedulerAnswer({}, "none", 2, "; ".join([*errors, f"squeue: {res.stderr.strip()[:300]}"]))
+    text = "JobID|State\n" + (res.stdout if res.returncode == 0 else "")
+    return SchedulerAnswer(parse(text), "squeue", 2, "; ".join(errors))
+
+
+def _since(dates: Iterable[str | None]) -> str | None:
+    """sacct's -S: the day before the earliest submission (sacct defaults to today only)."""
+    days = []
+    for d in dates:
+        try:
+            days.append(_dt.datetime.fromisoformat(str(d)).date())
+        except ValueError:
+            continue
+    return (min(days) - _dt.timedelta(days=1)).isoformat() if days else None
+
+
+def _read_record(run_dir: Path) -> dict:
+    from hpc_runner.records.rundir import RunDir
+
+    try:
+        return RunDir(run_dir).record()
+    except Exception:  # a half-written or hand-edited record must not stop status
+        return {}
+
+
+def _state_from_record(run_dir: Path, local: bool) -> tuple[str, str]:
+    rec = _read_record(run_dir) if run_dir.is_dir() else {}
+    status = rec.get("status")
+    if status in RUN_STATUS_STATES:
+        return RUN_STATUS_STATES[status], "run.yaml"
+    return (NOT_STARTED if local else UNKNOWN), "record"
+
+
+def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer) -> PointState:
+    """Return one point's state: the scheduler's, except that a completed run.yaml always wins."""
+    job_id = point.get("job_id")
+    params = point.get("params", {})
+    ps = PointState(point["index"], run_dir, params, job_id, UNKNOWN, "record", extra=point.get("extra", {}))
+    if not job_id:
+        ps.state = NOT_SUBMITTED
+        return ps
+    info = answer.info.get(job_id) if job_id[0].isdigit() else None
+    if info and _first_word(info.get("State", "")):
+        ps.state, ps.source, ps.elapsed = _first_word(info["State"]), answer.source, info.get("Elapsed")
+        if ps.state in FAILED_STATES and (run_dir / "summary.json").is_file():
+            # a job killed after the run finished (e.g. while saving submitit's result) still has results
+            state, src = _state_from_record(run_dir, False)
+            if state == DONE:
+                ps.state, ps.source = state, src
+        return ps
+    ps.state, ps.source = _state_from_record(run_dir, job_id == "local")
+    return ps
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failed|Warning)\b.*")
+
+
+def _tail_error(path: Path, limit: int = 65536) -> str | None:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    # the scheduler's own verdict (time limit, cancel, memory), then the last exception, then any error line
+    for pattern in (r"^slurmstepd: error: \*\*\*", _EXCEPTION_LINE.pattern, r".*(error|killed|cancelled)"):
+        for ln in reversed(lines):
+            if re.match(pattern, ln, re.I if pattern.startswith(".*") else 0):
+                return ln
+    return lines[-1] if lines else None
+
+
+def _first_exception(path: Path) -> str | None:
+    """The first exception line of a traceback file: with chained exceptions, the root cause."""
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if _EXCEPTION_LINE.match(line):
+                    return line.strip()
+    except OSError:
+        return None
+    return None
+
+
+def error_line(ps: PointState, job_folder: Path | None) -> str | None:
+    """Return the line that says why a point failed: error.txt's root cause, run.yaml's error, the job's log."""
+    rec = _read_record(ps.run_dir) if ps.run_dir.is_dir() else {}
+    err = rec.get("error") if isinstance(rec.get("error"), dict) else {}
+    at = f" (at id '{err['id']}')" if err.get("id") else ""
+    line = _first_exception(ps.run_dir / "error.txt")
+    if line:
+        return line + at
+    if err.get("message") or err.get("type"):
+        return f"{err.get('type', 'Error')}: {err.get('message', '')}".strip() + at
+    if ps.job_id and job_folder is not None and ps.job_id[0].isdigit():
+        from submitit.core.utils import JobPaths
+
+        paths = JobPaths(job_folder, job_id=ps.job_id)
+        for log in (paths.stderr, paths.stdout):
+            line = _tail_error(log)
+            if line:
+                return line
+    if ps.state == NOT_SUBMITTED:
+        return "not submitted (the sbatch call for it failed; `hpc-runner resume` sends it)"
+    return None
+
+
+def counts(states: Sequence[PointState]) -> Counter:
+    """Return how many points are in each state."""
+    return Counter(s.state for s in states)

@@ -1,0 +1,125 @@
+"""`hpc-runner run`: entries, run records, failures that keep what was written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+def test_run_records_config_overrides_command_and_environment(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "run1"
+    res = cli("run", "--bundle", str(tiny_bundle), "--max_epochs", "1", "--output_dir", str(out),
+              cwd=tmp_path, env={"HPCR__checkpoint_interval": "3", "SLURM_CPUS_PER_TASK": "2"})
+    assert res.returncode == 0, res.stderr
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["max_epochs"] == 1 and config["checkpoint_interval"] == 3
+    assert config["output_dir"] == str(out.resolve())
+    overrides = yaml.safe_load((out / "overrides.yaml").read_text())
+    by_id = {o["id"]: o for o in overrides}
+    assert by_id["max_epochs"]["source"] == "cli"
+    assert by_id["checkpoint_interval"]["origin"] == "HPCR__checkpoint_interval"
+    assert by_id["max_epochs"]["replaced"].endswith("train.yaml:3")
+    record = yaml.safe_load((out / "run.yaml").read_text())
+    assert record["status"] == "completed" and record["entry"] == "run"
+    assert record["command"]["argv"][1:3] == ["run", "--bundle"]
+    assert record["slurm"] == {"SLURM_CPUS_PER_TASK": "2"}
+    assert record["env"]["HPCR"] == {"HPCR__checkpoint_interval": "3"}
+    assert {"python", "torch", "monai", "hpc-runner"} <= set(record["versions"])
+    assert record["host"]["hostname"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epochs"] == 1 and summary["steps"] == 6 and 0 <= summary["val_dice"] <= 1
+    kinds = [json.loads(line)["kind"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert kinds.count("iter") == 6 and "val" in kinds and "epoch" in kinds
+    assert "finalize ran" in (out / "log.txt").read_text()
+    assert (out / "model.pt").is_file() and list((out / "checkpoints").glob("ckpt_*.pt"))
+
+
+def test_legacy_training_entry_runs_the_training_id(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    res = cli("run", "training", "--bundle", str(tiny_bundle), "--max_epochs", "1", "--output_dir", "r",
+              cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert yaml.safe_load((tmp_path / "r" / "run.yaml").read_text())["entry"] == "training"
+
+
+def test_default_run_dir_is_runs_bundle_timestamp(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    res = cli("run", "--bundle", str(tiny_bundle), "--max_epochs", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = (tmp_path / "runs" / "tiny2d").iterdir()
+    assert (run_dir / "summary.json").is_file()
+    assert f"run dir {Path('runs') / 'tiny2d' / run_dir.name}" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["nope"], ["entry 'nope'", "run, training"]),
+        (["--max_epoch", "2"], ["max_epoch", "Did you mean: max_epochs"]),
+        (["--max_epochs", "many"], ["a number", "train.yaml:3"]),
+        (["--max_epochs", "[1,"], ["not valid YAML"]),
+        (["--trainer::network", "@network"], ["'@network'", "trainer::network"]),
+        (["--max_epochs", "@max_epochs"], ["circular reference"]),
+        (["--output_dir", "${env:NOT_SET_ANYWHERE}"], ["NOT_SET_ANYWHERE", "output_dir"]),
+    ],
+)
+def test_bad_input_exits_2_with_one_paragraph(tiny_bundle: Path, tmp_path: Path, cli, args, needles) -> None:
+    res = cli("run", "--bundle", str(tiny_bundle), *args, cwd=tmp_path)
+    assert res.returncode == 2
+    err = res.stderr.strip()
+    assert err.startswith("hpc-runner run: error:") and "\n" not in err and "Traceback" not in err
+    for needle in needles:
+        assert needle in err
+    assert not (tmp_path / "runs").exists()  # nothing half-written
+
+
+def test_missing_and_broken_files_exit_2(tmp_path: Path, cli) -> None:
+    res = cli("run", "--config_file", str(tmp_path / "missing.yaml"), cwd=tmp_path)
+    assert res.returncode == 2 and "missing.yaml: config file not found" in res.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1\n")
+    res = cli("config", "--config_file", str(bad), cwd=tmp_path)
+    assert res.returncode == 2 and f"{bad}:2:" in res.stderr
+
+
+def test_missing_metadata_field_exits_2(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    meta = tiny_bundle / "configs" / "metadata.json"
+    data = json.loads(meta.read_text())
+    del data["authors"]
+    meta.write_text(json.dumps(data))
+    res = cli("run", "--bundle", str(tiny_bundle), cwd=tmp_path)
+    assert res.returncode == 2 and "metadata.json" in res.stderr and "'authors' is missing" in res.stderr
+
+
+def test_debug_shows_the_traceback(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    res = cli("run", "--debug", "--bundle", str(tiny_bundle), "--max_epoch", "2", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" in res.stderr
+
+
+def test_a_run_that_fails_later_keeps_its_checkpoints_and_records_the_error(
+    tiny_bundle: Path, tmp_path: Path, cli
+) -> None:
+    out = tmp_path / "r"
+    # the learning rate explodes the loss in epoch 2; checkpoints of epoch 1 must survive
+    res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(out), "--lr_scheduler::gamma", "1e6",
+              "--checkpoint_interval", "0", cwd=tmp_path)
+    assert res.returncode == 1
+    assert "run failed" in res.stderr and "error.txt" in res.stderr
+    record = yaml.safe_load((out / "run.yaml").read_text())
+    assert record["status"] == "failed" and record["error"]["type"]
+    assert "Traceback" in (out / "error.txt").read_text()
+    ckpts = sorted((out / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts, "the epoch-end checkpoint written before the failure is kept"
+    import torch
+
+    state = torch.load(ckpts[-1], weights_only=True)
+    assert state["epoch"] >= 1
+    assert "finalize ran" in (out / "log.txt").read_text()  # finalize runs even after a failure
+
+
+def test_instantiation_error_names_the_failing_id(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    res = cli("run", "--bundle", str(tiny_bundle), "--+network_def::chanels", "3", "--output_dir", "r",
+              cwd=tmp_path)
+    assert res.returncode == 1
+    assert "while resolving id 'network_def'" in res.stderr

@@ -1,0 +1,213 @@
+"""pack -> install into a shared dir -> another user lists and runs it by name; tampering; unsafe archives."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from registry_helpers import EXAMPLE, TINY, copy_bundle, out
+
+from hpc_runner.errors import BundleError
+from hpc_runner.registry.install import install_archive
+from hpc_runner.registry.pack import pack_bundle
+
+
+def _publish(tmp_path: Path) -> dict[str, Path]:
+    dev, group, user = tmp_path / "dev", tmp_path / "group" / "bundles", tmp_path / "user"
+    user.mkdir()
+    copy_bundle(EXAMPLE, dev / "bundles" / "synthetic_seg")
+    return {"dev": dev, "group": group, "user": user, "dist": tmp_path / "dist",
+            "archive": tmp_path / "dist" / "synthetic_seg-0.1.0.tar.gz", "installed": group / "synthetic_seg-0.1.0"}
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> dict[str, Path]:
+    """A developer has packed synthetic_seg 0.1.0 and installed it into a group's shared dir."""
+    dirs = _publish(tmp_path)
+    pack_bundle(dirs["dev"] / "bundles" / "synthetic_seg", dirs["dist"])
+    install_archive(dirs["archive"], dirs["group"])
+    return dirs
+
+
+def test_pack_install_list_and_load_by_name_from_another_user(cli, tmp_path: Path) -> None:
+    dirs = _publish(tmp_path)
+    proc = cli("pack", "synthetic_seg", "--out", dirs["dist"], cwd=dirs["dev"])
+    assert proc.returncode == 0, out(proc)
+    assert dirs["archive"].is_file() and str(dirs["archive"]) in proc.stdout
+    proc = cli("install", dirs["archive"], "--to", dirs["group"], cwd=dirs["dev"])
+    assert proc.returncode == 0, out(proc)
+    assert "installed synthetic_seg 0.1.0" in proc.stdout and (dirs["installed"] / "MANIFEST").is_file()
+    # another user: another cwd, the group dir on the search path
+    path = str(dirs["group"])
+    proc = cli("list", cwd=dirs["user"], bundle_path=path)
+    assert proc.returncode == 0, out(proc)
+    row = next(line for line in proc.stdout.splitlines() if str(dirs["installed"]) in line)
+    assert row.split()[:3] == ["*", "synthetic_seg", "0.1.0"] and "A small 3D UNet" in row
+    proc = cli("config", "--bundle", "synthetic_seg", "--max_epochs", "3", "--format", "json", cwd=dirs["user"],
+               bundle_path=path)
+    assert proc.returncode == 0, out(proc)
+    config = json.loads(proc.stdout)
+    assert config["max_epochs"] == 3 and config["_meta_"]["version"] == "0.1.0"
+
+
+def _members(archive: Path) -> list[str]:
+    with tarfile.open(archive) as tar:
+        return tar.getnames()
+
+
+def test_pack_is_reproducible_and_leaves_out_data_and_caches(tmp_path: Path) -> None:
+    bundle = copy_bundle(EXAMPLE, tmp_path / "synthetic_seg")
+    for rel in ("data/img000.nii.gz", "runs/x/log.txt", "scripts/__pycache__/m.pyc"):
+        (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / rel).write_bytes(b"x")
+    first = pack_bundle(bundle, tmp_path / "a").archive
+    second = pack_bundle(bundle, tmp_path / "b").archive
+    assert first.read_bytes() == second.read_bytes()
+    names = _members(first)
+    assert "synthetic_seg-0.1.0/MANIFEST" in names and "synthetic_seg-0.1.0/configs/train.yaml" in names
+    assert not any("/data/" in n or "/runs/" in n or "__pycache__" in n for n in names)
+    assert all(n.startswith("synthetic_seg-0.1.0") for n in names)
+
+
+def test_pack_refuses_a_bundle_that_does_not_load(tmp_path: Path) -> None:
+    bundle = copy_bundle(EXAMPLE, tmp_path / "b")
+    (bundle / "configs" / "train.yaml").write_text("a: '@missing'\nrun: []\n")
+    with pytest.raises(BundleError, match="'@missing' refers to an id that is not in the config"):
+        pack_bundle(bundle, tmp_path)
+
+
+@pytest.mark.slow
+def test_another_user_runs_it_by_name_with_overrides(cli, shared: dict[str, Path]) -> None:
+    user = shared["user"]
+    proc = cli("run", "--bundle", "synthetic_seg", *TINY, "--dataset_dir", user / "data", "--output_dir",
+               user / "run", cwd=user, bundle_path=str(shared["group"]))
+    assert proc.returncode == 0, out(proc)
+    record = yaml.safe_load((user / "run" / "run.yaml").read_text())
+    assert record["status"] == "completed"
+    assert Path(record["bundle"]["dir"]) == shared["installed"].resolve()
+    assert json.loads((user / "run" / "summary.json").read_text())["epochs"] == 1
+    assert not (shared["installed"] / "data").exists()  # nothing written into the shared bundle
+
+
+def test_install_defaults_to_the_first_search_dir(cli, shared: dict[str, Path], tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    proc = cli("install", shared["archive"], cwd=shared["user"], bundle_path=f"{first}:{second}")
+    assert proc.returncode == 0, out(proc)
+    assert (first / "synthetic_seg-0.1.0" / "MANIFEST").is_file() and not second.exists()
+    proc = cli("install", shared["archive"], cwd=shared["user"])  # no HPCR_BUNDLE_PATH: ./bundles
+    assert proc.returncode == 0 and (shared["user"] / "bundles" / "synthetic_seg-0.1.0").is_dir(), out(proc)
+
+
+def test_same_version_identical_is_a_noop_different_is_refused(cli, shared: dict[str, Path], tmp_path: Path) -> None:
+    proc = cli("install", shared["archive"], "--to", shared["group"])
+    assert proc.returncode == 0 and "already installed with the same content" in proc.stdout, out(proc)
+    changed = copy_bundle(EXAMPLE, tmp_path / "changed" / "synthetic_seg")
+    with open(changed / "configs" / "train.yaml", "a") as f:
+        f.write("# someone changed it but kept the version\n")
+    proc = cli("pack", changed, "--out", tmp_path / "dist2")
+    assert proc.returncode == 0, out(proc)
+    before = (shared["installed"] / "configs" / "train.yaml").read_text()
+    proc = cli("install", tmp_path / "dist2" / "synthetic_seg-0.1.0.tar.gz", "--to", shared["group"])
+    assert proc.returncode == 2, out(proc)
+    assert "already holds synthetic_seg 0.1.0 with different content" in proc.stderr
+    assert "changed: configs/train.yaml" in proc.stderr and "new version" in proc.stderr
+    assert (shared["installed"] / "configs" / "train.yaml").read_text() == before
+    assert sorted(p.name for p in shared["group"].iterdir()) == ["synthetic_seg-0.1.0"]  # no temp dirs left
+
+
+def test_versions_install_side_by_side(cli, shared: dict[str, Path], tmp_path: Path) -> None:
+    newer = copy_bundle(EXAMPLE, tmp_path / "v2" / "synthetic_seg", version="0.2.0")
+    archive = pack_bundle(newer, tmp_path / "dist3").archive
+    assert archive.name == "synthetic_seg-0.2.0.tar.gz"
+    proc = cli("install", archive, "--to", shared["group"])
+    assert proc.returncode == 0, out(proc)
+    assert sorted(p.name for p in shared["group"].iterdir()) == ["synthetic_seg-0.1.0", "synthetic_seg-0.2.0"]
+    for spec, version in (("synthetic_seg", "0.2.0"), ("synthetic_seg@0.1.0", "0.1.0")):
+        proc = cli("config", "--bundle", spec, "--id", "_meta_::version", "--format", "json",
+                   cwd=shared["user"], bundle_path=str(shared["group"]))
+        assert proc.returncode == 0 and json.loads(proc.stdout) == version, out(proc)
+
+
+def test_tampered_copy_is_refused_naming_the_file(cli, shared: dict[str, Path]) -> None:
+    installed = shared["installed"]
+    with open(installed / "configs" / "train.yaml", "a") as f:
+        f.write("learning_rate: 0.5\n")
+    (installed / "configs" / "metadata.json").rename(installed / "configs" / "meta.json.bak")
+    (installed / "configs" / "metadata.json").write_text((installed / "configs" / "meta.json.bak").read_text())
+    proc = cli("run", "--bundle", "synthetic_seg", *TINY, cwd=shared["user"], bundle_path=str(shared["group"]))
+    assert proc.returncode == 2, out(proc)
+    assert "no longer match its MANIFEST" in proc.stderr
+    assert "changed: configs/train.yaml" in proc.stderr and "added: configs/meta.json.bak" in proc.stderr
+    assert "--trust" in proc.stderr and not (shared["user"] / "runs").exists()
+    # the same check guards every command that loads a bundle; --trust lets it through with a warning
+    proc = cli("config", "--bundle", "synthetic_seg", "--trust", "--id", "learning_rate", "--format", "json",
+               cwd=shared["user"], bundle_path=str(shared["group"]))
+    assert proc.returncode == 0 and json.loads(proc.stdout) == 0.5, out(proc)
+    assert "differs from its MANIFEST (--trust)" in proc.stderr
+    proc = cli("verify", installed, "--no-imports")
+    assert proc.returncode == 2 and "'configs/train.yaml' changed since the bundle was packed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_trust_runs_the_tampered_copy(cli, shared: dict[str, Path]) -> None:
+    user = shared["user"]
+    with open(shared["installed"] / "configs" / "train.yaml", "a") as f:
+        f.write("# local note\n")
+    proc = cli("run", "--bundle", "synthetic_seg", "--trust", *TINY, "--dataset_dir", user / "data",
+               "--output_dir", user / "run", cwd=user, bundle_path=str(shared["group"]))
+    assert proc.returncode == 0, out(proc)
+    assert "changed: configs/train.yaml" in proc.stderr
+    assert yaml.safe_load((user / "run" / "run.yaml").read_text())["status"] == "completed"
+
+
+def _archive(path: Path, members: list[tuple[str, bytes | None, str]]) -> Path:
+    """Write a tar.gz of (name, data or None for a folder, kind) members; kind 'file', 'dir' or 'symlink'."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data, kind in members:
+            info = tarfile.TarInfo(name)
+            if kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif kind == "symlink":
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+            else:
+                info.size = len(data or b"")
+                tar.addfile(info, io.BytesIO(data or b""))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([("b-1.0.0/configs/x.yaml", b"a: 1", "file"), ("b-1.0.0/../../escaped.txt", b"x", "file")], "unsafe"),
+        ([("/tmp/absolute.txt", b"x", "file")], "unsafe"),
+        ([("b-1.0.0/configs/link.yaml", None, "symlink")], "is a link"),
+        ([("a-1.0.0/x.txt", b"x", "file"), ("b-1.0.0/y.txt", b"y", "file")], "exactly one top folder"),
+        ([("b-1.0.0/x.txt", b"x", "file"), ("b-1.0.0/x.txt", b"y", "file")], "appears twice"),
+        ([("b-1.0.0/configs/train.yaml", b"run: []", "file")], "has no MANIFEST"),
+    ],
+)
+def test_unsafe_or_broken_archives_are_refused(tmp_path: Path, members: list, message: str) -> None:
+    archive = _archive(tmp_path / "b-1.0.0.tar.gz", members)
+    dest = tmp_path / "shared"
+    with pytest.raises(BundleError, match=message):
+        install_archive(archive, dest)
+    assert list(dest.iterdir()) == []  # nothing half-installed, no temp folder left
+    assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/absolute.txt").exists()
+
+
+def test_archive_that_does_not_match_its_manifest_is_refused(tmp_path: Path) -> None:
+    bundle = copy_bundle(EXAMPLE, tmp_path / "synthetic_seg")
+    archive = pack_bundle(bundle, tmp_path / "dist").archive
+    with tarfile.open(archive) as tar:
+        members = [(m.name, tar.extractfile(m).read() if m.isfile() else None, "file" if m.isfile() else "dir")
+                   for m in tar.getmembers()]
+    members = [(n, (d + b"\n# appended" if n.endswith("train.yaml") else d), k) for n, d, k in members]
+    forged = _archive(tmp_path / "forged.tar.gz", members)
+    with pytest.raises(BundleError, match=r"does not match its own MANIFEST: changed: configs/train\.yaml"):
+        install_archive(forged, tmp_path / "shared")

@@ -1,0 +1,138 @@
+"""Fixtures for the SLURM command tests: the CLI in a fresh process, counted scheduler calls, tiny runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "bundles" / "synthetic_seg"
+COUNTED = ("sbatch", "sacct", "squeue", "scancel")
+
+
+@dataclass
+class Cli:
+    """Runs ``python -m hpc_runner ...`` as a user would, in a new process, with counted scheduler calls."""
+
+    env: dict[str, str]
+    calls_file: Path
+    cwd: Path
+    offline: bool = False
+
+    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run one command; return its exit code and output."""
+        env = dict(self.env)
+        if "SLURM_CONF" in os.environ and not self.offline:  # exported by the slurm_cluster fixture
+            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        return subprocess.run(
+            [sys.executable, "-m", "hpc_runner", *args],
+            env=env, cwd=self.cwd, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def calls(self) -> dict[str, int]:
+        """Return how many times each scheduler command ran since the last reset."""
+        words = self.calls_file.read_text().split() if self.calls_file.exists() else []
+        return {name: words.count(name) for name in COUNTED}
+
+    def reset(self) -> None:
+        """Forget the counted calls."""
+        self.calls_file.unlink(missing_ok=True)
+
+    def write_profile(self, name: str, text: str) -> Path:
+        """Write a user cluster profile into this CLI's $HPCR_CLUSTER_PATH."""
+        path = Path(self.env["HPCR_CLUSTER_PATH"]) / f"{name}.yaml"
+        path.write_text(text)
+        return path
+
+
+def make_shims(folder: Path, calls_file: Path) -> Path:
+    """Wrappers for sbatch/sacct/squeue/scancel that log each call, then run the real command."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in COUNTED:
+        real = shutil.which(name)
+        if real is None:
+            continue
+        (folder / name).write_text(f'#!/bin/sh\necho {name} >> {calls_file}\nexec {real} "$@"\n')
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def make_cli(folder: Path) -> Cli:
+    """A Cli working in ``folder`` with an empty profile path, a private config home and counted calls."""
+    calls = folder / "scheduler-calls.txt"
+    shims = make_shims(folder / "shims", calls)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCR_")}
+    env.update(
+        PATH=f"{shims}{os.pathsep}{env.get('PATH', '')}",
+        XDG_CONFIG_HOME=str(folder / "config-home"),
+        HPCR_CLUSTER_PATH=str(folder / "clusters"),
+        PYTHONPATH=str(ROOT),
+    )
+    (folder / "clusters").mkdir(exist_ok=True)
+    cli = Cli(env, calls, folder)
+    cli.write_profile(TEST_PROFILE, "extends: slurm\ncpus_per_task: 1\ntime: 10\narray_parallelism: 4\n")
+    return cli
+
+
+TEST_PROFILE = "testcluster"  # the local cluster's default partition, 1 CPU, 10 minutes
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """The CLI for one test, with the user profile `testcluster`."""
+    return make_cli(tmp_path)
+
+
+OFFLINE_MAX_ARRAY_SIZE = 3
+
+
+@pytest.fixture
+def offline_cli(tmp_path: Path) -> Cli:
+    """The CLI on a machine without a cluster: scontrol reports MaxArraySize=3, sbatch and srun fail loudly.
+
+    For the fast tests of --dry-run and of bad input: they must never reach sbatch.
+    """
+    calls = tmp_path / "scheduler-calls.txt"
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\necho scontrol >> {calls}\necho 'MaxArraySize            = {OFFLINE_MAX_ARRAY_SIZE}'\n"
+    )
+    for name in ("sbatch", "srun", "sacct", "squeue", "scancel"):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} >> {calls}\necho '{name} must not run' >&2\nexit 99\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCR_") and k != "SLURM_CONF"}
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        XDG_CONFIG_HOME=str(tmp_path / "config-home"),
+        HPCR_CLUSTER_PATH=str(tmp_path / "clusters"),
+        PYTHONPATH=str(ROOT),
+    )
+    (tmp_path / "clusters").mkdir()
+    return Cli(env, calls, tmp_path, offline=True)
+
+
+@pytest.fixture(scope="session")
+def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shared folder for the tiny synthetic dataset (the first job writes it, atomically per file)."""
+    return tmp_path_factory.mktemp("synthetic_seg")
+
+
+@pytest.fixture(scope="session")
+def tiny(dataset_dir: Path) -> list[str]:
+    """Overrides that make the example bundle train in a few seconds on one CPU."""
+    return ["--num_train", "2", "--num_val", "1", "--image_size", "16", "--max_epochs", "1",
+            "--val_interval", "1", "--batch_size", "1", "--dataset_dir", str(dataset_dir)]
+
+
+@pytest.fixture(scope="session")
+def cli_factory():
+    """``make_cli(folder)`` for module-scoped fixtures (test modules cannot import from conftest)."""
+    return make_cli

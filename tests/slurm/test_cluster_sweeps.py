@@ -1,0 +1,179 @@
+"""Sweeps, status, resume, collect, cancel and submit on the real local SLURM (scripts/local-slurm.sh)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = str(ROOT / "bundles" / "synthetic_seg")
+WAIT = ["--wait", "--interval", "2", "--timeout", "400"]
+PROFILE = "testcluster"
+
+
+def _record(path: Path) -> dict:
+    return json.loads((path / "sweep.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def sweeps(slurm_cluster, tmp_path_factory, cli_factory, tiny):
+    """Two sweeps submitted together, so the 2 CPUs run them side by side: a 2x2 grid, and 3 zipped
+    points of which point 2 fails at run time (batch_size 0 is a valid int that the DataLoader refuses)."""
+    cli = cli_factory(tmp_path_factory.mktemp("sweeps"))
+    grid = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "grid",
+               "--sweep", "learning_rate=1e-3,2e-3", "--sweep", "seed=0,1", *tiny)
+    assert grid.returncode == 0, grid.stderr
+    assert cli.calls()["sbatch"] == 1
+    fail = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "fail", "--zip",
+               "--sweep", "seed=0,1,2", "--sweep", "batch_size=1,1,0", *tiny)
+    assert fail.returncode == 0, fail.stderr
+    return cli, cli.cwd / "grid", cli.cwd / "fail", grid.stdout
+
+
+def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(sweeps):
+    cli, grid, _, submitted = sweeps
+    assert "4 points checked" in submitted and "1 array(s)" in submitted
+    record = _record(grid)
+    assert record["params"] == ["learning_rate", "seed"] and len(record["points"]) == 4
+    assert len({p["job_id"].split("_")[0] for p in record["points"]}) == 1  # one array
+    assert (grid / "base" / "config.yaml").is_file()
+
+    waited = cli("status", str(grid), *WAIT)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert "COMPLETED 4" in waited.stdout
+
+    cli.reset()
+    status = cli("status", str(grid))
+    assert status.returncode == 0 and "COMPLETED 4" in status.stdout
+    assert cli.calls()["sacct"] == 1 and cli.calls()["squeue"] == 0  # one call for all points
+
+    collected = cli("collect", str(grid))
+    assert collected.returncode == 0, collected.stderr
+    rows = list(csv.DictReader((grid / "results.csv").open()))
+    assert [r["point"] for r in rows] == ["0", "1", "2", "3"]
+    assert [(r["learning_rate"], r["seed"]) for r in rows] == [("0.001", "0"), ("0.001", "1"), ("0.002", "0"),
+                                                               ("0.002", "1")]
+    for r in rows:
+        assert r["state"] == "COMPLETED" and r["epochs"] == "1"
+        assert 0 <= float(r["val_dice"]) <= 1 and float(r["final_loss"]) > 0 and float(r["wall_s"]) > 0
+        assert r["job_id"].startswith(record["points"][0]["job_id"].split("_")[0] + "_")
+    md = (grid / "results.md").read_text().splitlines()
+    assert md[0].startswith("| point | learning_rate | seed | state |") and len(md) == 2 + 4
+    # each point's run dir holds its resolved config and its overrides
+    point = grid / "points" / "0003"
+    assert yaml.safe_load((point / "config.yaml").read_text())["learning_rate"] == 0.002
+    overrides = yaml.safe_load((point / "overrides.yaml").read_text())
+    assert {o["id"]: o["value"] for o in overrides if o["source"] == "sweep"} == {"learning_rate": 0.002, "seed": 1}
+    run = yaml.safe_load((point / "run.yaml").read_text())
+    assert run["status"] == "completed" and run["job"]["id"] == record["points"][3]["job_id"]
+
+
+def test_failed_point_is_shown_then_resumed_alone_with_a_fix(sweeps):
+    cli, _, fail, _ = sweeps
+    waited = cli("status", str(fail), *WAIT)
+    assert waited.returncode == 1  # not everything completed
+    assert "COMPLETED 2" in waited.stdout and "FAILED 1" in waited.stdout
+    line = next(ln for ln in waited.stdout.splitlines() if ln.startswith("2 "))
+    assert "FAILED" in line and "batch_size should be a positive integer" in line
+    before = {p["index"]: p["job_id"] for p in _record(fail)["points"]}
+
+    cli.reset()
+    resumed = cli("resume", str(fail), "--batch_size", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 completed (kept)" in resumed.stdout and "1 to resubmit" in resumed.stdout
+    assert cli.calls()["sbatch"] == 1
+    after = _record(fail)
+    jobs = {p["index"]: p["job_id"] for p in after["points"]}
+    assert jobs[0] == before[0] and jobs[1] == before[1] and jobs[2] != before[2]
+    assert after["points"][2]["extra"] == {"batch_size": 1}
+    assert after["points"][2]["jobs"] == [before[2], jobs[2]]
+    assert (fail / "attempts" / "0002-1" / "error.txt").is_file()  # the failed attempt is kept aside
+
+    waited = cli("status", str(fail), *WAIT)
+    assert waited.returncode == 0 and "COMPLETED 3" in waited.stdout
+    assert yaml.safe_load((fail / "points" / "0002" / "config.yaml").read_text())["batch_size"] == 1
+
+    cli.reset()
+    again = cli("resume", str(fail))
+    assert again.returncode == 0 and "nothing to resubmit" in again.stdout
+    assert cli.calls()["sbatch"] == 0
+
+    cli("collect", str(fail))
+    rows = list(csv.DictReader((fail / "results.csv").open()))
+    assert [r["state"] for r in rows] == ["COMPLETED"] * 3
+    assert [r["batch_size"] for r in rows] == ["1", "1", "1"] and rows[2]["resumed_with"] == "batch_size=1"
+
+
+def test_sweep_larger_than_max_array_size_is_split_one_sbatch_per_array(slurm_cluster, cli):
+    n = slurm_cluster.max_array_size + 3
+    out = cli("sweep", "--bundle", BUNDLE, "--cluster", PROFILE, "--hold", "--output_dir", "big",
+              "--sweep", f"seed=range({n})")
+    assert out.returncode == 0, out.stderr
+    record = _record(cli.cwd / "big")
+    arrays = [a for s in record["submissions"] for a in s["arrays"]]
+    try:
+        assert [a["size"] for a in arrays] == [slurm_cluster.max_array_size, 3]
+        assert len({a["job_id"] for a in arrays}) == 2
+        assert cli.calls()["sbatch"] == 2 == record["submissions"][0]["sbatch_calls"]
+        assert record["points"][-1]["job_id"] == f"{arrays[1]['job_id']}_2"
+        assert record["state"] == "submitted" and len(record["points"]) == n
+    finally:
+        cli.reset()
+        cancelled = cli("cancel", str(cli.cwd / "big"))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cli.calls()["scancel"] == 1 and cli.calls()["sacct"] == 1
+    slurm_cluster.wait_for_jobs([a["job_id"] for a in arrays], timeout=60)
+    status = cli("status", str(cli.cwd / "big"), *WAIT)
+    assert f"CANCELLED {n}" in status.stdout, status.stdout
+
+
+@pytest.mark.parametrize("command", ["sweep", "submit"])
+def test_a_partition_that_does_not_exist_exits_2_with_sbatchs_message(cli, command):
+    args = ["--sweep", "seed=1,2"] if command == "sweep" else []
+    out = cli(command, "--bundle", BUNDLE, "--cluster", PROFILE, "--slurm", "partition=nosuchpart",
+              "--output_dir", "out", *args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "sbatch refused the submission" in out.stderr and "Invalid partition name specified" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (cli.cwd / "out").exists()  # nothing left that status could take for a submitted run
+
+
+def test_submit_wait_runs_one_job_and_records_it(cli, tiny):
+    out = cli("submit", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "one", "--wait",
+              *tiny)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "submitted job" in out.stdout and "hpc-runner status" in out.stdout and "tail -f" in out.stdout
+    assert "trained 1 epochs" in out.stdout  # --wait printed the job's log
+    run = yaml.safe_load((cli.cwd / "one" / "run.yaml").read_text())
+    assert run["status"] == "completed" and run["job"]["id"].isdigit()
+    assert run["job"]["cluster"]["profile"] == PROFILE
+    status = cli("status", str(cli.cwd / "one"))
+    assert "COMPLETED 1" in status.stdout, status.stdout
+
+
+def test_jade_script_takes_its_parameters_from_the_environment(slurm_cluster, tmp_path, dataset_dir):
+    args = "--num_train 2 --num_val 1 --image_size 16 --val_interval 1 --batch_size 1 " f"--dataset_dir {dataset_dir}"
+    import sys
+
+    res = slurm_cluster.run(
+        "sbatch", "--parsable", f"--chdir={tmp_path}", "--cpus-per-task=1", "--time=10",
+        f"--export=ALL,EPOCHS=2,MODULES=,PYTHON={sys.executable},BUNDLE={BUNDLE},ARGS={args}",
+        str(ROOT / "jobs" / "jade" / "train.sbatch"),
+    )
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip().split(";")[0]
+    slurm_cluster.wait_for_jobs([job], timeout=300)
+    assert slurm_cluster.sacct_states([job], timeout=60) == {job: "COMPLETED"}
+    run_dir = tmp_path / "runs" / "synthetic_seg" / f"job-{job}"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    record = yaml.safe_load((run_dir / "run.yaml").read_text())
+    assert config["max_epochs"] == 2
+    assert {"id": "max_epochs", "variable": "EPOCHS", "value": "2"} in record["env"]["refs"]
+    assert record["slurm"]["SLURM_JOB_ID"] == job and record["status"] == "completed"
+    assert json.loads((run_dir / "summary.json").read_text())["epochs"] == 2

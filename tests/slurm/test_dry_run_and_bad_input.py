@@ -1,0 +1,122 @@
+"""--dry-run and bad input, on a machine without a cluster: nothing reaches sbatch, nothing is written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = str(ROOT / "bundles" / "synthetic_seg")
+
+
+def _written(cwd: Path) -> list[str]:
+    """Files a command left in its working dir, apart from the fixture's own."""
+    skip = {"fake-bin", "clusters", "scheduler-calls.txt", "config-home"}
+    return sorted(p.name for p in cwd.iterdir() if p.name not in skip)
+
+
+def test_sweep_dry_run_prints_scripts_points_and_config_and_writes_nothing(offline_cli):
+    out = offline_cli("sweep", "training", "--bundle", BUNDLE, "--cluster", "slurm", "--dry-run",
+                      "--sweep", "learning_rate=1e-3,1e-4", "--sweep", "network_def::channels=[8,16],[16,32],[4,8]",
+                      "--max_epochs", "2", "--array-parallelism", "2", "--output_dir", "sw")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "6 points, all valid" in text
+    assert "2 array(s) of at most 3 tasks (MaxArraySize from scontrol show config)" in text
+    assert "#SBATCH --array=0-2%2" in text and "points 0-2, 3-5" in text
+    assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
+    assert "-u -m submitit.core._submit " + str(offline_cli.cwd / "sw" / "slurm" / "%A") in text
+    assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text
+    assert "max_epochs: 2" in text and f"output_dir: {offline_cli.cwd / 'sw' / 'base'}" in text
+    assert _written(offline_cli.cwd) == []
+    assert offline_cli.calls() == {"sbatch": 0, "sacct": 0, "squeue": 0, "scancel": 0}
+
+
+def test_submit_dry_run_prints_the_sbatch_script_and_config(offline_cli):
+    offline_cli.write_profile("gpu", "extends: jade\npartitions: [small, gpu]\npartition: gpu\naccount: proj\n")
+    out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "gpu", "--dry-run", "--hold",
+                      "--slurm", "time=00:30:00", "--trainer::max_epochs", "3", "--output_dir", "r1")
+    assert out.returncode == 0, out.stderr
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --time=30", "#SBATCH --hold", "#SBATCH --signal=USR2@120", "module load cuda/12.1",
+                 "#SBATCH --export=ALL,PYTHONUNBUFFERED=1"):
+        assert line in out.stdout
+    assert "--array" not in out.stdout
+    assert "max_epochs: 3" in out.stdout
+    assert _written(offline_cli.cwd) == []
+    assert offline_cli.calls()["sbatch"] == 0
+
+
+def test_dry_run_script_is_the_one_submitit_submits(monkeypatch, tmp_path, offline_cli):
+    """The printed script comes from submitit's own _make_sbatch_string with the executor's parameters."""
+    from submitit import SlurmExecutor
+
+    from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
+    from hpc_runner.slurm.profiles import load_profile
+
+    monkeypatch.setenv("PATH", offline_cli.env["PATH"])  # a (fake) srun, so SlurmExecutor can be built
+    profile = load_profile("jade", {"time": 45})
+    params = slurm_parameters(profile, job_name="x", hold=True, array_parallelism=5)
+    folder = tmp_path / "slurm" / "%A"
+    ex = SlurmExecutor(folder=folder)
+    ex.update_parameters(**params)
+    assert sbatch_script(profile, folder, params) == ex._make_submission_file_text(ex._submitit_command_str, "u")
+    ex.parameters["map_count"] = 12  # what map_array sets on its copy of the executor
+    assert sbatch_script(profile, folder, params, 12) == ex._make_submission_file_text(ex._submitit_command_str, "u")
+
+
+def test_a_bad_point_means_nothing_is_submitted_or_written(offline_cli):
+    out = offline_cli("sweep", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "sw",
+                      "--sweep", "seed=1,2,3", "--sweep", "batch_size=1,two")
+    assert out.returncode == 2
+    assert "sweep point 1 (seed=1 batch_size=two) is not valid, nothing was submitted" in out.stderr
+    assert _written(offline_cli.cwd) == [] and offline_cli.calls()["sbatch"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster", "nosuch", "--sweep", "seed=1"], "unknown cluster profile 'nosuch'"),
+        (["--cluster", "slurm", "--sweep", "seed"], "has no '='"),
+        (["--cluster", "slurm", "--sweep", "seed=[1"], "unclosed bracket"),
+        (["--cluster", "slurm", "--sweep", "nope=1,2"], "sweep point 0"),
+        (["--cluster", "slurm", "--slurm", "partiton=x", "--sweep", "seed=1"], "unknown key partiton"),
+        (["--cluster", "jade", "--slurm", "partition=nope", "--sweep", "seed=1"], "not one of this cluster"),
+        (["--cluster", "slurm"], "no sweep given"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(offline_cli, args, message):
+    out = offline_cli("sweep", "--bundle", BUNDLE, "--output_dir", "sw", *args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert _written(offline_cli.cwd) == [] and offline_cli.calls()["sbatch"] == 0
+
+
+def test_status_of_something_else_exits_2(offline_cli, tmp_path):
+    out = offline_cli("status", str(tmp_path))
+    assert out.returncode == 2 and "not a sweep dir or a run dir" in out.stderr
+
+
+def test_an_existing_sweep_dir_is_not_overwritten(offline_cli):
+    (offline_cli.cwd / "sw").mkdir()
+    (offline_cli.cwd / "sw" / "keep.txt").write_text("x")
+    out = offline_cli("sweep", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "sw", "--sweep", "seed=1")
+    assert out.returncode == 2 and "already exists and is not empty" in out.stderr
+
+
+def test_help_does_not_import_torch_or_monai():
+    for command in ("submit", "sweep", "status", "resume", "collect", "cancel"):
+        code = (
+            "import sys; from hpc_runner.cli import main\n"
+            f"try:\n    main(['{command}', '--help'])\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in ('torch', 'monai', 'submitit') if m in sys.modules]\n"
+            "assert not bad, bad"
+        )
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert res.returncode == 0, res.stderr

@@ -1,0 +1,53 @@
+"""An sbatch that fails half-way: the queued points keep their job ids, the rest are marked not-submitted.
+
+sbatch is replaced by a script that accepts the first array and refuses the next one, as a QOS limit
+on submitted jobs would; the rest of the path (submitit, records, status, resume) is the real one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = str(ROOT / "bundles" / "synthetic_seg")
+
+
+def test_second_array_refused(offline_cli):
+    sbatch = Path(offline_cli.env["PATH"].split(":")[0]) / "sbatch"
+    count = offline_cli.cwd / "sbatch-count"
+    sbatch.write_text(
+        "#!/bin/sh\n"
+        f"echo sbatch >> {offline_cli.calls_file}\n"
+        f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n"
+        'if [ "$n" = 0 ]; then echo "Submitted batch job 4242"; exit 0; fi\n'
+        "echo 'sbatch: error: QOSMaxSubmitJobPerUserLimit' >&2\n"
+        "echo 'sbatch: error: Batch job submission failed: Job violates accounting/QOS policy' >&2\nexit 1\n"
+    )
+    out = offline_cli("sweep", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "sw",
+                      "--sweep", "seed=range(7)")  # MaxArraySize 3: arrays of 3, 3 and 1
+    assert out.returncode == 2
+    assert "Job violates accounting/QOS policy" in out.stderr
+    assert "3 points were queued (arrays 4242) and 4 were not" in out.stderr
+    assert "hpc-runner resume" in out.stderr
+    record = json.loads((offline_cli.cwd / "sw" / "sweep.yaml").read_text())
+    assert record["state"] == "partially-submitted" and "QOS" in record["error"]["message"]
+    assert [p["job_id"] for p in record["points"]] == ["4242_0", "4242_1", "4242_2", None, None, None, None]
+    assert [p["submit"] for p in record["points"]][3:] == ["not-submitted"] * 4
+
+    status = offline_cli("status", "sw")
+    assert status.returncode == 0, status.stderr
+    assert "NOT-SUBMITTED 4" in status.stdout and "UNKNOWN 3" in status.stdout
+    assert "not submitted (the sbatch call for it failed" in status.stdout
+
+    plan = offline_cli("resume", "sw", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert [ln.split()[3] for ln in plan.stdout.splitlines() if "would resubmit" in ln] == ["3", "4", "5", "6"]
+
+
+def test_first_sbatch_refused_leaves_nothing(offline_cli):
+    out = offline_cli("sweep", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "sw", "--sweep", "seed=1,2")
+    assert out.returncode == 2 and "sbatch must not run" in out.stderr  # the fixture's sbatch always fails
+    assert not (offline_cli.cwd / "sw").exists()
+    out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "r1")
+    assert out.returncode == 2 and not (offline_cli.cwd / "r1").exists()

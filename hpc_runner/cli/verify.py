@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
         for p in report.problems:
             print(p.line())
         print(f"hpc-runner verify: {len(report.problems)} problem(s) in {report.name} {report.version} "
-              f"({bundle_dir})", file=sys.stderr)
+              f"({bundle_dir})" + (f"; also: {'; '.join(report.notes)}" if report.notes else ""), file=sys.stderr)
         return 2
     print(f"OK: {report.name} {report.version} ({bundle_dir}): " + "; ".join(report.notes))
     return 0

@@ -115,7 +115,6 @@ def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
         existing = _existing(dest_dir, target, name, version)
         if existing is not None:
             return _compare_existing(existing, manifest, name, version)
-        os.chmod(tmp, 0o755 & ~_umask())
         try:
             os.rename(staged, target)
         except OSError:
@@ -125,12 +124,6 @@ def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
         return InstallResult(target, name, version, "installed")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _existing(dest_dir: Path, target: Path, name: str, version: str) -> Path | None:

@@ -113,8 +113,11 @@ class _Checker:
             why = self.policy.refusal(module)
             if why:
                 self.add(id_path, f"'$import {module}' is refused: {why}")
-            else:
-                importlib.import_module(module)  # imported now, so a bundle module cannot shadow it later
+                continue
+            try:  # imported now, so a module of the bundle cannot shadow it later
+                importlib.import_module(module)
+            except Exception as exc:
+                self.add(id_path, f"'$import {module}' fails: {type(exc).__name__}: {exc}")
 
     def dotted_name(self, id_path: str, name: str, what: str) -> None:
         """Check a dotted or bare name that MONAI will import (``_target_``, reader, writer)."""

@@ -52,3 +52,17 @@ def check_trust(bundle_dir: Path, *, trust: bool = False, environ: Mapping[str, 
         expected="the files as they were packed: reinstall the bundle (or pack a new version of your changes)",
         hint="Run with --trust to use the modified files anyway",
     )
+
+
+def manifest_record(bundle_dir: Path | None) -> dict | None:
+    """Return what a run record should say about the bundle's MANIFEST (None without one)."""
+    import hashlib
+
+    if bundle_dir is None or not (bundle_dir / MANIFEST_NAME).is_file():
+        return None
+    diff = manifest_status(bundle_dir)
+    return {
+        "sha256": hashlib.sha256((bundle_dir / MANIFEST_NAME).read_bytes()).hexdigest(),
+        "matches": bool(diff and diff.ok),
+        "differences": None if diff is None or diff.ok else diff.describe(),
+    }

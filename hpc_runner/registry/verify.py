@@ -120,12 +120,15 @@ def verify_bundle(
     report.problems += found
     report.notes += notes
     loaded = [s.cfg for s in sets if s.cfg is not None]
+    unsafe: list[Problem] = []
     if safe and loaded:
-        found = _safe_problems(loaded, bundle_dir, env)
-        report.problems += found
-        if not found:
+        unsafe = _safe_problems(loaded, bundle_dir, env)
+        report.problems += unsafe
+        if not unsafe:
             report.notes.append("--safe rules pass")
-    if net and sets and sets[0].cfg is not None:
+    if unsafe and net:
+        report.notes.append("--net skipped: building the network would run what --safe refuses")
+    elif net and sets and sets[0].cfg is not None:
         from hpc_runner.registry.verify_net import net_problems
 
         found, note = net_problems(sets[0].cfg, net_id)

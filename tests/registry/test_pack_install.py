@@ -14,6 +14,7 @@ from registry_helpers import EXAMPLE, TINY, copy_bundle, out
 from hpc_runner.errors import BundleError
 from hpc_runner.registry.install import install_archive
 from hpc_runner.registry.pack import pack_bundle
+from hpc_runner.registry.trust import manifest_record
 
 
 def _publish(tmp_path: Path) -> dict[str, Path]:
@@ -134,6 +135,8 @@ def test_versions_install_side_by_side(cli, shared: dict[str, Path], tmp_path: P
 
 def test_tampered_copy_is_refused_naming_the_file(cli, shared: dict[str, Path]) -> None:
     installed = shared["installed"]
+    assert manifest_record(installed) == {"sha256": manifest_record(installed)["sha256"], "matches": True,
+                                          "differences": None}
     with open(installed / "configs" / "train.yaml", "a") as f:
         f.write("learning_rate: 0.5\n")
     (installed / "configs" / "metadata.json").rename(installed / "configs" / "meta.json.bak")
@@ -143,6 +146,8 @@ def test_tampered_copy_is_refused_naming_the_file(cli, shared: dict[str, Path]) 
     assert "no longer match its MANIFEST" in proc.stderr
     assert "changed: configs/train.yaml" in proc.stderr and "added: configs/meta.json.bak" in proc.stderr
     assert "--trust" in proc.stderr and not (shared["user"] / "runs").exists()
+    record = manifest_record(installed)
+    assert not record["matches"] and "changed: configs/train.yaml" in record["differences"]
     # the same check guards every command that loads a bundle; --trust lets it through with a warning
     proc = cli("config", "--bundle", "synthetic_seg", "--trust", "--id", "learning_rate", "--format", "json",
                cwd=shared["user"], bundle_path=str(shared["group"]))

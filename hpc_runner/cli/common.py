@@ -73,4 +73,6 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         from hpc_runner.registry.safe_mode import check_safe
 
         check_safe(cfg)
+    cfg.trusted = bool(getattr(args, "trust", False))
+    cfg.safe = bool(getattr(args, "safe", False))
     return cfg

@@ -50,6 +50,8 @@ class BundleConfig:
     where: dict[str, str]  # id -> "file:line" where the current value was set
     overrides: list[Override] = field(default_factory=list)
     env_uses: list[EnvUse] = field(default_factory=list)
+    trusted: bool = False  # run despite a MANIFEST mismatch (--trust); recorded so a job checks the same way
+    safe: bool = False  # checked with --safe
 
     @property
     def meta(self) -> dict:
@@ -102,7 +104,8 @@ def split_config_files(values: Sequence[str] | str | None) -> list[Path]:
     return [Path(p) for v in values for p in str(v).split(",") if p]
 
 
-def _expand_file_env(cfg: BundleConfig, environ: Mapping[str, str]) -> None:
+def expand_file_env(cfg: BundleConfig, environ: Mapping[str, str]) -> None:
+    """Expand ``${env:...}`` in the values that came from config files, recording each variable used."""
     for id_path, value in list(iter_ids(cfg.config)):
         if has_env_refs(value):
             used: dict[str, str | None] = {}
@@ -181,7 +184,7 @@ def load_bundle_config(
 
     name = str(meta.get("name") or (bundle_dir.name if bundle_dir else files[0].stem))
     cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where)
-    _expand_file_env(cfg, environ)
+    expand_file_env(cfg, environ)
     apply_overrides(cfg, [*args_overrides, *parse_env_overrides(environ), *cli_overrides], environ)
     if check:
         cfg.check()

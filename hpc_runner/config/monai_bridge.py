@@ -66,12 +66,16 @@ def run_expr(parser: ConfigParser, id_path: str) -> list[Any]:
 
 @contextmanager
 def bundle_on_sys_path(bundle_dir: Path | None):
-    """Put the bundle root on ``sys.path`` while it runs, so its ``scripts/`` package imports (as MONAI)."""
+    """Put the bundle root on ``sys.path`` while it runs, so its ``scripts/`` package imports (as MONAI).
+
+    MONAI inserts it near the front; appending means a bundle's file can never hide an installed
+    package (a ``nibabel.py`` in a shared bundle stays harmless).
+    """
     if bundle_dir is None:
         yield
         return
     entry = str(Path(bundle_dir).resolve())
-    sys.path.insert(1, entry)
+    sys.path.append(entry)
     try:
         yield
     finally:

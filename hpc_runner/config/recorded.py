@@ -35,6 +35,8 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
         meta_file=None,
         config=loaded.data,
         where=where,
+        trusted=bool(record.get("trusted", False)),
+        safe=bool(record.get("safe", False)),
     )
     apply_overrides(cfg, cli_overrides, {})
     cfg.check()

@@ -29,6 +29,7 @@ from hpc_runner.records.rundir import (
     dump_yaml,
     now_iso,
 )
+from hpc_runner.registry.trust import check_trust, manifest_record
 
 INIT_ID, RUN_ID, FINAL_ID = "initialize", "run", "finalize"
 OUTPUT_DIR_ID = "output_dir"
@@ -142,12 +143,15 @@ def prepare_run(
                 "dir": str(cfg.bundle_dir.resolve()) if cfg.bundle_dir else None,
                 "config_files": [str(p.resolve()) for p in cfg.config_files],
                 "meta_file": str(cfg.meta_file.resolve()) if cfg.meta_file else None,
+                "manifest": manifest_record(cfg.bundle_dir),
             },
             "command": command_line(argv),
             "env": {
                 "HPCR": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HPCR")},
                 "refs": [{"id": u.id_path, "variable": u.variable, "value": u.value} for u in cfg.env_uses],
             },
+            "trusted": cfg.trusted,
+            "safe": cfg.safe,
             "attempts": previous.get("attempts", 0),
             "created": previous.get("created", now_iso()),
         },
@@ -290,6 +294,9 @@ def run_recorded(run_dir: str | Path, entry: str | None = None, argv: Sequence[s
     from hpc_runner.engine.stop import install_stop_handlers
 
     cfg, record = load_recorded_config(run_dir)
+    if cfg.bundle_dir is not None:
+        # the job imports the bundle's scripts/ now, not when it was submitted: check the files again
+        check_trust(cfg.bundle_dir, trust=bool(record.get("trusted", False)))
     entry = entry or record.get("entry")
     rd, expanded = prepare_run(cfg, entry, run_dir, argv)
     restore = install_stop_handlers()

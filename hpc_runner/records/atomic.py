@@ -30,10 +30,23 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         raise
 
 
-def _umask() -> int:
-    mask = os.umask(0)
+def _read_umask() -> int:
+    try:  # Linux reports it without changing it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: read once, at import, before any thread of ours exists
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
+
+
+def _umask() -> int:
+    return _UMASK
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

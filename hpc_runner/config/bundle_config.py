@@ -52,6 +52,7 @@ class BundleConfig:
     env_uses: list[EnvUse] = field(default_factory=list)
     trusted: bool = False  # run despite a MANIFEST mismatch (--trust); recorded so a job checks the same way
     safe: bool = False  # checked with --safe
+    recorded: bool = False  # loaded from a run dir's config.yaml (resume, rerun, jobs), not from bundle files
 
     @property
     def meta(self) -> dict:

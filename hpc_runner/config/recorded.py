@@ -37,6 +37,7 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
         where=where,
         trusted=bool(record.get("trusted", False)),
         safe=bool(record.get("safe", False)),
+        recorded=True,
     )
     apply_overrides(cfg, cli_overrides, {})
     cfg.check()

@@ -45,6 +45,7 @@ def init_distributed(backend: str | None = None) -> bool:
     if "MASTER_ADDR" not in os.environ:
         from submitit.helpers import TorchDistributedEnvironment
 
+        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")  # submitit only sets it in its own jobs, not plain srun
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":

@@ -60,10 +60,15 @@ def _preemption_in(exc: BaseException) -> BaseException | None:
     return None
 
 
+_USUAL_ENTRIES = ("run", "training", "train", "evaluating", "evaluate", "inferring", "infer")
+
+
 def _looks_like_entry(key: object, value: Any) -> bool:
-    """An id that does something when run: a ``$`` expression, or a list of them."""
+    """An id that does something when run: a usual entry name, a ``$`` expression, or a list of them."""
     if str(key) in (INIT_ID, FINAL_ID) or str(key).startswith("_"):
         return False
+    if str(key) in _USUAL_ENTRIES:
+        return True
     items = value if isinstance(value, list) else [value]
     return bool(items) and all(isinstance(v, str) and v.startswith("$") and not v.startswith("$import") for v in items)
 
@@ -106,8 +111,11 @@ def prepare_run(
     run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name))
     if rank == 0:
         run_dir.create()
-    if cfg.bundle_dir is not None and has_id(cfg.config, BUNDLE_ROOT_ID) and not any(
-        o.id == BUNDLE_ROOT_ID for o in cfg.overrides
+    if (
+        not cfg.recorded  # a recorded config already holds the bundle_root it ran with
+        and cfg.bundle_dir is not None
+        and has_id(cfg.config, BUNDLE_ROOT_ID)
+        and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides)
     ):
         _set_runner_value(cfg, BUNDLE_ROOT_ID, str(cfg.bundle_dir.resolve()), "--bundle")
     _set_runner_value(cfg, OUTPUT_DIR_ID, str(run_dir.path.resolve()), "run dir")
@@ -123,14 +131,15 @@ def prepare_run(
             expected="a new --output_dir, or --resume DIR to continue the recorded run unchanged",
         )
     write_text_atomic(existing, config_text)
-    run_dir.write_yaml(
-        OVERRIDES_FILE,
-        [
-            {"id": o.spelling(), "value": to_plain(o.value), "source": o.source, "origin": o.origin,
-             "replaced": o.replaced}
-            for o in cfg.overrides
-        ],
-    )
+    entries = [
+        {"id": o.spelling(), "value": to_plain(o.value), "source": o.source, "origin": o.origin,
+         "replaced": o.replaced}
+        for o in cfg.overrides
+    ]
+    if cfg.recorded:  # resuming: keep the overrides the run was made with, add only new ones
+        kept = run_dir.read_yaml(OVERRIDES_FILE) or []
+        entries = kept + [e for e in entries if e not in kept and e["source"] != "hpc-runner"]
+    run_dir.write_yaml(OVERRIDES_FILE, entries)
     previous = run_dir.record()
     run_dir.write_yaml(
         "run.yaml",

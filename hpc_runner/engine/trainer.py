@@ -452,3 +452,8 @@ class Trainer:
             for tip in report.advice:
                 print(f"hpc-runner:   advice: {tip}", flush=True)
         return summary
+
+
+def fit(trainer: Trainer) -> dict[str, Any]:
+    """Run ``trainer`` and return its summary: a declarative entry (``_target_: hpc_runner.engine.fit``)."""
+    return trainer.run()

@@ -102,3 +102,15 @@ def test_checkpoint_files_appear_whole(tmp_path: Path) -> None:
     (tmp_path / "ckpt_00000006.pt").write_bytes(b"cut short")  # a file written by something else, broken
     path, state = load_latest_checkpoint(tmp_path)
     assert path.name == "ckpt_00000005.pt" and state["w"][0] == 5
+
+
+def test_resume_keeps_the_recorded_bundle_root_and_overrides(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", "r", "--max_epochs", "1",
+              "--+bundle_root", str(tmp_path), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    before = yaml.safe_load((tmp_path / "r" / "overrides.yaml").read_text())
+    res = cli("run", "--resume", "r", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["bundle_root"] == str(tmp_path)
+    after = yaml.safe_load((tmp_path / "r" / "overrides.yaml").read_text())
+    assert [o["id"] for o in after] == [o["id"] for o in before]

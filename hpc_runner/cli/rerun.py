@@ -1,0 +1,80 @@
+"""``hpc-runner rerun``: run a recorded run again, exactly, from its run dir, into a new run dir."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "run a recorded run again exactly (its config.yaml and entry) in a new run dir"
+DESCRIPTION = """Run the run recorded in RUN_DIR again, from its config.yaml: the config that ran, with
+its overrides and ${env:} values already applied and macros expanded, so neither today's
+environment nor today's bundle files change it. The entry comes from its run.yaml.
+
+The new run starts fresh (it never resumes from RUN_DIR's checkpoints) in --output_dir, by default
+a new folder beside RUN_DIR (RUN_DIR-rerun-<time>); RUN_DIR itself is never written. Its run.yaml
+records `rerun_of: RUN_DIR`. A warning lists every package version (torch, monai, numpy, python...)
+and git state of the bundle (commit, uncommitted changes) that differs from RUN_DIR's run.yaml.
+Overrides given here (--ID VALUE) are applied on top and recorded: the re-run is then no longer exact."""
+EPILOG = """examples:
+  hpc-runner rerun runs/synthetic_seg/2026-11-21_10-00-00
+  hpc-runner rerun runs/synthetic_seg/sweep-2026-11-21_10-00-00/points/0003 --output_dir runs/p3-again
+  hpc-runner rerun runs/synthetic_seg/2026-11-21_10-00-00 --dry-run
+exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
+ACCEPTS_OVERRIDES = True
+EXIT_FAILED, EXIT_PREEMPTED = 1, 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the rerun options."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run dir written by hpc-runner run/submit/sweep")
+    parser.add_argument(
+        "--output_dir", "--output-dir", metavar="DIR", help="the new run dir (default: RUN_DIR-rerun-<time>)"
+    )
+    parser.add_argument("--entry", metavar="ID", help="id to run instead of the recorded entry")
+    parser.add_argument(
+        "--trust", action="store_true",
+        help="use the bundle even if its files no longer match its MANIFEST (see 'hpc-runner verify')",
+    )
+    parser.add_argument(
+        "--dry-run", "--dry_run", dest="dry_run", action="store_true",
+        help="show what differs from the record and where it would run; run nothing",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from hpc_runner.report.rerun import plan_rerun
+
+    plan = plan_rerun(args.run_dir, args.output_dir, args.override_tokens, args.entry, args.trust)
+    if args.dry_run:
+        text = plan.warning()
+        if text:
+            print(f"hpc-runner rerun: warning: {text}", file=sys.stderr)
+        print(f"hpc-runner: would re-run entry '{plan.entry or 'run'}' of {plan.source} in {plan.output_dir}")
+        print("hpc-runner: the environment matches the record" if not text else
+              f"hpc-runner: {len(plan.differences)} difference(s) from the record")
+        return 0
+
+    from hpc_runner.engine.runner import describe_failure, execute_run
+    from hpc_runner.engine.stop import install_stop_handlers
+    from hpc_runner.report.rerun import start_rerun
+
+    run_dir, expanded = start_rerun(plan, sys.argv)
+    print(f"hpc-runner: re-running {plan.source} in {run_dir.path}", flush=True)
+    restore = install_stop_handlers()
+    try:
+        outcome = execute_run(plan.cfg, run_dir, expanded, plan.entry)
+    finally:
+        restore()
+    if outcome.status == "completed":
+        print(f"hpc-runner: done; results in {run_dir.path}", flush=True)
+        return 0
+    if outcome.status == "preempted":
+        print(f"hpc-runner: stopped by {outcome.error.reason}; continue with: hpc-runner run --resume {run_dir.path}",
+              file=sys.stderr)
+        return EXIT_PREEMPTED
+    if outcome.status == "interrupted":
+        print(f"hpc-runner rerun: interrupted; run dir {run_dir.path}", file=sys.stderr)
+        return 130
+    print(f"hpc-runner rerun: error: {describe_failure(outcome)}", file=sys.stderr)
+    return EXIT_FAILED

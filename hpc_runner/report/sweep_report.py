@@ -1,0 +1,118 @@
+"""The report of a sweep dir: plots/*.png and report.html (plots, the sortable results table, links)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.report import page
+from hpc_runner.report.page import Cell, value_cell
+from hpc_runner.report.run_report import PLOTS_DIR, REPORT_FILE, Report, report_run
+from hpc_runner.report.sweepdata import SweepData, load_sweep
+
+HIDDEN_COLUMNS = ("run_dir",)
+
+
+def write_sweep_plots(sweep: SweepData, folder: Path) -> list[tuple[Path, bytes, str]]:
+    """Write the sweep's PNGs into ``folder``; return (path, PNG bytes, caption) of each."""
+    from hpc_runner.report import sweep_plots as sp
+
+    jobs = [
+        ("loss_overlay.png", sp.plot_loss_overlay, "training loss of every point, overlaid"),
+        ("metric_vs_params.png", sp.plot_metric_vs_params, "final metric against each swept id (line: mean)"),
+    ]
+    if len(sweep.param_ids) == 2:
+        jobs.append(("heatmap.png", sp.plot_heatmap, "final metric over the grid of the two swept ids"))
+    jobs += [
+        ("states.png", sp.plot_states, "how many points are in each state"),
+        ("time_split.png", sp.plot_time_split, "each point's time: computing, waiting for data, the rest"),
+    ]
+    if len(sweep.param_ids) != 2:
+        (folder / "heatmap.png").unlink(missing_ok=True)  # left by an earlier report, it would mislead
+    return [(folder / name, plot(sweep, folder / name), caption) for name, plot, caption in jobs]
+
+
+def point_overrides(sweep: SweepData, state: Any) -> str:
+    """Return the point's overrides as command-line options (``--optimizer::lr 0.001 --seed 1``)."""
+    from hpc_runner.report.sweep_plots import cell
+
+    return " ".join(f"--{k} {shlex.quote(cell(v))}" for k, v in sweep.effective(state).items())
+
+
+def _state_class(state: Any) -> str:
+    return "state-COMPLETED" if state.state == "COMPLETED" else ("state-failed" if state.failed else "")
+
+
+def results_table(sweep: SweepData) -> str:
+    """Return the sortable results table: collect's columns, a link to each run dir and the point's overrides."""
+    columns = [c for c in sweep.columns if c not in HIDDEN_COLUMNS]
+    by_index = {st.index: st for st in sweep.states}
+    rows = []
+    for row in sweep.rows:
+        st = by_index[row["point"]]
+        links = [page.link(st.run_dir, sweep.path, os.path.relpath(st.run_dir, sweep.path))]
+        if (st.run_dir / REPORT_FILE).is_file():
+            links.append(page.link(st.run_dir / REPORT_FILE, sweep.path, "report"))
+        cells = [value_cell(row.get(c)) for c in columns]
+        cells[columns.index("state")].cls = _state_class(st)
+        cells.insert(1, Cell(raw_html=" ".join(links), sort=str(st.run_dir)))
+        cells.append(Cell(point_overrides(sweep, st), cls="overrides"))
+        rows.append(cells)
+    names = [columns[0], "run dir", *columns[1:], "overrides"]
+    return '<div class="scroll">' + page.table(names, rows, "results") + "</div>"
+
+
+def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
+    """Return the HTML page of a sweep."""
+    from hpc_runner.slurm.tracking import counts
+
+    data = sweep.target.record.data
+    title = f"sweep {sweep.path.name} of {sweep.bundle}"
+    c = counts(sweep.states)
+    count_text = ", ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+    profile = (data.get("cluster") or {}).get("profile", "?")
+    parts = [
+        f"<h1>{page.esc(title)}</h1>",
+        f'<p class="meta">{page.esc(sweep.path.resolve())}</p>',
+        f'<p class="meta">{len(sweep.states)} points over {page.esc(", ".join(sweep.param_ids) or "no ids")}; '
+        f"created {page.esc(data.get('created'))}; profile {page.esc(profile)}; "
+        f"states from {page.esc(getattr(sweep.answer, 'source', '?'))}: {page.esc(count_text)}.</p>",
+    ]
+    note = getattr(sweep.answer, "error", None)
+    if note:
+        parts.append(f'<p class="warn">Scheduler: {page.esc(note)}</p>')
+    files = [sweep.target.record.file, sweep.target.record.base_dir / "config.yaml"]
+    files += [sweep.path / name for name in ("results.csv", "results.md")]
+    links = [page.link(f, sweep.path, os.path.relpath(f, sweep.path)) for f in files if f.is_file()]
+    parts.append("<p>Files: " + " &middot; ".join(links) + "</p>")
+    parts.append("<h2>Plots</h2>")
+    parts += [page.image(png, path.stem, caption) for path, png, caption in plots]
+    parts.append("<h2>Results</h2><p>Click a column header to sort by it (click again to reverse).</p>")
+    parts.append(results_table(sweep))
+    d = shlex.quote(str(sweep.path))
+    parts.append(
+        "<h2>Commands</h2><pre>"
+        + page.esc(
+            f"hpc-runner status {d} --all     # states, errors of failed points\n"
+            f"hpc-runner collect {d}          # results.csv and results.md\n"
+            f"hpc-runner resume {d}           # resubmit failed and missing points\n"
+            f"hpc-runner rerun {d}/points/NNNN  # run one point again, exactly, in a new dir"
+        )
+        + "</pre>"
+    )
+    return page.document(title, parts)
+
+
+def report_sweep(path: str | Path, each_run: bool = False) -> Report:
+    """Write the plots and report.html of the sweep dir ``path`` (and each point's own report if ``each_run``)."""
+    sweep = load_sweep(path)
+    pngs: list[Path] = []
+    if each_run:
+        for run in sweep.runs.values():
+            pngs += report_run(run.path).pngs
+    plots = write_sweep_plots(sweep, sweep.path / PLOTS_DIR)
+    html_path = write_text_atomic(sweep.path / REPORT_FILE, sweep_page(sweep, plots))
+    return Report(html_path, [p for p, _, _ in plots] + pngs, "sweep")

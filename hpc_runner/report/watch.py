@@ -1,0 +1,99 @@
+"""Live progress of a sweep: the state table of ``hpc-runner status`` redrawn every few seconds, and a tqdm bar
+of the points that have finished, until every point is final or Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+
+
+@dataclass
+class WatchResult:
+    """How watching ended: the last states, whether every point was final, and how many polls it took."""
+
+    states: list[Any] = field(default_factory=list)
+    finished: bool = False
+    interrupted: bool = False
+    polls: int = 0
+
+
+def is_pending(state: Any) -> bool:
+    """True while a point may still change: queued or running, or submitted but not yet known to sacct."""
+    from hpc_runner.slurm.tracking import UNKNOWN
+
+    return bool(state.active or (state.state == UNKNOWN and state.job_id))
+
+
+def _default_render(target: Any, states: list[Any], answer: Any) -> str:
+    from hpc_runner.cli.status import render
+
+    return render(target, states, answer, False)
+
+
+def _postfix(states: list[Any]) -> str:
+    from hpc_runner.slurm.tracking import counts
+
+    c = counts(states)
+    return " ".join(f"{s} {n}" for s, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def watch_status(
+    sweep_dir: str | Path,
+    interval: float = 10.0,
+    *,
+    stream: TextIO | None = None,
+    render: Callable[[Any, list[Any], Any], str] | None = None,
+    max_polls: int | None = None,
+    timeout: float | None = None,
+    clear: bool | None = None,
+) -> WatchResult:
+    """Redraw the sweep's state table and a bar of finished points every ``interval`` s until all are final."""
+    from tqdm.auto import tqdm
+
+    from hpc_runner.slurm.targets import load_target
+
+    stream = stream or sys.stdout
+    render = render or _default_render
+    clear = stream.isatty() if clear is None else clear
+    target = load_target(sweep_dir)
+    result = WatchResult()
+    bar = None
+    last_table = None
+    started = time.monotonic()
+    try:
+        while True:
+            states, answer = target.states()
+            result.states, result.polls = states, result.polls + 1
+            table = render(target, states, answer)
+            if table != last_table:  # in a log (no terminal) only changes are written
+                if bar is not None:
+                    bar.clear()
+                stream.write((CLEAR if clear else "") + table + "\n")
+                last_table = table
+            done = sum(not is_pending(s) for s in states)
+            if bar is None:  # the rate and ETA count from here: points already done are the initial count
+                bar = tqdm(total=len(states), initial=done, desc="points finished", unit="pt", file=stream,
+                           dynamic_ncols=True, mininterval=0, postfix=_postfix(states))
+            bar.n = done
+            bar.set_postfix_str(_postfix(states), refresh=False)
+            if not any(is_pending(s) for s in states):
+                result.finished = True
+                break  # close() below draws the bar one last time
+            bar.refresh()
+            if max_polls is not None and result.polls >= max_polls:
+                break
+            if timeout is not None and time.monotonic() - started + interval > timeout:
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        result.interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+    return result

@@ -10,9 +10,11 @@ from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
 HELP = "print the merged config after overrides (--resolve, --sources)"
 DESCRIPTION = """Print the bundle's config as it would run: files merged in order, then the args
 file, HPCR__ environment variables and command-line overrides applied, ${env:} expanded, and
-references checked. Nothing is built or run."""
+references checked. Nothing is built or run, except with --cache-plan: that runs the bundle's
+initialize and each dataset's transforms on the data to measure what caching costs and saves."""
 EPILOG = """examples:
   hpc-runner config --bundle bundles/synthetic_seg
+  hpc-runner config --bundle bundles/synthetic_seg --cache-plan
   hpc-runner config --bundle bundles/synthetic_seg --sources --optimizer::lr 1e-3
   hpc-runner config --bundle bundles/synthetic_seg --resolve --id network_def"""
 ACCEPTS_OVERRIDES = True
@@ -31,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--id", metavar="ID", help="print only this id")
     parser.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format")
+    parser.add_argument(
+        "--cache-plan",
+        "--cache_plan",
+        action="store_true",
+        help="for each dataset: the transforms cached and those run every epoch, cache memory, and one cache "
+        "fill against one uncached epoch, measured on the data (runs 'initialize'; takes a few seconds)",
+    )
 
 
 def _sources_table(cfg) -> str:
@@ -57,6 +66,18 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _print_cache_plan(cfg, fmt: str) -> int:
+    import sys
+
+    from hpc_runner.data.cache_plan import cache_plan
+
+    print("measuring the cache plan: running each dataset's transforms on the data (a few seconds)...",
+          file=sys.stderr, flush=True)
+    plan = cache_plan(cfg)
+    print(json.dumps(plan.to_dict(), indent=2) if fmt == "json" else plan.format())
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
     from hpc_runner.config.display import resolve_for_display, to_plain
@@ -65,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.records.rundir import dump_yaml
 
     cfg = load_config_from_args(args)
+    if args.cache_plan:
+        return _print_cache_plan(cfg, args.format)
     if args.sources:
         print(_sources_table(cfg))
         return 0

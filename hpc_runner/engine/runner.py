@@ -243,6 +243,10 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
     outcome = RunOutcome(run_dir.path, "completed")
     with tee_to_log(run_dir.file(LOG_FILE)) as logger:
         logger.info("run %s of %s in %s", run_id, cfg.name, run_dir.path)
+        # one line: what each dataset caches and where, plus warnings about orders that waste the cache
+        from hpc_runner.data.cache_plan import log_cache_summary
+
+        log_cache_summary(cfg, expanded, logger)
         try:
             _run_ids(cfg, expanded, run_id)
         except KeyboardInterrupt as exc:

@@ -38,6 +38,8 @@ def tee_to_log(path: Path) -> Iterator[logging.Logger]:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger(LOGGER_NAME)
     logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)  # the log file keeps INFO; the terminal still shows only what is printed
     old_stdout = sys.stdout
     sys.stdout = _Tee(old_stdout, log)  # type: ignore[assignment]
     try:
@@ -45,4 +47,5 @@ def tee_to_log(path: Path) -> Iterator[logging.Logger]:
     finally:
         sys.stdout = old_stdout
         logger.removeHandler(handler)
+        logger.setLevel(old_level)
         log.close()

@@ -65,10 +65,19 @@ def main(args: argparse.Namespace) -> int:
         print(f"hpc-runner: done; results in {run_dir.path}", flush=True)
         return 0
     if outcome.status == "preempted":
-        from hpc_runner.slurm.requeue import requeue_current_job
+        from hpc_runner.engine.distributed import launched_world
+        from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
 
+        if launched_world()[0] != 0:
+            return EXIT_PREEMPTED  # rank 0 speaks for the job
         job = None if args.no_requeue else requeue_current_job()
-        then = f"requeued SLURM job {job}" if job else f"continue with: hpc-runner run --resume {run_dir.path}"
+        if job:
+            then = f"requeued SLURM job {job}; it continues from the checkpoint"
+        elif current_job_id() and not args.no_requeue:
+            then = f"SLURM is ending job {current_job_id()} (cancelled or not requeueable); continue with: " \
+                   f"hpc-runner run --resume {run_dir.path}"
+        else:
+            then = f"continue with: hpc-runner run --resume {run_dir.path}"
         print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; {then}", file=sys.stderr)
         return EXIT_PREEMPTED
     if outcome.status == "interrupted":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,33 @@ def _save_nifti_atomic(array: np.ndarray, path: Path) -> None:
             os.unlink(tmp)
 
 
+PARAMS_FILE = "synthetic.json"
+
+
+def _check_params(folder: Path, params: dict) -> None:
+    """Record the generation parameters once; refuse a folder that holds volumes made differently."""
+    path = folder / PARAMS_FILE
+    try:
+        with open(path, "x", encoding="utf-8") as f:  # the first job to get here writes it, others compare
+            json.dump(params, f)
+        return
+    except FileExistsError:
+        pass
+    for _ in range(50):  # another job may be between creating and writing the file
+        try:
+            existing = json.loads(path.read_text(encoding="utf-8"))
+            break
+        except (OSError, ValueError):
+            time.sleep(0.1)
+    else:
+        existing = {}
+    if existing != params:
+        raise ValueError(
+            f"{folder} holds synthetic volumes made with {existing}, not {params}; "
+            "use another dataset_dir for other sizes, noise or seed"
+        )
+
+
 def ensure_synthetic_volumes(
     dataset_dir: str | os.PathLike,
     num_train: int = 16,
@@ -41,12 +70,15 @@ def ensure_synthetic_volumes(
     """Create the volumes that are missing in ``dataset_dir`` and return the whole datalist.
 
     Volume ``i`` depends only on ``(seed, i)``, so every job that shares the folder writes the same
-    files; each file appears atomically, so concurrent jobs never read half a volume.
+    files; each file appears atomically, so concurrent jobs never read half a volume. The folder
+    remembers size, noise and seed, and refuses to mix volumes made with other ones.
     """
     from monai.data import create_test_image_3d
 
     folder = Path(dataset_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    _check_params(folder, {"size": int(size), "noise_max": float(noise_max), "seed": int(seed),
+                           "num_objs": int(num_objs)})
     datalist = []
     for i in range(int(num_train) + int(num_val)):
         img_path, seg_path = _volume_paths(folder, i)
@@ -61,13 +93,21 @@ def ensure_synthetic_volumes(
     return datalist
 
 
-def synthetic_datalist(dataset_dir: str | os.PathLike, split: str = "train", num_val: int = 4) -> list[dict[str, str]]:
-    """Return the ``train`` or ``val`` part of the volumes in ``dataset_dir`` (the last ``num_val`` are val)."""
+def synthetic_datalist(
+    dataset_dir: str | os.PathLike, split: str = "train", num_train: int = 16, num_val: int = 4
+) -> list[dict[str, str]]:
+    """Return a split of the volumes: ``val`` is volumes [0, num_val), ``train`` the next ``num_train``.
+
+    The validation set stays the same whatever ``num_train`` a run (or a sweep point) asks for.
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     folder = Path(dataset_dir)
-    images = sorted(folder.glob("img*.nii.gz"))
-    if not images:
-        raise FileNotFoundError(f"no img*.nii.gz volumes in {folder}; the bundle's initialize step creates them")
-    pairs = [{"image": str(p), "label": str(p.with_name("seg" + p.name[3:]))} for p in images]
-    return pairs[: len(pairs) - num_val] if split == "train" else pairs[len(pairs) - num_val :]
+    indices = range(num_val) if split == "val" else range(num_val, num_val + num_train)
+    pairs = []
+    for i in indices:
+        img_path, seg_path = _volume_paths(folder, i)
+        if not (img_path.exists() and seg_path.exists()):
+            raise FileNotFoundError(f"{img_path} is missing; the bundle's initialize step creates the volumes")
+        pairs.append({"image": str(img_path), "label": str(seg_path)})
+    return pairs

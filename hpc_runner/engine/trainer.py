@@ -40,6 +40,19 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def _reseed_transforms(loader: Any, seed: int) -> None:
+    """Re-seed the MONAI random transforms of ``loader``'s dataset for this epoch.
+
+    They own a RandomState that MONAI's DataLoader seeds once, at construction, so without this
+    an epoch's augmentation depends on all the epochs before it, which a resumed run never saw.
+    """
+    dataset = getattr(loader, "dataset", None)
+    if dataset is not None:
+        from monai.data.utils import set_rnd
+
+        set_rnd(dataset, seed)
+
+
 class _StepTimer:
     """Compute time of one step: host clock on CPU, CUDA events on GPU (no extra synchronisation)."""
 
@@ -283,7 +296,9 @@ class Trainer:
         skip = self.batch_in_epoch
         if self.seed is not None:
             # each epoch starts from its own seed, so a restart reproduces the shuffle and the draws
-            seed_everything(derive_seed(self.seed, "epoch", epoch))
+            epoch_seed = derive_seed(self.seed, "epoch", epoch)
+            seed_everything(epoch_seed)
+            _reseed_transforms(self.train_loader, epoch_seed)
         batches = self._batches(epoch, skip)
         if rng_after_skip is not None and (skip > 0 or self.seed is None):
             restore_rng(rng_after_skip)  # mid-epoch: continue exactly where the checkpoint was taken

@@ -21,6 +21,7 @@ datalist:
   _target_: hpc_runner.data.synthetic.synthetic_datalist
   dataset_dir: "@dataset_dir"
   split: train
+  num_train: 4
   num_val: 1
 load:
   - {_target_: LoadImaged, keys: [image, label], image_only: true}

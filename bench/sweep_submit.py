@@ -1,16 +1,18 @@
 """Submitting a sweep to a real SLURM: `hpc-runner sweep` vs submitit's bare `map_array` of the same N.
 
-For each N (1,000 and 5,000 by default) and each round, two child processes run in turn:
+For each N (1,000 and 5,000 by default) and each round, two child processes run in turn (the order
+rotates each round, and `sync` runs before each, so the writeback of one does not land on the other):
 
   submitit   SlurmExecutor.map_array(trivial function, range(N)): one pickle and folder per task.
              MaxArraySize caps an array, and bare map_array does not split (submitit issue #1624),
              so N > MaxArraySize is given as ceil(N / MaxArraySize) map_array calls.
-  hpc-runner `hpc-runner sweep` (in-process CLI main): load the bundle config, expand the grid,
+  hpc-runner `hpc-runner sweep` (its CLI module, in-process): load the bundle config, expand the grid,
              check every point, write the sweep dir (base config, sweep.yaml), split into arrays of
              at most MaxArraySize and submit them through map_array.
 
 Both submit held jobs (sbatch --hold) to the cluster's default partition and everything is cancelled
-right after it is timed, so nothing runs. Imports happen before the clock starts on both sides.
+right after it is timed, so nothing runs. Imports happen before the clock starts on both sides (the
+hpc-runner child warms up with a --dry-run); scontrol is asked inside the clock.
 sbatch, sacct and squeue are counted by wrappers put first on PATH. Then `hpc-runner status` of the
 sweep is timed (in-process and as a fresh process) once sacct lists every task. Each child reports its
 peak RSS (ru_maxrss). The median of the rounds is printed with the ratio hpc-runner / submitit.
@@ -80,6 +82,22 @@ def _peak_mb() -> float:
 # ---------------------------------------------------------------- children (one measurement each)
 
 
+def run_command(name: str, argv: list[str]) -> int:
+    """Parse and run one hpc-runner command as hpc_runner.cli.main does, loading only that command's module."""
+    import importlib
+
+    from hpc_runner.cli.argv import split_overrides
+
+    module = importlib.import_module(f"hpc_runner.cli.{name}")
+    parser = argparse.ArgumentParser(prog=f"hpc-runner {name}")
+    parser.add_argument("--debug", action="store_true")
+    module.add_arguments(parser)
+    rest, overrides = split_overrides(parser, argv) if getattr(module, "ACCEPTS_OVERRIDES", False) else (argv, [])
+    args = parser.parse_args(rest)
+    args.override_tokens = overrides
+    return int(module.main(args) or 0)
+
+
 def child_submitit(n: int, folder: Path) -> dict:
     """Time bare map_array of n trivial tasks (split at MaxArraySize); return time, job ids, peak memory."""
     import submitit
@@ -98,21 +116,38 @@ def child_submitit(n: int, folder: Path) -> dict:
     return {"seconds": seconds, "arrays": arrays, "peak_mb": _peak_mb()}
 
 
-def child_sweep(n: int, folder: Path) -> dict:
-    """Time `hpc-runner sweep` of n points (in-process CLI); return time, array ids, peak memory."""
-    from hpc_runner import cli
-    from hpc_runner.config import bundle_config  # noqa: F401  (imported before the clock, like submitit)
-    from hpc_runner.slurm import submission  # noqa: F401
+def child_sweep(n: int, folder: Path, per_task_folders: bool = False) -> dict:
+    """Time `hpc-runner sweep` of n points (in-process CLI); return time, array ids, peak memory.
+
+    ``per_task_folders``: submitit's default layout (one folder per task, ``%j``) instead of ours (``%A``).
+    """
+    import jsonschema  # noqa: F401  (the metadata check imports it lazily)
+    import submitit  # noqa: F401
+
+    import hpc_runner.cli.sweep  # noqa: F401  (imported before the clock, like submitit)
+    from hpc_runner.config import bundle_config  # noqa: F401
+    from hpc_runner.slurm import (  # noqa: F401
+        cluster_info,
+        executor,
+        job,
+        submission,
+        sweep_record,
+    )
     from hpc_runner.slurm.sweep_record import SweepRecord
 
-    argv = ["sweep", "training", "--bundle", str(BUNDLE), "--cluster", "slurm", "--slurm", "time=5", "--hold",
+    if per_task_folders:
+        sweep_record.SWEEP_JOB_FOLDER = "slurm/%j"
+    argv = ["training", "--bundle", str(BUNDLE), "--cluster", "slurm", "--slurm", "time=5", "--hold",
             "--output_dir", str(folder)]
+    with contextlib.redirect_stdout(io.StringIO()):  # warm-up: every lazy import happens before the clock
+        run_command("sweep", [*argv, "--dry-run", "--sweep", "seed=1"])
+    cluster_info._CACHE.clear()  # but scontrol is asked again inside the clock
     for s in grid(n):
         argv += ["--sweep", s]
     out = io.StringIO()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(out):
-        rc = cli.main(argv)
+        rc = run_command("sweep", argv)
     seconds = time.perf_counter() - t0
     if rc != 0:
         raise SystemExit(f"hpc-runner sweep exited {rc}:\n{out.getvalue()}")
@@ -123,18 +158,26 @@ def child_sweep(n: int, folder: Path) -> dict:
 
 def child_status(folder: Path) -> dict:
     """Time `hpc-runner status DIR` in-process; return time and the state counts."""
-    from hpc_runner import cli
-    from hpc_runner.slurm import targets, tracking  # noqa: F401
+    import submitit.slurm.slurm  # noqa: F401
+
+    import hpc_runner.cli.status  # noqa: F401
+    from hpc_runner.config import values  # noqa: F401
+    from hpc_runner.slurm import sweep_spec, targets, tracking  # noqa: F401
 
     out = io.StringIO()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(out):
-        rc = cli.main(["status", str(folder)])
+        rc = run_command("status", [str(folder)])
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "rc": rc, "head": out.getvalue().splitlines()[:2], "peak_mb": _peak_mb()}
 
 
-CHILDREN = {"submitit": child_submitit, "sweep": child_sweep}
+def child_sweep_per_task(n: int, folder: Path) -> dict:
+    """child_sweep with submitit's one-folder-per-task layout, to compare like with like."""
+    return child_sweep(n, folder, per_task_folders=True)
+
+
+CHILDREN = {"submitit": child_submitit, "sweep": child_sweep, "sweep-%j": child_sweep_per_task}
 
 
 def run_child(kind: str, n: int, folder: Path, env: dict[str, str], calls: Path) -> dict:
@@ -153,6 +196,26 @@ def cancel(array_ids: list[str], env: dict[str, str]) -> None:
     """Cancel what a measurement submitted (held jobs never ran)."""
     if array_ids:
         subprocess.run(["scancel", *array_ids], env=env, capture_output=True, text=True)
+
+
+def job_records(env: dict[str, str]) -> int:
+    """How many job records the controller holds (each task of a cancelled array is one)."""
+    res = subprocess.run(["squeue", "-h", "-t", "all", "-r", "-o", "%i"], env=env, capture_output=True, text=True)
+    return len(res.stdout.split())
+
+
+def make_room(n: int, env: dict[str, str], max_jobs: int, min_age: int) -> float:
+    """Wait until n more job records fit well under MaxJobCount; return the seconds waited.
+
+    Cancelled tasks stay in the controller for MinJobAge seconds, and at MaxJobCount every sbatch on the
+    cluster (other people's too) blocks and retries: the bench must never get there.
+    """
+    t0 = time.monotonic()
+    while (held := job_records(env)) + n > 0.8 * max_jobs:
+        print(f"  (waiting for SLURM to purge old job records: {held} held, MaxJobCount {max_jobs}, "
+              f"MinJobAge {min_age} s)", flush=True)
+        time.sleep(15)
+    return time.monotonic() - t0
 
 
 def wait_for_sacct(array_ids: list[str], n: int, env: dict[str, str], timeout: float = 60) -> float:
@@ -175,7 +238,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="N=200, one round")
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="rounds per size (each leaves N job records for MinJobAge)")
+    p.add_argument("--per-task-folders", action="store_true",
+                   help="also time hpc-runner with submitit's one-folder-per-task layout (%%j)")
     p.add_argument("--workdir", type=Path, help="where the job folders go (default: a temp dir, removed)")
     p.add_argument("--child", choices=[*sorted(CHILDREN), "status"], help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -191,30 +256,41 @@ def main() -> int:
     shims = make_shims(work / "bin")
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     calls = work / "calls.txt"
+    from hpc_runner.slurm import cluster_info
     from hpc_runner.slurm.cluster_info import max_array_size
 
     limit, source = max_array_size()
+    config = cluster_info.scheduler_config()
+    max_jobs = int(config.get("MaxJobCount", "10000").split()[0])
+    min_age = int(config.get("MinJobAge", "300 sec").split()[0])
     print(f"sweep_submit: MaxArraySize={limit} ({source}); held jobs on the default partition, cancelled after "
           f"timing; {rounds} round(s), median; {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
     summary = []
     for n in sizes:
-        results: dict[str, list[dict]] = {"submitit": [], "sweep": [], "status": []}
+        kinds = ["submitit", "sweep", *(["sweep-%j"] if args.per_task_folders else [])]
+        results: dict[str, list[dict]] = {k: [] for k in [*kinds, "status"]}
         status_cli: list[float] = []
         for r in range(rounds):
-            for kind in ("submitit", "sweep"):  # alternate, so drift in machine load hits both
+            # rotate the order each round, and flush dirty pages before each child, so that neither the
+            # writeback of the previous child's files nor drift in machine load favours one side
+            for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
                 folder = work / f"{kind}-{n}-{r}"
+                make_room(n, env, max_jobs, min_age)
+                os.sync()
                 data = run_child(kind, n, folder, env, calls)
                 if kind == "sweep":
                     wait_for_sacct(data["arrays"], n, env)
                     st = run_child("status", n, folder, env, calls)
                     t0 = time.perf_counter()
-                    subprocess.run([sys.executable, "-m", "hpc_runner", "status", str(folder)], env=env,
-                                   capture_output=True, text=True)
-                    status_cli.append(time.perf_counter() - t0)
+                    res = subprocess.run([sys.executable, "-m", "hpc_runner", "status", str(folder)], env=env,
+                                         capture_output=True, text=True)
+                    status_cli.append(time.perf_counter() - t0 if res.returncode == 0 else float("nan"))
                     results["status"].append(st)
                 cancel(data["arrays"], env)
                 results[kind].append(data)
-                shutil.rmtree(folder, ignore_errors=True)
+        for r in range(rounds):  # removed only now: deleting 5,000 folders loads the disk for a while
+            for kind in kinds:
+                shutil.rmtree(work / f"{kind}-{n}-{r}", ignore_errors=True)
         med = {k: statistics.median(d["seconds"] for d in v) for k, v in results.items()}
         last = {k: v[-1] for k, v in results.items()}
         ratio = med["sweep"] / med["submitit"]
@@ -229,6 +305,10 @@ def main() -> int:
               f"{last['status']['calls']['sacct']}, squeue calls {last['status']['calls']['squeue']}, peak RSS "
               f"{last['status']['peak_mb']:.0f} MB (goal <= {GOAL_STATUS_S} s: "
               f"{'met' if med['status'] <= GOAL_STATUS_S else 'NOT met'}); {last['status']['head'][-1].strip()}")
+        if "sweep-%j" in med:
+            r2 = med["sweep-%j"] / med["submitit"]
+            print(f"N={n:<5} hpc-runner sweep, %j:      {med['sweep-%j']:.2f} s (one folder per task, as submitit), "
+                  f"sbatch calls {last['sweep-%j']['calls']['sbatch']}, ratio {r2:.2f}x")
         summary.append((n, ratio, med["status"]))
         sys.stdout.flush()
     if not args.workdir:

@@ -21,6 +21,7 @@ from hpc_runner.cli.argv import split_overrides
 COMMANDS: dict[str, str] = {
     "run": "hpc_runner.cli.run",
     "config": "hpc_runner.cli.config",
+    "cache": "hpc_runner.cli.cache",
     "list": "hpc_runner.cli.listing",  # not cli/list.py: it would shadow list() in this package
     "verify": "hpc_runner.cli.verify",
     "init": "hpc_runner.cli.init",
@@ -32,6 +33,8 @@ COMMANDS: dict[str, str] = {
     "resume": "hpc_runner.cli.resume",
     "collect": "hpc_runner.cli.collect",
     "cancel": "hpc_runner.cli.cancel",
+    "report": "hpc_runner.cli.report",
+    "rerun": "hpc_runner.cli.rerun",
 }
 
 EPILOG = """examples:

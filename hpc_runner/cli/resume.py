@@ -67,7 +67,6 @@ def _profile(args: argparse.Namespace, recorded: dict):
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.errors import ClusterError
     from hpc_runner.slurm.targets import load_target
 
     target = load_target(args.dir)
@@ -97,8 +96,6 @@ def main(args: argparse.Namespace) -> int:
         for s in plan.resubmit:
             print(f"  would resubmit point {s.index} ({s.state}, job {s.job_id or '-'})")
         return 0
-    if extra and profile.executor != "local" and not plan.resubmit:
-        raise ClusterError("nothing to fix")
     res = resume_sweep(
         target,
         plan,
@@ -137,5 +134,7 @@ def _resume_run(args: argparse.Namespace, target) -> int:
         print(f"  would resubmit the run ({state.state}, job {state.job_id or '-'})")
         return 0
     res = resume_run(target, profile, hold=args.hold)
+    if res.job_ids[0] == "local":
+        return 1 if res.local_failures else 0
     print(f"hpc-runner: resubmitted the run as job {res.job_ids[0]}; it continues from its newest checkpoint")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 HELP = "show the state of a sweep's points or of a submitted run (one sacct call)"
 DESCRIPTION = """Show the state of every job of a sweep dir (or of one run dir) with one `sacct` call
@@ -27,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true", help="poll until no point is queued or running")
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (--wait)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
+    parser.add_argument(
+        "--watch", action="store_true",
+        help="redraw the table and a progress bar every --interval s until every point is final (Ctrl-C stops)",
+    )
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -34,7 +39,7 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def render(target, states, answer, show_all: bool = False) -> str:
+def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
     from hpc_runner.slurm.sweep_spec import format_cell
     from hpc_runner.slurm.tracking import counts, error_line
@@ -75,6 +80,14 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.slurm.targets import load_target
     from hpc_runner.slurm.tracking import DONE, UNKNOWN
 
+    if args.watch:
+        from hpc_runner.report.watch import watch_status
+
+        watched = watch_status(args.dir, args.interval, timeout=args.timeout,
+                               render=lambda t, s, a: render(t, s, a, args.all))
+        if watched.interrupted:
+            return 130
+        return 0 if all(s.state == DONE for s in watched.states) else 1
     target = load_target(args.dir)
     started = time.monotonic()
     while True:

@@ -25,7 +25,7 @@ shared config) and points/NNNN/ (each point's run dir, written by its job)."""
 EPILOG = """examples:
   hpc-runner sweep training --bundle bundles/synthetic_seg --cluster jade \\
       --sweep 'optimizer::lr=1e-3,1e-4' --sweep 'network_def::channels=[8,16,32],[16,32,64]'
-  hpc-runner sweep --bundle bundles/synthetic_seg --zip --sweep 'seed=range(3)' --sweep 'learning_rate=1e-3,2e-3,4e-3'
+  hpc-runner sweep --bundle bundles/synthetic_seg --zip --sweep 'batch_size=2,4' --sweep 'learning_rate=1e-3,2e-3'
   hpc-runner sweep --bundle bundles/synthetic_seg --sweep-file jobs/sweeps/lr_channels.yaml --dry-run
 then: hpc-runner status DIR | hpc-runner collect DIR | hpc-runner resume DIR | hpc-runner cancel DIR"""
 ACCEPTS_OVERRIDES = True

@@ -144,6 +144,7 @@ def prepare_run(
     run_dir.write_yaml(
         "run.yaml",
         {
+            **previous,  # keep what others recorded (the job id and profile, the sweep point, rerun_of)
             "entry": run_id,
             "status": "prepared",
             "bundle": {

@@ -43,8 +43,9 @@ def slurm_parameters(
     job_name: str,
     hold: bool = False,
     array_parallelism: int | None = None,
+    chdir: str | None = None,
 ) -> dict[str, Any]:
-    """Return the SlurmExecutor parameters that the profile describes."""
+    """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir)."""
     params: dict[str, Any] = {"job_name": profile.get("job_name") or job_name, "time": profile.time_minutes()}
     for key, name in _PASS_THROUGH.items():
         value = profile.get(key)
@@ -59,6 +60,8 @@ def slurm_parameters(
     extra.update({str(k).replace("_", "-"): v for k, v in (profile.get("sbatch") or {}).items()})
     if hold:
         extra["hold"] = True
+    if chdir:
+        extra.setdefault("chdir", chdir)
     params["additional_parameters"] = extra
     return params
 

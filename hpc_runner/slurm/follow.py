@@ -18,6 +18,7 @@ class _Tail:
         self.offset = 0
 
     def read(self) -> str:
+        """Return what was appended since the last call (empty while the file does not exist)."""
         try:
             with self.path.open("rb") as f:
                 f.seek(self.offset)

@@ -158,22 +158,22 @@ def resume_run(
 
     rd = RunDir(target.path)
     rec = rd.record()
-    job_record = {"cluster": profile.to_record(), "submitted": now_iso()}
+    old = rec.get("job") or {}
+    previous = [p for p in [*(old.get("previous") or []), old.get("id")] if p]
+    job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
     if profile.executor == "local":
-        run_submitted(str(target.path.resolve()), rec.get("entry"), {**job_record, "id": "local"})
-        return Submitted(target.path, {0: "local"})
-    params = slurm_parameters(profile, job_name=f"hpcr-run-{(rec.get('bundle') or {}).get('name', 'run')}", hold=hold)
+        out = Submitted(target.path, {0: "local"})
+        try:
+            run_submitted(str(target.path.resolve()), rec.get("entry"), {**job_record, "id": "local"})
+        except Exception as exc:  # run.yaml and error.txt say what failed
+            out.local_failures = 1
+            log(f"hpc-runner: the run failed: {exc}")
+        return out
+    name = (rec.get("bundle") or {}).get("name", "run")
+    cwd = (rec.get("command") or {}).get("cwd")
+    params = slurm_parameters(profile, job_name=f"hpcr-run-{name}", hold=hold, chdir=cwd)
     executor = make_executor(profile, target.path / sr.RUN_JOB_FOLDER, params)
     job = submit_one(executor, run_submitted, str(target.path.resolve()), rec.get("entry"), job_record)
-    previous = [*((rec.get("job") or {}).get("previous") or []), (rec.get("job") or {}).get("id")]
-    rd.update_record(
-        status="submitted",
-        job={
-            **job_record,
-            "id": job.job_id,
-            "previous": [p for p in previous if p],
-            "stdout": str(job.paths.stdout),
-            "stderr": str(job.paths.stderr),
-        },
-    )
+    logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+    rd.update_record(status="submitted", job={**job_record, "id": job.job_id, **logs})
     return Submitted(target.path, {0: job.job_id}, [{"job_id": job.job_id, "points": [0]}])

@@ -10,6 +10,7 @@ them), and the error says so.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -131,7 +132,8 @@ def submit_run(
 
     check_entry(cfg, entry)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
-    params = slurm_parameters(profile, job_name=_job_name(cfg.name, "run"), hold=hold)
+    # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
+    params = slurm_parameters(profile, job_name=_job_name(cfg.name, "run"), hold=hold, chdir=os.getcwd())
     folder = path / sr.RUN_JOB_FOLDER
     if dry_run:
         from hpc_runner.config.display import to_plain
@@ -218,6 +220,7 @@ def submit_points(
         job_name=_job_name(record.data.get("bundle", "sweep"), "sweep"),
         hold=hold,
         array_parallelism=array_parallelism,
+        chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
     )
     executor = make_executor(profile, record.job_folder, params)
     sweep_dir = str(record.path.resolve())
@@ -437,7 +440,11 @@ def _dry_run_sweep(
     else:
         max_size, source = _max_array(profile)
         params = slurm_parameters(
-            profile, job_name=_job_name(cfg.name, "sweep"), hold=hold, array_parallelism=array_parallelism
+            profile,
+            job_name=_job_name(cfg.name, "sweep"),
+            hold=hold,
+            array_parallelism=array_parallelism,
+            chdir=os.getcwd(),
         )
         chunks = chunk(list(range(len(points))), max_size)
         out.notes.append(f"{len(chunks)} array(s) of at most {max_size} tasks (MaxArraySize from {source})")

@@ -22,25 +22,47 @@ def _record(path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def sweeps(slurm_cluster, tmp_path_factory, cli_factory, tiny):
-    """Two sweeps submitted together, so the 2 CPUs run them side by side: a 2x2 grid, and 3 zipped
-    points of which point 2 fails at run time (batch_size 0 is a valid int that the DataLoader refuses)."""
-    cli = cli_factory(tmp_path_factory.mktemp("sweeps"))
+def batch(slurm_cluster, tmp_path_factory, cli_factory, tiny, dataset_dir):
+    """Everything that trains, submitted at once so the 2 CPUs run it side by side: a 2x2 grid sweep,
+    3 zipped points of which point 2 fails at run time (batch_size 0 is a valid int that the DataLoader
+    refuses), one `submit --wait` (in the background) and one plain `sbatch jobs/jade/train.sbatch`."""
+    import subprocess
+    import sys
+
+    cli = cli_factory(tmp_path_factory.mktemp("batch"))
     grid = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "grid",
-               "--sweep", "learning_rate=1e-3,2e-3", "--sweep", "seed=0,1", *tiny)
+               "--sweep", "learning_rate=1e-3,2e-3", "--sweep", "network_def::num_res_units=1,2", *tiny)
     assert grid.returncode == 0, grid.stderr
     assert cli.calls()["sbatch"] == 1
     fail = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "fail", "--zip",
-               "--sweep", "seed=0,1,2", "--sweep", "batch_size=1,1,0", *tiny)
+               "--sweep", "learning_rate=1e-3,2e-3,3e-3", "--sweep", "batch_size=1,1,0", *tiny)
     assert fail.returncode == 0, fail.stderr
-    return cli, cli.cwd / "grid", cli.cwd / "fail", grid.stdout
+    env = {**cli.env, "SLURM_CONF": slurm_cluster.env.get("SLURM_CONF", "")}
+    log = (cli.cwd / "submit-wait.out").open("w")  # a file, not a pipe: nobody reads it until the test
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "hpc_runner", "submit", "training", "--bundle", BUNDLE, "--cluster", PROFILE,
+         "--output_dir", "one", "--wait", *tiny],
+        cwd=cli.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )
+    args = f"--num_train 2 --num_val 1 --image_size 16 --val_interval 1 --batch_size 1 --dataset_dir {dataset_dir}"
+    jade = slurm_cluster.run(
+        "sbatch", "--parsable", f"--chdir={cli.cwd}", "--cpus-per-task=1", "--time=10",
+        f"--export=ALL,EPOCHS=2,MODULES=,PYTHON={sys.executable},BUNDLE={BUNDLE},ARGS={args}",
+        str(ROOT / "jobs" / "jade" / "train.sbatch"),
+    )
+    assert jade.returncode == 0, jade.stderr
+    yield {"cli": cli, "grid": cli.cwd / "grid", "fail": cli.cwd / "fail", "grid_out": grid.stdout,
+           "submit": waiting, "jade_job": jade.stdout.strip().split(";")[0]}
+    if waiting.poll() is None:
+        waiting.kill()
+    log.close()
 
 
-def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(sweeps):
-    cli, grid, _, submitted = sweeps
+def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch):
+    cli, grid, submitted = batch["cli"], batch["grid"], batch["grid_out"]
     assert "4 points checked" in submitted and "1 array(s)" in submitted
     record = _record(grid)
-    assert record["params"] == ["learning_rate", "seed"] and len(record["points"]) == 4
+    assert record["params"] == ["learning_rate", "network_def::num_res_units"] and len(record["points"]) == 4
     assert len({p["job_id"].split("_")[0] for p in record["points"]}) == 1  # one array
     assert (grid / "base" / "config.yaml").is_file()
 
@@ -57,25 +79,26 @@ def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(sweep
     assert collected.returncode == 0, collected.stderr
     rows = list(csv.DictReader((grid / "results.csv").open()))
     assert [r["point"] for r in rows] == ["0", "1", "2", "3"]
-    assert [(r["learning_rate"], r["seed"]) for r in rows] == [("0.001", "0"), ("0.001", "1"), ("0.002", "0"),
-                                                               ("0.002", "1")]
+    assert [(r["learning_rate"], r["network_def::num_res_units"]) for r in rows] == [
+        ("0.001", "1"), ("0.001", "2"), ("0.002", "1"), ("0.002", "2")]
     for r in rows:
         assert r["state"] == "COMPLETED" and r["epochs"] == "1"
         assert 0 <= float(r["val_dice"]) <= 1 and float(r["final_loss"]) > 0 and float(r["wall_s"]) > 0
         assert r["job_id"].startswith(record["points"][0]["job_id"].split("_")[0] + "_")
     md = (grid / "results.md").read_text().splitlines()
-    assert md[0].startswith("| point | learning_rate | seed | state |") and len(md) == 2 + 4
+    assert md[0].startswith("| point | learning_rate | network_def::num_res_units | state |") and len(md) == 6
     # each point's run dir holds its resolved config and its overrides
     point = grid / "points" / "0003"
     assert yaml.safe_load((point / "config.yaml").read_text())["learning_rate"] == 0.002
     overrides = yaml.safe_load((point / "overrides.yaml").read_text())
-    assert {o["id"]: o["value"] for o in overrides if o["source"] == "sweep"} == {"learning_rate": 0.002, "seed": 1}
+    swept = {o["id"]: o["value"] for o in overrides if o["source"] == "sweep"}
+    assert swept == {"learning_rate": 0.002, "network_def::num_res_units": 2}
     run = yaml.safe_load((point / "run.yaml").read_text())
     assert run["status"] == "completed" and run["job"]["id"] == record["points"][3]["job_id"]
 
 
-def test_failed_point_is_shown_then_resumed_alone_with_a_fix(sweeps):
-    cli, _, fail, _ = sweeps
+def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
+    cli, fail = batch["cli"], batch["fail"]
     waited = cli("status", str(fail), *WAIT)
     assert waited.returncode == 1  # not everything completed
     assert "COMPLETED 2" in waited.stdout and "FAILED 1" in waited.stdout
@@ -144,33 +167,27 @@ def test_a_partition_that_does_not_exist_exits_2_with_sbatchs_message(cli, comma
     assert not (cli.cwd / "out").exists()  # nothing left that status could take for a submitted run
 
 
-def test_submit_wait_runs_one_job_and_records_it(cli, tiny):
-    out = cli("submit", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "one", "--wait",
-              *tiny)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "submitted job" in out.stdout and "hpc-runner status" in out.stdout and "tail -f" in out.stdout
-    assert "trained 1 epochs" in out.stdout  # --wait printed the job's log
+def test_submit_wait_runs_one_job_and_records_it(batch):
+    cli = batch["cli"]
+    batch["submit"].wait(timeout=400)
+    stdout = (cli.cwd / "submit-wait.out").read_text()
+    assert batch["submit"].returncode == 0, stdout
+    assert "submitted job" in stdout and "hpc-runner status" in stdout and "tail -f" in stdout
+    assert "trained 1 epochs" in stdout  # --wait printed the job's log
     run = yaml.safe_load((cli.cwd / "one" / "run.yaml").read_text())
     assert run["status"] == "completed" and run["job"]["id"].isdigit()
     assert run["job"]["cluster"]["profile"] == PROFILE
+    overrides = {o["id"] for o in yaml.safe_load((cli.cwd / "one" / "overrides.yaml").read_text())}
+    assert {"num_train", "max_epochs", "dataset_dir"} <= overrides
     status = cli("status", str(cli.cwd / "one"))
     assert "COMPLETED 1" in status.stdout, status.stdout
 
 
-def test_jade_script_takes_its_parameters_from_the_environment(slurm_cluster, tmp_path, dataset_dir):
-    args = "--num_train 2 --num_val 1 --image_size 16 --val_interval 1 --batch_size 1 " f"--dataset_dir {dataset_dir}"
-    import sys
-
-    res = slurm_cluster.run(
-        "sbatch", "--parsable", f"--chdir={tmp_path}", "--cpus-per-task=1", "--time=10",
-        f"--export=ALL,EPOCHS=2,MODULES=,PYTHON={sys.executable},BUNDLE={BUNDLE},ARGS={args}",
-        str(ROOT / "jobs" / "jade" / "train.sbatch"),
-    )
-    assert res.returncode == 0, res.stderr
-    job = res.stdout.strip().split(";")[0]
-    slurm_cluster.wait_for_jobs([job], timeout=300)
+def test_jade_script_takes_its_parameters_from_the_environment(slurm_cluster, batch):
+    job = batch["jade_job"]
+    slurm_cluster.wait_for_jobs([job], timeout=400)
     assert slurm_cluster.sacct_states([job], timeout=60) == {job: "COMPLETED"}
-    run_dir = tmp_path / "runs" / "synthetic_seg" / f"job-{job}"
+    run_dir = batch["cli"].cwd / "runs" / "synthetic_seg" / f"job-{job}"
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     record = yaml.safe_load((run_dir / "run.yaml").read_text())
     assert config["max_epochs"] == 2

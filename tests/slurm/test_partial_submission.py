@@ -51,3 +51,20 @@ def test_first_sbatch_refused_leaves_nothing(offline_cli):
     assert not (offline_cli.cwd / "sw").exists()
     out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "r1")
     assert out.returncode == 2 and not (offline_cli.cwd / "r1").exists()
+
+
+def test_status_falls_back_to_squeue_when_sacct_does_not_answer(offline_cli):
+    """sacct fails (no accounting); one squeue call gives the states, array ranges expanded."""
+    bin_dir = Path(offline_cli.env["PATH"].split(":")[0])
+    calls = offline_cli.calls_file
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch >> {calls}\necho 'Submitted batch job 77'\n")
+    (bin_dir / "squeue").write_text(
+        f"#!/bin/sh\necho squeue >> {offline_cli.calls_file}\necho '77_0|RUNNING'\necho '77_[1-2%4]|PENDING'\n"
+    )
+    assert offline_cli("sweep", "--bundle", BUNDLE, "--cluster", "slurm", "--output_dir", "sw",
+                       "--sweep", "learning_rate=1e-3,2e-3,3e-3").returncode == 0
+    offline_cli.reset()
+    status = offline_cli("status", "sw")
+    assert "states from squeue" in status.stdout and "PENDING 2  RUNNING 1" in status.stdout, status.stdout
+    assert "sacct must not run" in status.stdout  # the reason sacct was not used is shown
+    assert offline_cli.calls() == {"sbatch": 0, "sacct": 1, "squeue": 1, "scancel": 0}

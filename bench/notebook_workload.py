@@ -22,15 +22,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from monai.data import DataLoader as MonaiDataLoader  # noqa: E402
-from monai.data import create_test_image_2d  # noqa: E402
-from monai.data.thread_buffer import ThreadDataLoader as MonaiThreadDataLoader  # noqa: E402
-from monai.losses import DiceLoss  # noqa: E402
-from monai.networks.nets import UNet  # noqa: E402
+import numpy as np
+import torch
+from monai.data import DataLoader as MonaiDataLoader
+from monai.data import create_test_image_2d
+from monai.data.thread_buffer import ThreadDataLoader as MonaiThreadDataLoader
+from monai.losses import DiceLoss
+from monai.networks.nets import UNet
 
-from hpc_runner.data import ThreadDataLoader  # noqa: E402
+from bench._common import Contention
+from hpc_runner.data import ThreadDataLoader
 
 
 class SyntheticSegmentation(torch.utils.data.Dataset):
@@ -119,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     run_epoch(loaders["sequential"](), step, device)  # warm-up: allocator, kernels, first-touch pages
     res: dict[str, list[dict[str, Any]]] = {k: [] for k in loaders}
-    for _ in range(rounds):
-        for name, make in loaders.items():
-            res[name].append(run_epoch(make(), step, device))
+    with Contention() as busy:
+        for _ in range(rounds):
+            for name, make in loaders.items():
+                res[name].append(run_epoch(make(), step, device))
     total = {k: statistics.median(r["total"] for r in v) for k, v in res.items()}
     seq = res["sequential"]
     load = statistics.median(w for r in seq for w in r["waits"])
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             f"efficiency={ideal / total[name]:.3f}"
         )
     print(f"notebook ratio ours/monai speed={total['monai'] / total['ours']:.3f}x")
+    print(busy.line())
     return 0
 
 

@@ -19,9 +19,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monai.data.thread_buffer import ThreadBuffer as MonaiThreadBuffer  # noqa: E402
+from monai.data.thread_buffer import ThreadBuffer as MonaiThreadBuffer
 
-from hpc_runner.data import ThreadBuffer  # noqa: E402
+from bench._common import Contention
+from hpc_runner.data import ThreadBuffer
 
 CASES = [(50.0, 35.0, 40), (5.0, 5.0, 300), (1.0, 1.0, 1500)]
 
@@ -64,8 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         "monai": lambda src: MonaiThreadBuffer(src, buffer_size=args.buffer_size, timeout=0.01),
     }
     print(f"# overlap efficiency, buffer_size={args.buffer_size}, {rounds} round(s), median")
+    with Contention() as busy:
+        run_cases(impls, rounds, args.quick)
+    print(busy.line())
+    return 0
+
+
+def run_cases(impls: dict[str, Callable[[Iterable[Any]], Iterable[Any]]], rounds: int, quick: bool) -> None:
+    """Run every case for every implementation and print its line."""
     for load_ms, step_ms, n in CASES:
-        if args.quick:
+        if quick:
             n = max(10, n // 10)
         res: dict[str, list[dict]] = {k: [] for k in impls}
         for _ in range(rounds):
@@ -82,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
             f"monai eff={eff['monai']:.4f} ({lost['monai']:+.1f} us/item)  "
             f"ratio ours/monai={eff['ours'] / eff['monai']:.4f}"
         )
-    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from hpc_runner.data.buffer import IDLE_EXIT_S, BufferIterator, ThreadBuffer, buffer_iterator, lower_thread_priority
 from hpc_runner.data.items import DataItemError, ItemFetcher
-from hpc_runner.data.loader import EpochShuffleSampler, ThreadDataLoader
+from hpc_runner.data.loader import EpochShardSampler, EpochShuffleSampler, ThreadDataLoader
 from hpc_runner.data.pool import OrderedMap, WorkerPool, thread_map
 from hpc_runner.data.prefetch import DevicePrefetcher, map_tensors, move_to_device, pin_batch, prefetch_to_device
 from hpc_runner.data.seeding import copy_transform, isolate, item_seeds
@@ -13,6 +13,7 @@ __all__ = [
     "BufferIterator",
     "DataItemError",
     "DevicePrefetcher",
+    "EpochShardSampler",
     "EpochShuffleSampler",
     "ItemFetcher",
     "OrderedMap",

@@ -14,6 +14,7 @@ Differences from ``monai.data.ThreadBuffer`` (1.6.1), each one a measured proble
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import queue
@@ -80,7 +81,8 @@ class _Feed:
         self.slots: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(max(1, int(capacity))):
             self.slots.put(None)
-        self.lock = threading.Lock()  # guards running/closed/finished and who owns the source
+        # Re-entrant: a GC finalizer (BufferIterator.__del__) may run close() on a thread inside it.
+        self.lock = threading.RLock()  # guards running/closed/finished and who owns the source
         self.pending: Any = _NONE  # an item made but not yet queued, kept across a park
         self.held: Any = _NONE  # copy_repeats: the pristine batch, yielded last
         self.held_left = 0
@@ -120,10 +122,8 @@ class _Feed:
 
     def _run(self) -> None:
         if self.thread_setup is not None:
-            try:
+            with contextlib.suppress(Exception):  # an optimisation hook must not stop the data
                 self.thread_setup()
-            except Exception:
-                pass  # an optimisation hook must not stop the data
         items_put = self.items.put
         slots_get = self.slots.get
         parked = False
@@ -190,10 +190,8 @@ class _Feed:
             it, self.it = self.it, None
         close = getattr(it, "close", None)
         if callable(close):
-            try:
+            with contextlib.suppress(Exception):
                 close()
-            except Exception:
-                pass
 
     # -- consumer side -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -220,8 +218,16 @@ class _Feed:
 class BufferIterator(Iterator[Any]):
     """The consumer's handle on one iteration of a ThreadBuffer; close() or dropping it stops the producer."""
 
-    def __init__(self, feed: _Feed, repeats: int, copy_repeats: bool, skip_first: int) -> None:
+    def __init__(
+        self,
+        feed: _Feed,
+        repeats: int,
+        copy_repeats: bool,
+        skip_first: int,
+        on_first: Callable[[], None] | None = None,
+    ) -> None:
         self._feed: _Feed | None = feed
+        self._on_first = on_first
         self._repeats = repeats
         self._consumer_repeats = repeats if not (copy_repeats and repeats > 1) else 1
         self._last: Any = None
@@ -250,6 +256,9 @@ class BufferIterator(Iterator[Any]):
         if item is _END:
             self.close()
             raise StopIteration
+        if self._on_first is not None:
+            first, self._on_first = self._on_first, None
+            first()
         if self._consumer_repeats > 1:
             self._last = item
             self._left = self._consumer_repeats - 1 - self._skip_first
@@ -271,10 +280,8 @@ class BufferIterator(Iterator[Any]):
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
 
 class ThreadBuffer:
@@ -305,15 +312,19 @@ class ThreadBuffer:
         self.copy_repeats = bool(copy_repeats)
         self.thread_setup = thread_setup
 
-    def iterate(self, skip_repeats: int = 0) -> BufferIterator:
-        """Start a producer and return the consumer's iterator; skip the first `skip_repeats` repeats."""
+    def iterate(self, skip_repeats: int = 0, on_first: Callable[[], None] | None = None) -> BufferIterator:
+        """Start a producer and return the consumer's iterator.
+
+        The first item is yielded `repeats - skip_repeats` times; `on_first` is called when the
+        consumer receives its first item.
+        """
         skip = max(0, min(int(skip_repeats), self.repeats - 1))
         feed = _Feed(
             self.src, self.buffer_size, self.repeats, self.copy_repeats, skip, self.thread_setup, PRODUCER_NAME
         )
         with feed.lock:
             feed.start()
-        return BufferIterator(feed, self.repeats, self.copy_repeats, skip)
+        return BufferIterator(feed, self.repeats, self.copy_repeats, skip, on_first)
 
     def __iter__(self) -> BufferIterator:
         return self.iterate()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import re
 from typing import Any
 
@@ -89,7 +90,10 @@ class ItemFetcher:
     def __call__(self, epoch: int, position: int, index: Any) -> Any:
         """Return dataset[index], transformed with the random states of (seed, epoch, position, index)."""
         if self.targets:
-            key = index if isinstance(index, int) else position
+            try:
+                key = operator.index(index)  # numpy integers from custom samplers seed like ints
+            except TypeError:
+                key = position
             reseed(self.targets, item_seeds(self.seed, epoch, position, key, len(self.targets)))
         try:
             return self.dataset[index]

@@ -13,6 +13,7 @@ random states derived from (seed, e, i, dataset index) and the shuffle order fro
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -50,6 +51,55 @@ class EpochShuffleSampler(torch.utils.data.Sampler[int]):
 
     def __len__(self) -> int:
         return len(self.data_source)
+
+
+class EpochShardSampler(torch.utils.data.Sampler[int]):
+    """One rank's share of an epoch, as ``DistributedSampler``: the (seed, epoch) permutation (or
+    ``range``) padded by wrapping, or with `drop_last` cut, to a multiple of `world_size`, then every
+    `world_size`-th index from `rank`. Every rank must use the same seed."""
+
+    def __init__(
+        self,
+        data_source: Sequence[Any],
+        seed: int,
+        rank: int,
+        world_size: int,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank {rank} of {world_size}")
+        self.data_source = data_source
+        self.seed = int(seed)
+        self.rank = rank
+        self.world_size = world_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the permutation of this epoch (the same on every rank)."""
+        self.epoch = int(epoch)
+
+    def _total(self) -> int:
+        n = len(self.data_source)
+        return (n // self.world_size) * self.world_size if self.drop_last else -(-n // self.world_size) * self.world_size
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.data_source)
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(derive_seed(self.seed, self.epoch, _SHUFFLE_STREAM))
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        total = self._total()
+        if total > n and n:
+            order += (order * (-(-(total - n) // n)))[: total - n]
+        return iter(order[self.rank : total : self.world_size])
+
+    def __len__(self) -> int:
+        return self._total() // self.world_size
 
 
 class _ListSampler(torch.utils.data.Sampler[Any]):
@@ -173,6 +223,13 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         """Make the next iteration epoch `epoch`: its shuffle order and item random states."""
         self._epoch = int(epoch)
         self._epoch_used = False
+        self._sync_samplers(self._epoch)
+
+    def _sync_samplers(self, epoch: int) -> None:
+        for s in (self.sampler, self.batch_sampler):
+            fn = getattr(s, "set_epoch", None)
+            if callable(fn):
+                fn(epoch)
 
     def skip_batches(self, k: int) -> None:
         """Make the next iteration start at yielded batch `k`, without computing batches 0..k-1."""
@@ -183,12 +240,46 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
     def _begin_epoch(self) -> int:
         if self._epoch_used:  # iterated again without set_epoch: move on, as a DataLoader would
             self._epoch += 1
-        self._epoch_used = True
-        for s in (self.sampler, self.batch_sampler):
-            fn = getattr(s, "set_epoch", None)
-            if callable(fn):
-                fn(self._epoch)
+            self._epoch_used = False
+        self._sync_samplers(self._epoch)
         return self._epoch
+
+    def _mark_used(self, epoch: int) -> None:
+        # An epoch counts as used once a batch of it reached the consumer, so an iterator that is
+        # made and dropped unread (e.g. before skip_batches) does not move the loader on.
+        if self._epoch == epoch:
+            self._epoch_used = True
+
+    def shard(self, rank: int, world_size: int) -> ThreadDataLoader:
+        """Make this loader yield only `rank`'s share of every epoch (in place); returns self.
+
+        Same split as ``DistributedSampler`` over the loader's own (seed, epoch) order, so the
+        ranks must share ``seed``. Per-item random states include the dataset index, so ranks do
+        not repeat each other's augmentations.
+        """
+        if world_size <= 1 or isinstance(self.sampler, EpochShardSampler):
+            return self
+        if isinstance(self.dataset, torch.utils.data.IterableDataset):
+            raise ValueError("cannot shard an IterableDataset loader; shard the dataset itself")
+        if isinstance(self.sampler, EpochShuffleSampler):
+            shuffle = True
+        elif isinstance(self.sampler, torch.utils.data.SequentialSampler):
+            shuffle = False
+        else:
+            raise ValueError(
+                f"cannot shard a loader with a custom sampler ({type(self.sampler).__name__}); "
+                "give it a DistributedSampler instead"
+            )
+        if self.batch_sampler is not None and self.batch_size is None:
+            raise ValueError("cannot shard a loader with a custom batch_sampler")
+        sampler = EpochShardSampler(self.dataset, self.seed, rank, world_size, shuffle, drop_last=self.drop_last)
+        sampler.set_epoch(self._epoch)
+        # torch forbids setting these after __init__; the loader is not iterating now.
+        object.__setattr__(self, "sampler", sampler)
+        if self.batch_sampler is not None:
+            batches = torch.utils.data.BatchSampler(sampler, self.batch_size, self.drop_last)
+            object.__setattr__(self, "batch_sampler", batches)
+        return self
 
     # -- iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> BufferIterator:  # type: ignore[override]
@@ -224,7 +315,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         buf = ThreadBuffer(
             src, self.buffer_size, repeats=self.repeats, copy_repeats=self.copy_repeats, thread_setup=setup
         )
-        return buf.iterate(skip_repeats=skip_repeats)
+        return buf.iterate(skip_repeats=skip_repeats, on_first=functools.partial(self._mark_used, epoch))
 
     def _index_batches(self) -> list[Any]:
         if self._auto_collation:

@@ -8,6 +8,7 @@ after ``IDLE_EXIT_S`` so an abandoned map leaves no thread behind.
 from __future__ import annotations
 
 import collections
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -35,7 +36,7 @@ class WorkerPool(Generic[S]):
         self._make_state = make_state
         self._name = name
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: OrderedMap.__del__ may close us from a worker
         self._live = 0
         self._idle = 0
         self._queued = 0
@@ -187,10 +188,8 @@ class OrderedMap(Iterator[T]):
         self._pool.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
 
 class _TransformState:

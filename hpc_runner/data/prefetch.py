@@ -9,6 +9,7 @@ memory is used on the compute stream. On CPU the prefetcher is a passthrough wit
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -148,10 +149,8 @@ class _CudaPrefetchIterator(Iterator[Any]):
             close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
 
 class DevicePrefetcher:

@@ -8,10 +8,8 @@ import warnings
 
 def available_cpus() -> int:
     """Return the CPUs this process may use: min(SLURM_CPUS_PER_TASK, affinity mask)."""
-    if hasattr(os, "sched_getaffinity"):
-        cpus = len(os.sched_getaffinity(0))
-    else:  # macOS and Windows have no affinity call
-        cpus = os.cpu_count() or 1
+    # macOS and Windows have no affinity call.
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     raw = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
     if raw:
         try:

@@ -21,7 +21,6 @@ EPILOG = """examples:
   hpc-runner rerun runs/synthetic_seg/2026-11-21_10-00-00 --dry-run
 exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
 ACCEPTS_OVERRIDES = True
-EXIT_FAILED, EXIT_PREEMPTED = 1, 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,26 +54,9 @@ def main(args: argparse.Namespace) -> int:
               f"hpc-runner: {len(plan.differences)} difference(s) from the record")
         return 0
 
-    from hpc_runner.engine.runner import describe_failure, execute_run
-    from hpc_runner.engine.stop import install_stop_handlers
+    from hpc_runner.cli.run import execute_and_report
     from hpc_runner.report.rerun import start_rerun
 
     run_dir, expanded = start_rerun(plan, sys.argv)
     print(f"hpc-runner: re-running {plan.source} in {run_dir.path}", flush=True)
-    restore = install_stop_handlers()
-    try:
-        outcome = execute_run(plan.cfg, run_dir, expanded, plan.entry)
-    finally:
-        restore()
-    if outcome.status == "completed":
-        print(f"hpc-runner: done; results in {run_dir.path}", flush=True)
-        return 0
-    if outcome.status == "preempted":
-        print(f"hpc-runner: stopped by {outcome.error.reason}; continue with: hpc-runner run --resume {run_dir.path}",
-              file=sys.stderr)
-        return EXIT_PREEMPTED
-    if outcome.status == "interrupted":
-        print(f"hpc-runner rerun: interrupted; run dir {run_dir.path}", file=sys.stderr)
-        return 130
-    print(f"hpc-runner rerun: error: {describe_failure(outcome)}", file=sys.stderr)
-    return EXIT_FAILED
+    return execute_and_report(plan.cfg, run_dir, expanded, plan.entry, "rerun", requeue=True, debug=args.debug)

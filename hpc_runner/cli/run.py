@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
 
@@ -39,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.engine.stop import install_stop_handlers
-
     if args.resume:
         from hpc_runner.config.overrides import parse_cli_overrides
         from hpc_runner.config.recorded import load_recorded_config
@@ -52,10 +51,20 @@ def main(args: argparse.Namespace) -> int:
         cfg = load_config_from_args(args)
         entry, output_dir = args.entry, args.output_dir
 
-    from hpc_runner.engine.runner import describe_failure, execute_run, prepare_run
+    from hpc_runner.engine.runner import prepare_run
 
     run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
     print(f"hpc-runner: run dir {run_dir.path}", flush=True)
+    return execute_and_report(cfg, run_dir, expanded, entry, "run", requeue=not args.no_requeue, debug=args.debug)
+
+
+def execute_and_report(
+    cfg: Any, run_dir: Any, expanded: dict, entry: str | None, command: str, *, requeue: bool, debug: bool
+) -> int:
+    """Execute a prepared run with stop signals handled; print how it ended and return the exit code."""
+    from hpc_runner.engine.runner import describe_failure, execute_run
+    from hpc_runner.engine.stop import install_stop_handlers
+
     restore = install_stop_handlers()
     try:
         outcome = execute_run(cfg, run_dir, expanded, entry)
@@ -70,21 +79,21 @@ def main(args: argparse.Namespace) -> int:
 
         if launched_world()[0] != 0:
             return EXIT_PREEMPTED  # rank 0 speaks for the job
-        job = None if args.no_requeue else requeue_current_job()
+        job = requeue_current_job() if requeue else None
         if job:
             then = f"requeued SLURM job {job}; it continues from the checkpoint"
-        elif current_job_id() and not args.no_requeue:
-            then = f"SLURM is ending job {current_job_id()} (cancelled or not requeueable); continue with: " \
-                   f"hpc-runner run --resume {run_dir.path}"
+        elif current_job_id() and requeue:
+            then = (f"SLURM is ending job {current_job_id()} (cancelled or not requeueable); continue with: "
+                    f"hpc-runner run --resume {run_dir.path}")
         else:
             then = f"continue with: hpc-runner run --resume {run_dir.path}"
         print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; {then}", file=sys.stderr)
         return EXIT_PREEMPTED
     if outcome.status == "interrupted":
-        print(f"hpc-runner run: interrupted; run dir {run_dir.path}", file=sys.stderr)
+        print(f"hpc-runner {command}: interrupted; run dir {run_dir.path}", file=sys.stderr)
         return 130
-    print(f"hpc-runner run: error: {describe_failure(outcome)}", file=sys.stderr)
-    if args.debug and outcome.error is not None:
+    print(f"hpc-runner {command}: error: {describe_failure(outcome)}", file=sys.stderr)
+    if debug and outcome.error is not None:
         import traceback
 
         traceback.print_exception(outcome.error)

@@ -82,8 +82,8 @@ class EpochShardSampler(torch.utils.data.Sampler[int]):
         self.epoch = int(epoch)
 
     def _total(self) -> int:
-        n = len(self.data_source)
-        return (n // self.world_size) * self.world_size if self.drop_last else -(-n // self.world_size) * self.world_size
+        n, w = len(self.data_source), self.world_size
+        return (n // w) * w if self.drop_last else -(-n // w) * w
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.data_source)
@@ -151,8 +151,10 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
     Added: `copy_repeats` deep-copies repeats so in-place changes do not leak between them; `seed`
     (default ``torch.initial_seed()``, or the generator's) fixes shuffle and item random states with
     ``set_epoch``; ``num_workers=None`` means ``default_num_workers()``; `max_in_flight` bounds the
-    items being transformed ahead (thread workers); `producer_priority` ("normal", "low", "idle")
-    lowers the producer thread's CPU priority so it uses cores the step leaves idle.
+    items being transformed ahead (thread workers); `thread_priority` ("normal", "low", "idle") is the
+    CPU priority of our producer and worker threads: "low" (nice 19) lets the training loop's threads
+    (torch intra-op, CUDA launches) preempt data work instead of sharing cores with it, but starves
+    the data threads when other processes saturate the CPUs.
     """
 
     def __init__(
@@ -166,13 +168,13 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         copy_repeats: bool = False,
         seed: int | None = None,
         max_in_flight: int | None = None,
-        producer_priority: str = "normal",
+        thread_priority: str = "normal",
         **kwargs: Any,
     ) -> None:
         if int(repeats) < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
-        if producer_priority not in {"normal", "low", "idle"}:
-            raise ValueError(f"producer_priority must be 'normal', 'low' or 'idle', got {producer_priority!r}")
+        if thread_priority not in {"normal", "low", "idle"}:
+            raise ValueError(f"thread_priority must be 'normal', 'low' or 'idle', got {thread_priority!r}")
         num_workers = kwargs.pop("num_workers", 0)
         if num_workers is None:
             num_workers = default_num_workers()
@@ -206,7 +208,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         self.use_thread_workers = thread_workers
         self.seed = int(seed) & ((1 << 64) - 1)
         self.max_in_flight = max_in_flight
-        self.producer_priority = producer_priority
+        self.thread_priority = thread_priority
         self._epoch = 0
         self._epoch_used = False
         self._pending_skip = 0
@@ -306,8 +308,8 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         else:
             src = self._thread_batches(epoch, first, pin)
         setup = None
-        if self.producer_priority != "normal":
-            policy = self.producer_priority
+        if self.thread_priority != "normal":
+            policy = self.thread_priority
 
             def setup() -> None:
                 lower_thread_priority(policy)
@@ -356,7 +358,9 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         def work(fetch: ItemFetcher, _: int, key: tuple[int, Any]) -> Any:
             return fetch(epoch, key[0], key[1])
 
-        omap: OrderedMap[Any] = OrderedMap(keys, work, lambda: ItemFetcher(dataset, seed), workers, in_flight)
+        omap: OrderedMap[Any] = OrderedMap(
+            keys, work, lambda: ItemFetcher(dataset, seed), workers, in_flight, priority=self.thread_priority
+        )
         try:
             for b in todo:
                 items = [next(omap) for _ in b] if auto else next(omap)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
-from hpc_runner.data.buffer import IDLE_EXIT_S
+from hpc_runner.data.buffer import IDLE_EXIT_S, lower_thread_priority
 from hpc_runner.data.items import item_error
 from hpc_runner.data.seeding import copy_transform, describe, item_seeds, random_targets, reseed
 from hpc_runner.data.workers import default_num_workers
@@ -29,12 +29,19 @@ T = TypeVar("T")
 class WorkerPool(Generic[S]):
     """Threads that each own a state from `make_state()`; they start on demand and exit when idle."""
 
-    def __init__(self, max_workers: int, make_state: Callable[[], S], name: str = WORKER_NAME) -> None:
+    def __init__(
+        self,
+        max_workers: int,
+        make_state: Callable[[], S],
+        name: str = WORKER_NAME,
+        priority: str = "normal",
+    ) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.max_workers = max_workers
         self._make_state = make_state
         self._name = name
+        self._priority = priority
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.RLock()  # re-entrant: OrderedMap.__del__ may close us from a worker
         self._live = 0
@@ -61,6 +68,7 @@ class WorkerPool(Generic[S]):
         return fut
 
     def _worker(self) -> None:
+        lower_thread_priority(self._priority)
         with self._lock:
             state = self._states.pop() if self._states else None
         try:
@@ -140,10 +148,11 @@ class OrderedMap(Iterator[T]):
         make_state: Callable[[], Any],
         num_workers: int,
         in_flight: int,
+        priority: str = "normal",
     ) -> None:
         self._items = enumerate(items)
         self._work = work
-        self._pool: WorkerPool[Any] = WorkerPool(num_workers, make_state)
+        self._pool: WorkerPool[Any] = WorkerPool(num_workers, make_state, priority=priority)
         self._in_flight = max(1, int(in_flight))
         self._futures: collections.deque[Future[T]] = collections.deque()
         self._exhausted = False
@@ -208,6 +217,7 @@ def thread_map(
     seed: int = 0,
     epoch: int = 0,
     in_flight: int | None = None,
+    priority: str = "normal",
 ) -> OrderedMap[T]:
     """Apply `transform` to `items` on `num_workers` threads; results in input order.
 
@@ -215,7 +225,8 @@ def thread_map(
     random states derived from (seed, epoch, i), so results do not depend on the thread count. A
     failing item raises DataItemError naming its index and the transform, from the original error.
     `num_workers=None` uses default_num_workers(); at most `in_flight` (default 2 x workers) items
-    are computed ahead of the consumer.
+    are computed ahead of the consumer. `priority` ("normal", "low", "idle") lowers the workers' CPU
+    priority (see lower_thread_priority).
     """
     workers = default_num_workers() if num_workers is None else max(1, int(num_workers))
     name = describe(transform)
@@ -228,4 +239,6 @@ def thread_map(
         except Exception as exc:
             raise item_error(exc, position=i, index=None, epoch=None, fallback=name) from exc
 
-    return OrderedMap(items, work, lambda: _TransformState(transform), workers, in_flight or 2 * workers)
+    return OrderedMap(
+        items, work, lambda: _TransformState(transform), workers, in_flight or 2 * workers, priority=priority
+    )

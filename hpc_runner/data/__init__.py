@@ -1,11 +1,12 @@
 """The data path: threaded loading, seeded thread-parallel transforms and device prefetch."""
 
-from hpc_runner.data.buffer import IDLE_EXIT_S, BufferIterator, ThreadBuffer, buffer_iterator, lower_thread_priority
+from hpc_runner.data.buffer import IDLE_EXIT_S, BufferIterator, ThreadBuffer, buffer_iterator
 from hpc_runner.data.items import DataItemError, ItemFetcher
 from hpc_runner.data.loader import EpochShardSampler, EpochShuffleSampler, ThreadDataLoader
 from hpc_runner.data.pool import OrderedMap, WorkerPool, thread_map
 from hpc_runner.data.prefetch import DevicePrefetcher, map_tensors, move_to_device, pin_batch, prefetch_to_device
 from hpc_runner.data.seeding import copy_transform, isolate, item_seeds
+from hpc_runner.data.threads import data_thread_setup, lower_thread_priority, single_threaded_torch
 from hpc_runner.data.workers import available_cpus, default_num_workers
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "available_cpus",
     "buffer_iterator",
     "copy_transform",
+    "data_thread_setup",
     "default_num_workers",
     "isolate",
     "item_seeds",
@@ -31,5 +33,6 @@ __all__ = [
     "move_to_device",
     "pin_batch",
     "prefetch_to_device",
+    "single_threaded_torch",
     "thread_map",
 ]

@@ -6,7 +6,7 @@ Differences from ``monai.data.ThreadBuffer`` (1.6.1), each one a measured proble
 * blocking waits on a condition with an end sentinel, no 10 ms polling loop;
 * leaving early (``break``, an exception in the step, ``close()``) never waits for the item in progress:
   the producer drops it, closes the source iterator (``.close()``) and exits;
-* a producer whose buffer stays full for ``IDLE_EXIT_S`` parks: its thread exits and the consumer's
+* a producer whose buffer stays full for ``IDLE_EXIT_S`` (0.5 s) parks: its thread exits and the consumer's
   next ``next()`` starts a new one, so an abandoned iterator that is still referenced leaves no thread;
 * every iteration has its own buffer, so an epoch never sees items of the last one;
 * ``repeats`` can deep-copy (``copy_repeats=True``) so in-place changes do not leak between repeats.
@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-#: Seconds a producer waits on a full buffer before its thread exits (it restarts on the next get).
-IDLE_EXIT_S = 0.2
+from hpc_runner.data.threads import data_thread_setup
+
+#: Seconds an idle producer or worker waits before its thread exits (it restarts on the next get).
+#: Long enough that a step shorter than this keeps its producer warm (a fresh thread per batch made
+#: the batch ~20 % slower), short enough that nothing outlives an abandoned iterator by a second.
+IDLE_EXIT_S = 0.5
 
 PRODUCER_NAME = "hpc-runner-data-producer"
 
@@ -36,20 +39,6 @@ class _Raised:
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
-
-
-def lower_thread_priority(policy: str) -> None:
-    """Lower the calling thread's CPU priority: "low" (nice 19), "idle" (SCHED_IDLE) or "normal" (no-op)."""
-    if policy == "normal" or not hasattr(os, "setpriority"):
-        return
-    tid = threading.get_native_id()
-    try:
-        if policy == "idle" and hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        else:
-            os.setpriority(os.PRIO_PROCESS, tid, 19)
-    except OSError:  # a restricted container may refuse; priority is an optimisation only
-        pass
 
 
 class _Feed:
@@ -70,8 +59,11 @@ class _Feed:
         skip_first: int,
         thread_setup: Callable[[], None] | None,
         name: str,
+        prefetch: bool = True,
     ) -> None:
         self.src = src
+        # on demand: the producer makes an item only when the consumer asks (a token per request)
+        self.on_demand = not prefetch
         self.it: Iterator[Any] | None = None
         self.repeats = repeats
         self.copy_repeats = copy_repeats and repeats > 1
@@ -79,7 +71,7 @@ class _Feed:
         self.name = name
         self.items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.slots: queue.SimpleQueue[None] = queue.SimpleQueue()
-        for _ in range(max(1, int(capacity))):
+        for _ in range(0 if self.on_demand else max(1, int(capacity))):
             self.slots.put(None)
         # Re-entrant: a GC finalizer (BufferIterator.__del__) may run close() on a thread inside it.
         self.lock = threading.RLock()  # guards running/closed/finished and who owns the source
@@ -126,6 +118,7 @@ class _Feed:
                 self.thread_setup()
         items_put = self.items.put
         slots_get = self.slots.get
+        on_demand = self.on_demand
         parked = False
         try:
             while True:
@@ -133,6 +126,22 @@ class _Feed:
                 if item is _NONE:
                     if self.closed:
                         break
+                    if on_demand:
+                        # Wait for the consumer's request before making anything.
+                        try:
+                            slots_get(True, IDLE_EXIT_S)
+                        except queue.Empty:
+                            with self.lock:
+                                if self.closed:
+                                    break
+                                try:
+                                    self.slots.get_nowait()
+                                except queue.Empty:
+                                    self.running = False  # park; the next request restarts us
+                                    parked = True
+                                    return
+                        if self.closed:
+                            break
                     try:
                         it = self.it
                         if it is None:
@@ -147,6 +156,10 @@ class _Feed:
                         items_put(_Raised(exc))
                         del exc
                         break
+                    if on_demand:
+                        items_put(item)  # its request token was taken above
+                        item = None
+                        continue
                 else:
                     self.pending = _NONE
                 try:
@@ -246,8 +259,12 @@ class BufferIterator(Iterator[Any]):
             raise StopIteration
         if not feed.running and not feed.finished:
             feed.restart()
-        item = feed.items.get()
-        feed.slots.put(None)
+        if feed.on_demand:
+            feed.slots.put(None)  # ask for the next item
+            item = feed.items.get()
+        else:
+            item = feed.items.get()
+            feed.slots.put(None)  # a buffer place is free again
         if type(item) is _Raised:
             self.close()
             exc = item.exc
@@ -289,7 +306,9 @@ class ThreadBuffer:
 
     `timeout` is accepted for compatibility and ignored: waits block on a condition, never poll.
     `repeats` yields each item that many times; `copy_repeats=True` deep-copies all but the last.
-    `thread_setup` runs first on each producer thread (e.g. ``lower_thread_priority``).
+    `thread_setup` runs first on each producer thread (default ``data_thread_setup()``: torch ops on it
+    run single-threaded, see ``hpc_runner.data.threads``).
+    `prefetch=False` makes each item only when the consumer asks for it (no overlap with the step).
     """
 
     def __init__(
@@ -300,6 +319,7 @@ class ThreadBuffer:
         repeats: int = 1,
         copy_repeats: bool = False,
         thread_setup: Callable[[], None] | None = None,
+        prefetch: bool = True,
     ) -> None:
         if int(repeats) < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -310,7 +330,8 @@ class ThreadBuffer:
         self.timeout = timeout
         self.repeats = int(repeats)
         self.copy_repeats = bool(copy_repeats)
-        self.thread_setup = thread_setup
+        self.thread_setup = thread_setup if thread_setup is not None else data_thread_setup()
+        self.prefetch = bool(prefetch)
 
     def iterate(self, skip_repeats: int = 0, on_first: Callable[[], None] | None = None) -> BufferIterator:
         """Start a producer and return the consumer's iterator.
@@ -320,7 +341,14 @@ class ThreadBuffer:
         """
         skip = max(0, min(int(skip_repeats), self.repeats - 1))
         feed = _Feed(
-            self.src, self.buffer_size, self.repeats, self.copy_repeats, skip, self.thread_setup, PRODUCER_NAME
+            self.src,
+            self.buffer_size,
+            self.repeats,
+            self.copy_repeats,
+            skip,
+            self.thread_setup,
+            PRODUCER_NAME,
+            prefetch=self.prefetch,
         )
         with feed.lock:
             feed.start()

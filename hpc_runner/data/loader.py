@@ -22,11 +22,12 @@ import torch
 from monai.data.utils import list_data_collate
 from monai.data.utils import worker_init_fn as monai_worker_init_fn
 
-from hpc_runner.data.buffer import BufferIterator, ThreadBuffer, lower_thread_priority
+from hpc_runner.data.buffer import BufferIterator, ThreadBuffer
 from hpc_runner.data.items import ItemFetcher
 from hpc_runner.data.pool import OrderedMap
 from hpc_runner.data.prefetch import pin_batch
 from hpc_runner.data.seeding import derive_seed
+from hpc_runner.data.threads import data_thread_setup
 from hpc_runner.data.workers import default_num_workers
 
 _SHUFFLE_STREAM = 0x5EED5  # keeps the shuffle stream apart from the item streams
@@ -154,7 +155,9 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
     items being transformed ahead (thread workers); `thread_priority` ("normal", "low", "idle") is the
     CPU priority of our producer and worker threads: "low" (nice 19) lets the training loop's threads
     (torch intra-op, CUDA launches) preempt data work instead of sharing cores with it, but starves
-    the data threads when other processes saturate the CPUs.
+    the data threads when other processes saturate the CPUs. `prefetch=False` makes each batch only
+    when the loop asks for it (no overlap with the step; thread workers still run `max_in_flight`
+    items ahead).
     """
 
     def __init__(
@@ -169,12 +172,12 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         seed: int | None = None,
         max_in_flight: int | None = None,
         thread_priority: str = "normal",
+        prefetch: bool = True,
         **kwargs: Any,
     ) -> None:
         if int(repeats) < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
-        if thread_priority not in {"normal", "low", "idle"}:
-            raise ValueError(f"thread_priority must be 'normal', 'low' or 'idle', got {thread_priority!r}")
+        data_thread_setup(thread_priority)  # validates it
         num_workers = kwargs.pop("num_workers", 0)
         if num_workers is None:
             num_workers = default_num_workers()
@@ -209,6 +212,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         self.seed = int(seed) & ((1 << 64) - 1)
         self.max_in_flight = max_in_flight
         self.thread_priority = thread_priority
+        self.prefetch = bool(prefetch)
         self._epoch = 0
         self._epoch_used = False
         self._pending_skip = 0
@@ -307,15 +311,13 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
             src = self._process_batches(epoch, first, pin)
         else:
             src = self._thread_batches(epoch, first, pin)
-        setup = None
-        if self.thread_priority != "normal":
-            policy = self.thread_priority
-
-            def setup() -> None:
-                lower_thread_priority(policy)
-
         buf = ThreadBuffer(
-            src, self.buffer_size, repeats=self.repeats, copy_repeats=self.copy_repeats, thread_setup=setup
+            src,
+            self.buffer_size,
+            repeats=self.repeats,
+            copy_repeats=self.copy_repeats,
+            thread_setup=data_thread_setup(self.thread_priority),
+            prefetch=self.prefetch,
         )
         return buf.iterate(skip_repeats=skip_repeats, on_first=functools.partial(self._mark_used, epoch))
 

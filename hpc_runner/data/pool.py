@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
-from hpc_runner.data.buffer import IDLE_EXIT_S, lower_thread_priority
+from hpc_runner.data.buffer import IDLE_EXIT_S
 from hpc_runner.data.items import item_error
 from hpc_runner.data.seeding import copy_transform, describe, item_seeds, random_targets, reseed
+from hpc_runner.data.threads import data_thread_setup
 from hpc_runner.data.workers import default_num_workers
 
 WORKER_NAME = "hpc-runner-data-worker"
@@ -41,7 +42,7 @@ class WorkerPool(Generic[S]):
         self.max_workers = max_workers
         self._make_state = make_state
         self._name = name
-        self._priority = priority
+        self._setup = data_thread_setup(priority)
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.RLock()  # re-entrant: OrderedMap.__del__ may close us from a worker
         self._live = 0
@@ -68,7 +69,8 @@ class WorkerPool(Generic[S]):
         return fut
 
     def _worker(self) -> None:
-        lower_thread_priority(self._priority)
+        with contextlib.suppress(Exception):  # an optimisation hook must not stop the data
+            self._setup()
         with self._lock:
             state = self._states.pop() if self._states else None
         try:

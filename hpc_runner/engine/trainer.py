@@ -228,19 +228,17 @@ class Trainer:
         sampler = getattr(self.train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle each epoch, the same on every rank
+        if skip and hasattr(self.train_loader, "skip_batches"):
+            self.train_loader.skip_batches(skip)  # our loader starts at batch `skip` without computing the rest
+            skip = 0
         source: Iterable = self.train_loader
         if self.device.type == "cuda" and self.prefetch:
             from hpc_runner.data import DevicePrefetcher
 
             source = DevicePrefetcher(source, self.device)
         it = iter(source)
-        if skip:
-            if hasattr(self.train_loader, "skip_batches") and source is self.train_loader:
-                self.train_loader.skip_batches(skip)
-                it = iter(source)
-            else:
-                for _ in range(skip):
-                    next(it)
+        for _ in range(skip):  # any other loader: make the batches again and drop them
+            next(it)
         return it
 
     def _bar(self, epoch: int, initial: int):

@@ -77,8 +77,10 @@ def execute_and_report(
         from hpc_runner.engine.distributed import launched_world
         from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
 
-        if launched_world()[0] != 0:
-            return EXIT_PREEMPTED  # rank 0 speaks for the job
+        rank = launched_world()[0]
+        if rank != 0:  # rank 0 writes the checkpoint and speaks for the job
+            print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}", file=sys.stderr)
+            return EXIT_PREEMPTED
         job = requeue_current_job() if requeue else None
         if job:
             then = f"requeued SLURM job {job}; it continues from the checkpoint"

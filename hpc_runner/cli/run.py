@@ -79,7 +79,8 @@ def execute_and_report(
 
         rank = launched_world()[0]
         if rank != 0:  # rank 0 writes the checkpoint and speaks for the job
-            print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}", file=sys.stderr)
+            print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}; checkpoint written by rank 0",
+                  file=sys.stderr)
             return EXIT_PREEMPTED
         job = requeue_current_job() if requeue else None
         if job:

@@ -162,6 +162,7 @@ class Trainer:
         self.batch_in_epoch = 0
         self.step = 0
         self.history: dict[str, Any] = {"best_metric": None, "best_epoch": None, "metrics": [], "epoch_loss": []}
+        self.epoch_losses: list[float] = []  # this epoch's step losses, so a resumed epoch reports the same mean
         self._data_s: list[float] = []
         self._compute_s: list[float] = []
 
@@ -200,6 +201,7 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": capture_rng(),
             "history": json.loads(json.dumps(self.history)),
+            "epoch_losses": list(self.epoch_losses),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -214,6 +216,7 @@ class Trainer:
         self.batch_in_epoch = int(state["batch_in_epoch"])
         self.step = int(state["step"])
         self.history = state["history"]
+        self.epoch_losses = [float(x) for x in state.get("epoch_losses", [])]
 
     def save(self) -> Path | None:
         """Write a checkpoint of the current step (rank 0 only)."""
@@ -301,7 +304,9 @@ class Trainer:
         if rng_after_skip is not None and (skip > 0 or self.seed is None):
             restore_rng(rng_after_skip)  # mid-epoch: continue exactly where the checkpoint was taken
         timer = _StepTimer(self.device)
-        losses: list[float] = []
+        if skip == 0:
+            self.epoch_losses = []
+        losses = self.epoch_losses
         with self._bar(epoch, skip) as bar:
             while True:
                 t0 = time.perf_counter()

@@ -64,6 +64,13 @@ def test_stop_signal_checkpoints_and_resume_is_bit_identical(tiny_bundle: Path, 
              if '"iter"' in line]
     assert steps == list(range(1, 37))
     assert yaml.safe_load((stopped / "run.yaml").read_text())["attempts"] == 2
+    # the interrupted epoch reports the mean over all its steps, not only those after the restart
+    assert _epoch_losses(stopped) == _epoch_losses(straight)
+
+
+def _epoch_losses(run_dir: Path) -> list[float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in records if r["kind"] == "epoch"]
 
 
 def test_amp_on_cpu_trains_in_bfloat16(tiny_bundle: Path, tmp_path: Path, cli) -> None:

@@ -25,7 +25,8 @@ def test_run_records_config_overrides_command_and_environment(tiny_bundle: Path,
     record = yaml.safe_load((out / "run.yaml").read_text())
     assert record["status"] == "completed" and record["entry"] == "run"
     assert record["command"]["argv"][1:3] == ["run", "--bundle"]
-    assert record["slurm"] == {"SLURM_CPUS_PER_TASK": "2"}
+    assert record["slurm"]["SLURM_CPUS_PER_TASK"] == "2"  # CI's own SLURM_CONF may sit beside it
+    assert all(key.startswith("SLURM_") for key in record["slurm"])
     assert record["env"]["HPCR"] == {"HPCR__checkpoint_interval": "3"}
     assert {"python", "torch", "monai", "hpc-runner"} <= set(record["versions"])
     assert record["host"]["hostname"]

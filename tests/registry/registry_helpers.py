@@ -45,32 +45,3 @@ def copy_bundle(src: Path, dest: Path, *, version: str | None = None, name: str 
 def out(proc: subprocess.CompletedProcess) -> str:
     """stdout and stderr together (for assertion messages and searches)."""
     return proc.stdout + proc.stderr
-
-
-# The example bundle without `$`: the same objects, built declaratively (what --safe accepts).
-SAFE_TRAIN_TRANSFORMS = '''train_transforms:       # one flat Compose(preprocessing + augmentation)
-  _target_: monai.transforms.Compose.flatten
-  self:
-    _target_: Compose
-    transforms:
-      - {_target_: Compose, transforms: "@preprocessing"}
-      - {_target_: Compose, transforms: "@augmentation"}'''
-SAFE_RUN = '''run:
-  - _target_: hpc_runner.engine.trainer.Trainer.run   # trainer.run(), called as a function
-    self: "@trainer"'''
-
-
-def make_safe_variant(src: Path, dest: Path) -> Path:
-    """Copy the example bundle and replace its only `$` expressions by declarative equivalents."""
-    bundle = copy_bundle(src, dest)
-    train = bundle / "configs" / "train.yaml"
-    text = train.read_text()
-    for old, new in (
-        ('train_transforms:\n  _target_: Compose\n  transforms: "$@preprocessing + @augmentation"',
-         SAFE_TRAIN_TRANSFORMS),
-        ('run:\n  - "$@trainer.run()"\ntraining: "$@trainer.run()"', SAFE_RUN),
-    ):
-        assert old in text, f"the example bundle changed: {old!r} is gone"
-        text = text.replace(old, new)
-    train.write_text(text)
-    return bundle

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from registry_helpers import EXAMPLE, TINY, copy_bundle, make_safe_variant, out
+from registry_helpers import EXAMPLE, TINY, copy_bundle, out
 
 from hpc_runner.config.bundle_config import load_bundle_config
 from hpc_runner.errors import BundleError
@@ -39,6 +39,11 @@ computed:
 evil_name: os.system
 modules: ["$import subprocess", "$import torch"]
 expr: "$print('hello')"
+zoo_run:                                  # how MONAI zoo bundles write their entries and transform lists
+  - "$@trainer.run()"
+zoo_transforms:
+  _target_: Compose
+  transforms: "$@preprocessing + @augmentation"
 """
 
 
@@ -73,19 +78,19 @@ def test_run_safe_refuses_everything_at_once(tmp_path: Path, capsys: pytest.Capt
         (_line(train, "@evil_name"), "computed::_target_", "computed _target_"),
         (_line(train, "$import subprocess"), "modules::0", "'$import subprocess' is refused"),
         (_line(train, "$print"), "expr", "'$' expression \"$print('hello')\" is refused"),
-        (_line(train, '- "$@trainer.run()"'), "run::0", "'$' expression '$@trainer.run()' is refused"),
-        (_line(train, "$@preprocessing + @augmentation"), "train_transforms::transforms", "'$' expression"),
+        (_line(train, '- "$@trainer.run()"'), "zoo_run::0", "'$' expression '$@trainer.run()' is refused"),
+        (_line(train, "$@preprocessing + @augmentation"), "zoo_transforms::transforms", "'$' expression"),
     ]
     for line, id_path, text in expected:
         prefix = f"  {train}:{line}: id '{id_path}': "
         assert any(row.startswith(prefix) and text in row for row in err.splitlines()), f"{prefix}{text}\n{err}"
     assert "modules::1" not in err  # `$import torch` is allowed
-    assert f"--safe refuses bundle synthetic_seg: {len(expected) + 1} problem(s)" in err  # + `training`
+    assert f"--safe refuses bundle synthetic_seg: {len(expected)} problem(s)" in err
     assert not (tmp_path / "runs").exists()
 
 
-def test_safe_variant_passes_and_user_allow_list(tmp_path: Path) -> None:
-    safe = make_safe_variant(EXAMPLE, tmp_path / "safe")
+def test_the_example_passes_and_user_allow_list(tmp_path: Path) -> None:
+    safe = copy_bundle(EXAMPLE, tmp_path / "safe")
     cfg = load_bundle_config(bundle=str(safe), environ={})
     check_safe(cfg, {"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
     train = safe / "configs" / "train.yaml"
@@ -102,7 +107,7 @@ def test_safe_variant_passes_and_user_allow_list(tmp_path: Path) -> None:
 
 
 def test_bundle_modules_that_shadow_installed_ones_are_refused(tmp_path: Path) -> None:
-    bundle = make_safe_variant(EXAMPLE, tmp_path / "safe")
+    bundle = copy_bundle(EXAMPLE, tmp_path / "safe")
     (bundle / "fire.py").write_text("print('I replace the fire package')\n")
     (bundle / "scripts").mkdir()
     (bundle / "scripts" / "__init__.py").write_text("")  # the usual bundle package: shadows nothing
@@ -114,16 +119,17 @@ def test_bundle_modules_that_shadow_installed_ones_are_refused(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_safe_variant_runs_with_safe_and_the_example_is_refused(cli, tmp_path: Path) -> None:
-    safe = make_safe_variant(EXAMPLE, tmp_path / "safe")
-    proc = cli("run", "--safe", "--bundle", safe, *TINY, "--dataset_dir", tmp_path / "data",
+def test_the_example_runs_with_safe_and_a_zoo_style_entry_is_refused(cli, tmp_path: Path) -> None:
+    proc = cli("run", "--safe", "--bundle", EXAMPLE, *TINY, "--dataset_dir", tmp_path / "data",
                "--output_dir", tmp_path / "run")
     assert proc.returncode == 0, out(proc)
     assert yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())["status"] == "completed"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["epochs"] == 1 and summary["final_metric"] is not None
-    proc = cli("run", "--safe", "--bundle", EXAMPLE, *TINY)
+    zoo = copy_bundle(EXAMPLE, tmp_path / "zoo")
+    train = zoo / "configs" / "train.yaml"
+    train.write_text(train.read_text() + 'zoo_run:\n  - "$@trainer.run()"\n')
+    proc = cli("run", "--safe", "--bundle", zoo, *TINY, "--dataset_dir", tmp_path / "data")
     assert proc.returncode == 2, out(proc)
-    train = EXAMPLE / "configs" / "train.yaml"
     run_line = _line(train, '- "$@trainer.run()"')
-    assert f"{train}:{run_line}: id 'run::0'" in proc.stderr
+    assert f"{train}:{run_line}: id 'zoo_run::0'" in proc.stderr

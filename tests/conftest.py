@@ -60,6 +60,24 @@ class SlurmCluster:
                 raise TimeoutError(f"jobs still queued after {timeout}s:\n{left}")
             time.sleep(0.25)
 
+    def explain(self, folder: Path, job_ids: Iterable[str | int] = ()) -> str:
+        """What a failure message needs: the scheduler's view of the jobs (reason, exit code) and the
+        last lines of every job log and error.txt under ``folder``, so a CI log alone says why."""
+        parts = []
+        ids = ",".join(dict.fromkeys(str(j).split("_")[0] for j in job_ids if str(j)[:1].isdigit()))
+        if ids:
+            for args in (["squeue", "-h", "-t", "all", "-j", ids, "-o", "%i %T %r"],
+                         ["sacct", "-X", "-P", "-j", ids, "-o", "JobID,State,ExitCode,Reason,Elapsed"]):
+                res = self.run(*args)
+                parts.append(f"$ {' '.join(args)}\n{(res.stdout + res.stderr).strip()}")
+        logs = sorted(p for p in Path(folder).rglob("*") if p.is_file() and (p.suffix in (".err", ".out")
+                                                                              or p.name == "error.txt"))
+        for log in logs[:12]:
+            tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+            if tail:
+                parts.append(f"== {log}\n" + "\n".join(tail))
+        return "\n".join(parts)[-8000:]
+
     def sacct_states(self, job_ids: Iterable[str | int], timeout: float = 60) -> dict[str, str]:
         """Poll sacct until every record of `job_ids` has a final state; return {record id: state}.
 

@@ -7,7 +7,6 @@ and running the same commands again resumes to bit-identical weights.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from hpc_runner.engine.metrics_log import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
@@ -84,19 +85,7 @@ def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[in
 
 def records(run_dir: Path, kind: str) -> list[dict]:
     """The records of one kind in metrics.jsonl (a line being written is skipped)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if rec.get("kind") == kind:
-            out.append(rec)
-    return out
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == kind]
 
 
 def iter_steps(run_dir: Path) -> list[int]:

@@ -14,7 +14,7 @@ from hpc_runner.report.watch import watch_status
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
-def test_slurm_sweep_watch_report_and_exact_rerun(tmp_path: Path, dataset_dir: Path) -> None:
+def test_slurm_sweep_watch_report_and_exact_rerun(tmp_path: Path, dataset_dir: Path, slurm_cluster) -> None:
     import torch
 
     out = hpc_runner("sweep", "--bundle", str(BUNDLE), "--cluster", "slurm", "--output_dir", "sw",
@@ -24,8 +24,9 @@ def test_slurm_sweep_watch_report_and_exact_rerun(tmp_path: Path, dataset_dir: P
     sweep = tmp_path / "sw"
     stream = io.StringIO()
     watched = watch_status(sweep, 1.0, stream=stream, max_polls=400)
-    assert watched.finished, stream.getvalue()[-3000:]
-    assert [s.state for s in watched.states] == ["COMPLETED"] * 4, stream.getvalue()[-3000:]
+    why = f"{stream.getvalue()[-3000:]}\n{slurm_cluster.explain(sweep, [s.job_id or '' for s in watched.states])}"
+    assert watched.finished, why
+    assert [s.state for s in watched.states] == ["COMPLETED"] * 4, why
     assert {s.source for s in watched.states} <= {"sacct", "squeue", "run.yaml"}
     assert "4/4" in stream.getvalue()
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,12 @@ PROFILE = "testcluster"
 
 def _record(path: Path) -> dict:
     return json.loads((path / "sweep.yaml").read_text())
+
+
+def _why(batch: dict, sweep: Path, proc) -> str:
+    """The command's output, then the scheduler's view of the sweep's jobs and their logs."""
+    jobs = [p.get("job_id") or "" for p in _record(sweep)["points"]] if (sweep / "sweep.yaml").is_file() else []
+    return f"{proc.stdout}{proc.stderr}\n{batch['cluster'].explain(sweep, jobs)}"
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +59,8 @@ def batch(slurm_cluster, tmp_path_factory, cli_factory, tiny, dataset_dir):
         str(ROOT / "jobs" / "jade" / "train.sbatch"),
     )
     assert jade.returncode == 0, jade.stderr
-    yield {"cli": cli, "grid": cli.cwd / "grid", "fail": cli.cwd / "fail", "grid_out": grid.stdout,
-           "submit": waiting, "jade_job": jade.stdout.strip().split(";")[0]}
+    yield {"cli": cli, "cluster": slurm_cluster, "grid": cli.cwd / "grid", "fail": cli.cwd / "fail",
+           "grid_out": grid.stdout, "submit": waiting, "jade_job": jade.stdout.strip().split(";")[0]}
     if waiting.poll() is None:
         waiting.kill()
     log.close()
@@ -67,8 +75,7 @@ def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch
     assert (grid / "base" / "config.yaml").is_file()
 
     waited = cli("status", str(grid), *WAIT)
-    assert waited.returncode == 0, waited.stdout + waited.stderr
-    assert "COMPLETED 4" in waited.stdout
+    assert waited.returncode == 0 and "COMPLETED 4" in waited.stdout, _why(batch, grid, waited)
 
     cli.reset()
     status = cli("status", str(grid))
@@ -100,8 +107,8 @@ def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch
 def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
     cli, fail = batch["cli"], batch["fail"]
     waited = cli("status", str(fail), *WAIT)
-    assert waited.returncode == 1  # not everything completed
-    assert "COMPLETED 2" in waited.stdout and "FAILED 1" in waited.stdout
+    assert waited.returncode == 1, _why(batch, fail, waited)  # not everything completed
+    assert "COMPLETED 2" in waited.stdout and "FAILED 1" in waited.stdout, _why(batch, fail, waited)
     line = next(ln for ln in waited.stdout.splitlines() if ln.startswith("2 "))
     assert "FAILED" in line and "batch_size should be a positive integer" in line
     before = {p["index"]: p["job_id"] for p in _record(fail)["points"]}
@@ -119,7 +126,7 @@ def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
     assert (fail / "attempts" / "0002-1" / "error.txt").is_file()  # the failed attempt is kept aside
 
     waited = cli("status", str(fail), *WAIT)
-    assert waited.returncode == 0 and "COMPLETED 3" in waited.stdout
+    assert waited.returncode == 0 and "COMPLETED 3" in waited.stdout, _why(batch, fail, waited)
     assert yaml.safe_load((fail / "points" / "0002" / "config.yaml").read_text())["batch_size"] == 1
 
     cli.reset()
@@ -169,9 +176,12 @@ def test_a_partition_that_does_not_exist_exits_2_with_sbatchs_message(cli, comma
 
 def test_submit_wait_runs_one_job_and_records_it(batch):
     cli = batch["cli"]
-    batch["submit"].wait(timeout=400)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # the message below says where it got stuck
+        batch["submit"].wait(timeout=400)
     stdout = (cli.cwd / "submit-wait.out").read_text()
-    assert batch["submit"].returncode == 0, stdout
+    record = cli.cwd / "one" / "run.yaml"
+    job = yaml.safe_load(record.read_text()).get("job", {}).get("id", "") if record.is_file() else ""
+    assert batch["submit"].returncode == 0, f"{stdout}\n{batch['cluster'].explain(cli.cwd / 'one', [job])}"
     assert "submitted job" in stdout and "hpc-runner status" in stdout and "tail -f" in stdout
     assert "trained 1 epochs" in stdout  # --wait printed the job's log
     run = yaml.safe_load((cli.cwd / "one" / "run.yaml").read_text())

@@ -7,7 +7,6 @@ CUDA is unavailable, so the ranks must fall back to gloo on CPU (NCCL would fail
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from hpc_runner.engine.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -38,19 +39,7 @@ def common_args(dataset_dir: Path) -> list[str]:
 
 def records(run_dir: Path, kind: str) -> list[dict]:
     """The records of one kind in metrics.jsonl (a line being written is skipped)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if rec.get("kind") == kind:
-            out.append(rec)
-    return out
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == kind]
 
 
 def job_state(cluster, job: str) -> str:

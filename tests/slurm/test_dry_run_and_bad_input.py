@@ -29,7 +29,10 @@ def test_sweep_dry_run_prints_scripts_points_and_config_and_writes_nothing(offli
     assert "2 array(s) of at most 3 tasks (MaxArraySize from scontrol show config)" in text
     assert "#SBATCH --array=0-2%2" in text and "points 0-2, 3-5" in text
     assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
-    assert "-u -m submitit.core._submit " + str(offline_cli.cwd / "sw" / "slurm" / "%A") in text
+    logs = offline_cli.cwd / "sw" / "slurm"
+    assert f"-u -m submitit.core._submit {logs}\n" in text
+    # the log folder holds no job id: it exists before sbatch, so a job that starts at once can open its log
+    assert f"#SBATCH --output={logs}/%A_%a_0_log.out" in text and f"#SBATCH --error={logs}/%A_%a_0_log.err" in text
     assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text
     assert "max_epochs: 2" in text and f"output_dir: {offline_cli.cwd / 'sw' / 'base'}" in text
     assert _written(offline_cli.cwd) == []
@@ -46,6 +49,7 @@ def test_submit_dry_run_prints_the_sbatch_script_and_config(offline_cli):
                  "#SBATCH --export=ALL,PYTHONUNBUFFERED=1"):
         assert line in out.stdout
     assert "--array" not in out.stdout
+    assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'slurm'}/%j_0_log.out" in out.stdout  # no job id folder
     assert "max_epochs: 3" in out.stdout
     assert _written(offline_cli.cwd) == []
     assert offline_cli.calls()["sbatch"] == 0
@@ -61,7 +65,7 @@ def test_dry_run_script_is_the_one_submitit_submits(monkeypatch, tmp_path, offli
     monkeypatch.setenv("PATH", offline_cli.env["PATH"])  # a (fake) srun, so SlurmExecutor can be built
     profile = load_profile("jade", {"time": 45})
     params = slurm_parameters(profile, job_name="x", hold=True, array_parallelism=5)
-    folder = tmp_path / "slurm" / "%A"
+    folder = tmp_path / "slurm"
     ex = SlurmExecutor(folder=folder)
     ex.update_parameters(**params)
     assert sbatch_script(profile, folder, params) == ex._make_submission_file_text(ex._submitit_command_str, "u")

@@ -29,7 +29,7 @@ def _steps_done(run_dir: Path) -> int:
 
 @pytest.mark.slow
 def test_stop_signal_checkpoints_and_resume_is_bit_identical(tiny_bundle: Path, tmp_path: Path, cli) -> None:
-    common = ["--bundle", str(tiny_bundle), "--checkpoint_interval", "0", "--train_dataset::n", "24"]
+    common = ["--bundle", str(tiny_bundle), "--checkpoint_interval", "0", "--train_dataset::n", "48"]
     straight = tmp_path / "straight"
     res = cli("run", *common, "--output_dir", str(straight), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -40,8 +40,8 @@ def test_stop_signal_checkpoints_and_resume_is_bit_identical(tiny_bundle: Path, 
         cwd=tmp_path, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 240
-    while _steps_done(stopped) < 14 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # epoch 2 of 3 (12 steps an epoch): stop mid-epoch
+    while _steps_done(stopped) < 26 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # early in epoch 2 of 3 (24 steps an epoch): mid-epoch even if the signal lands late
     proc.send_signal(signal.SIGUSR2)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
@@ -50,7 +50,7 @@ def test_stop_signal_checkpoints_and_resume_is_bit_identical(tiny_bundle: Path, 
     assert record["status"] == "preempted"
     (ckpt,) = sorted((stopped / "checkpoints").glob("ckpt_*.pt"))[-1:]
     state = torch.load(ckpt, weights_only=True)
-    assert 0 < state["batch_in_epoch"] < 12, "the checkpoint is taken mid-epoch, at the step that was running"
+    assert 0 < state["batch_in_epoch"] < 24, "the checkpoint is taken mid-epoch, at the step that was running"
 
     res = cli("run", "--resume", str(stopped), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -62,7 +62,7 @@ def test_stop_signal_checkpoints_and_resume_is_bit_identical(tiny_bundle: Path, 
     # the metrics file holds each step once, as if the run had never stopped
     steps = [json.loads(line)["step"] for line in (stopped / "metrics.jsonl").read_text().splitlines()
              if '"iter"' in line]
-    assert steps == list(range(1, 37))
+    assert steps == list(range(1, 73))
     assert yaml.safe_load((stopped / "run.yaml").read_text())["attempts"] == 2
     # the interrupted epoch reports the mean over all its steps, not only those after the restart
     assert _epoch_losses(stopped) == _epoch_losses(straight)

@@ -32,6 +32,7 @@ PRODUCER_NAME = "hpc-runner-data-producer"
 
 _END = object()
 _NONE = object()
+_GO, _STOP, _PARK = object(), object(), object()  # what a producer does after an idle wait
 
 
 class _Raised:
@@ -112,6 +113,22 @@ class _Feed:
         self.held, self.held_left = item, left - 1
         return copy.deepcopy(item)
 
+    def _after_idle(self, item: Any) -> object:
+        """No request for IDLE_EXIT_S: _GO if one slipped in, _STOP if closed, else _PARK keeping ``item``.
+
+        A parked producer thread exits holding nothing; the consumer's next get starts a new one.
+        """
+        with self.lock:
+            if self.closed:
+                return _STOP
+            try:
+                self.slots.get_nowait()
+            except queue.Empty:
+                self.pending = item
+                self.running = False
+                return _PARK
+            return _GO
+
     def _run(self) -> None:
         if self.thread_setup is not None:
             with contextlib.suppress(Exception):  # an optimisation hook must not stop the data
@@ -131,15 +148,12 @@ class _Feed:
                         try:
                             slots_get(True, IDLE_EXIT_S)
                         except queue.Empty:
-                            with self.lock:
-                                if self.closed:
-                                    break
-                                try:
-                                    self.slots.get_nowait()
-                                except queue.Empty:
-                                    self.running = False  # park; the next request restarts us
-                                    parked = True
-                                    return
+                            after = self._after_idle(_NONE)
+                            if after is _STOP:
+                                break
+                            if after is _PARK:
+                                parked = True
+                                return
                         if self.closed:
                             break
                     try:
@@ -165,18 +179,12 @@ class _Feed:
                 try:
                     slots_get(True, IDLE_EXIT_S)
                 except queue.Empty:
-                    with self.lock:
-                        if self.closed:
-                            break
-                        try:
-                            self.slots.get_nowait()
-                        except queue.Empty:
-                            # Park: this thread exits keeping the item; the consumer's next get
-                            # starts a new producer. From here the thread owns nothing.
-                            self.pending = item
-                            self.running = False
-                            parked = True
-                            return
+                    after = self._after_idle(item)
+                    if after is _STOP:
+                        break
+                    if after is _PARK:
+                        parked = True
+                        return
                 if self.closed:  # the token may be close()'s wake-up call
                     break
                 items_put(item)

@@ -5,6 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+# flags of `python -m monai.bundle run` that hpc-runner accepts but does not do yet: a clear exit 2,
+# never "unknown id"
+MONAI_FLAGS_NOT_DONE = {
+    "tracking": "hpc-runner does not do experiment tracking yet (MONAI's --tracking adds MLflow handlers). "
+    "Drop --tracking to run without it; the run dir already records the config, overrides, metrics and log",
+    "init_id": "hpc-runner always runs the ids `initialize`, ENTRY and `finalize`; --init_id is not supported. "
+    "Drop it, or rename the id in the config",
+    "final_id": "hpc-runner always runs the ids `initialize`, ENTRY and `finalize`; --final_id is not supported. "
+    "Drop it, or rename the id in the config",
+}
+
 
 def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --bundle, --config_file, --meta_file and --args_file."""
@@ -20,10 +31,13 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
         "--config-file",
         action="append",
         metavar="FILE[,FILE...]",
-        help="config file(s), merged in order; repeatable or comma-separated (default: <bundle>/configs/train.*)",
+        help="config file(s), merged in order; repeatable, comma-separated or a list as the model zoo writes it, "
+        "\"['configs/train.json','configs/evaluate.json']\" (default: <bundle>/configs/train.*)",
     )
     g.add_argument(
-        "--meta_file", "--meta-file", metavar="FILE", help="metadata file (default: <bundle>/configs/metadata.json)"
+        "--meta_file", "--meta-file", metavar="FILE",
+        help="metadata file(s), merged in order (default: <bundle>/configs/metadata.json, else metadata.json "
+        "beside the first config file, as MONAI)"
     )
     g.add_argument(
         "--args_file",
@@ -31,6 +45,16 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="YAML/JSON mapping of id: value overrides (below env and CLI)",
     )
+    g.add_argument(
+        "--logging_file",
+        "--logging-file",
+        metavar="FILE|False",
+        help="logging INI file applied with logging.config.fileConfig before the run, as MONAI does "
+        "(default: logging.conf beside the first config file; False: leave logging alone)",
+    )
+    g.add_argument("--run_id", "--run-id", metavar="ID", help="MONAI's spelling of ENTRY (the id to run)")
+    for flag in MONAI_FLAGS_NOT_DONE:
+        g.add_argument(f"--{flag}", metavar="VALUE", help=argparse.SUPPRESS)
     g.add_argument(
         "--trust",
         action="store_true",
@@ -41,6 +65,18 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="refuse $ expressions and _target_ outside monai, torch, hpc_runner and the safe_targets of "
         "~/.config/hpc-runner/config.yaml ($HPCR_CONFIG)",
+    )
+
+
+def add_preflight_argument(parser: argparse.ArgumentParser) -> None:
+    """Add --no-preflight (run, submit, sweep, resume)."""
+    parser.add_argument(
+        "--no-preflight",
+        "--no_preflight",
+        dest="no_preflight",
+        action="store_true",
+        help="skip the pre-flight (every _target_ imports, every $ expression compiles, input paths exist, "
+        "sbatch --test-only accepts the resources)",
     )
 
 
@@ -55,6 +91,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     from hpc_runner.registry.search import resolve_bundle
     from hpc_runner.registry.trust import check_trust
 
+    _check_monai_flags(args)
     bundle = args.bundle
     if bundle:
         # resolve once, so the folder checked is the folder loaded
@@ -67,6 +104,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         meta_file=args.meta_file,
         args_file=args.args_file,
         cli_overrides=parse_cli_overrides(getattr(args, "override_tokens", [])),
+        logging_file=getattr(args, "logging_file", None),
         **kwargs,
     )
     if getattr(args, "safe", False):
@@ -76,3 +114,26 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     cfg.trusted = bool(getattr(args, "trust", False))
     cfg.safe = bool(getattr(args, "safe", False))
     return cfg
+
+
+def _check_monai_flags(args: argparse.Namespace) -> None:
+    """Refuse MONAI run flags hpc-runner does not do (one paragraph, exit 2); map --run_id to ENTRY."""
+    from hpc_runner.config.overrides import load_args_file
+    from hpc_runner.errors import UserError
+
+    options: dict[str, Any] = {}
+    if getattr(args, "args_file", None):
+        options = load_args_file(args.args_file)[1]  # MONAI's args_file may set these too
+    for flag, why in MONAI_FLAGS_NOT_DONE.items():
+        value = getattr(args, flag, None)
+        where = None
+        if value is None and options.get(flag) is not None:
+            value, where = options[flag], str(args.args_file)
+        if value is not None:
+            raise UserError(f"--{flag} {value}: {why}", where=where)
+    run_id = getattr(args, "run_id", None) or options.get("run_id")
+    if run_id is not None and hasattr(args, "entry"):
+        if args.entry and args.entry != run_id:
+            raise UserError(f"ENTRY '{args.entry}' and --run_id '{run_id}' disagree",
+                            expected="one of them (both name the id to run)")
+        args.entry = str(run_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from hpc_runner.cli.common import add_preflight_argument
 from hpc_runner.slurm.cli_args import add_cluster_arguments, positive_int
 
 HELP = "resubmit the failed or missing points of a sweep as a new array (never a completed one)"
@@ -46,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run at most K tasks of each array at once",
     )
     add_cluster_arguments(parser, default_from_env=False)
+    add_preflight_argument(parser)
 
 
 def _profile(args: argparse.Namespace, recorded: dict):
@@ -104,6 +106,7 @@ def main(args: argparse.Namespace) -> int:
         hold=args.hold,
         array_parallelism=args.array_parallelism,
         log=lambda m: print(m, flush=True),
+        preflight=not args.no_preflight,
     )
     if profile.executor == "local":
         print(f"hpc-runner: ran {len(res.job_ids)} point(s) here, {res.local_failures} failed")
@@ -133,7 +136,7 @@ def _resume_run(args: argparse.Namespace, target) -> int:
     if args.dry_run:
         print(f"  would resubmit the run ({state.state}, job {state.job_id or '-'})")
         return 0
-    res = resume_run(target, profile, hold=args.hold)
+    res = resume_run(target, profile, hold=args.hold, preflight=not args.no_preflight)
     if res.job_ids[0] == "local":
         return 1 if res.local_failures else 0
     print(f"hpc-runner: resubmitted the run as job {res.job_ids[0]}; it continues from its newest checkpoint")

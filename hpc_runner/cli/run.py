@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.cli.common import add_bundle_arguments, add_preflight_argument, load_config_from_args
+from hpc_runner.resources.cpus_option import add_cpus_argument, apply_run_cpus
 
 HELP = "run a bundle entry here (initialize, ENTRY, finalize) in a recorded run dir"
 DESCRIPTION = """Run a bundle entry on this machine.
@@ -20,6 +21,7 @@ EPILOG = """examples:
   hpc-runner run training --bundle bundles/synthetic_seg
   hpc-runner run --bundle bundles/synthetic_seg --trainer::max_epochs 2 --output_dir runs/try
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00
+  hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00 --restart   # no checkpoint loads
 exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
 ACCEPTS_OVERRIDES = True
 EXIT_FAILED, EXIT_PREEMPTED = 1, 3
@@ -34,28 +36,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", metavar="RUN_DIR", help="continue a recorded run from its newest checkpoint, with its config"
     )
     parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="with --resume: start the run over from step 0 (its checkpoints and metrics.jsonl are moved aside)",
+    )
+    parser.add_argument(
         "--no-requeue", action="store_true", help="under SLURM, do not requeue the job after a stop signal"
     )
+    add_preflight_argument(parser)
+    add_cpus_argument(parser, submits=False)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the command."""
+    """Run the command.
+
+    Order: load the config; on --resume check the recorded bundle (MANIFEST, --safe) before anything
+    imports its code; pre-flight the config; only then touch the run dir (check or set aside its
+    checkpoints on --resume, make it otherwise), so refused input leaves everything as it was.
+    """
+    apply_run_cpus(args)
     if args.resume:
         from hpc_runner.config.overrides import parse_cli_overrides
-        from hpc_runner.config.recorded import load_recorded_config
+        from hpc_runner.config.recorded import check_recorded_bundle, load_recorded_config
 
         cfg, record = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))
         entry = args.entry or record.get("entry")
         output_dir = args.resume
+        check_recorded_bundle(cfg, record, trust=args.trust, safe=args.safe)
     else:
+        if args.restart:
+            from hpc_runner.errors import UserError
+
+            raise UserError("--restart starts a recorded run over", expected="--resume RUN_DIR --restart")
         cfg = load_config_from_args(args)
         entry, output_dir = args.entry, args.output_dir
+        if output_dir:  # a file in the way is bad input: refuse it before the seconds of importing torch
+            from hpc_runner.records.rundir import check_folder_path
 
+            check_folder_path(output_dir)
+
+    if not args.no_preflight:  # before the run dir exists: a config that cannot start leaves nothing behind
+        from hpc_runner.config.preflight import check_config
+
+        check_config(cfg)
+    if args.resume:
+        prepare_checkpoints(args.resume, restart=args.restart)
     from hpc_runner.engine.runner import prepare_run
 
     run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
     print(f"hpc-runner: run dir {run_dir.path}", flush=True)
     return execute_and_report(cfg, run_dir, expanded, entry, "run", requeue=not args.no_requeue, debug=args.debug)
+
+
+def prepare_checkpoints(run_dir: str, *, restart: bool) -> None:
+    """Refuse a resume whose checkpoints none load; with ``restart`` move them and metrics.jsonl aside."""
+    from pathlib import Path
+
+    from hpc_runner.engine.checkpoint import check_resumable, set_aside_for_restart
+    from hpc_runner.records.rundir import CHECKPOINT_DIR
+
+    if not restart:
+        check_resumable(Path(run_dir) / CHECKPOINT_DIR)
+        return
+    from hpc_runner.engine.distributed import launched_world
+
+    if launched_world()[0] != 0:  # rank 0 owns the run dir; the others start from step 0 as well
+        return
+    aside = set_aside_for_restart(Path(run_dir))
+    if aside is not None:
+        print(f"hpc-runner: starting over; the old checkpoints and metrics are in {aside}", flush=True)
 
 
 def execute_and_report(

@@ -6,7 +6,8 @@ import argparse
 import shlex
 import sys
 
-from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.cli.common import add_bundle_arguments, add_preflight_argument, load_config_from_args
+from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
@@ -27,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bundle_arguments(parser)
     parser.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
     add_cluster_arguments(parser)
+    add_preflight_argument(parser)
+    add_cpus_argument(parser, submits=True)
     parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
 
 
@@ -34,9 +37,12 @@ def main(args: argparse.Namespace) -> int:
     """Run the command."""
     from hpc_runner.slurm.submission import submit_run
 
+    cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
+    apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
-    res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run)
+    res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run,
+                     preflight=not args.no_preflight)
     if res.dry_run:
         for script in res.scripts:
             print(f"# sbatch script (profile {profile.name}; nothing submitted)\n{script}")

@@ -6,7 +6,8 @@ import argparse
 import shlex
 import sys
 
-from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.cli.common import add_bundle_arguments, add_preflight_argument, load_config_from_args
+from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
@@ -53,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run at most K tasks of each array at once (sbatch --array=...%%K)",
     )
     add_cluster_arguments(parser)
+    add_preflight_argument(parser)
+    add_cpus_argument(parser, submits=True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,7 +64,9 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.slurm.sweep_spec import build_spec
 
     spec = build_spec(args.sweep, args.zip, args.sweep_file)
+    cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
+    apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
     res = submit_sweep(
         cfg,
@@ -74,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
         array_parallelism=args.array_parallelism,
         dry_run=args.dry_run,
         log=lambda m: print(m, flush=True),
+        preflight=not args.no_preflight,
     )
     if res.dry_run:
         print(f"# dry run: profile {profile.name}; nothing submitted, nothing written")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import os
 import warnings
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.env import expand_env_refs, has_env_refs
-from hpc_runner.config.ids import iter_ids, set_by_id
+from hpc_runner.config.ids import has_id, iter_ids, set_by_id
 from hpc_runner.config.loader import LoadedFile, load_file
 from hpc_runner.config.merge import locate, merge_files
 from hpc_runner.config.overrides import (
@@ -26,6 +27,10 @@ from hpc_runner.errors import BundleError, ConfigError
 
 META_KEY = "_meta_"
 DEFAULT_CONFIG_STEMS = ("train",)
+# ids MONAI's workflow properties define: `--bundle_root X` / `--dataset_dir X` set them as MONAI does,
+# adding them when a config lacks them (any other unknown id still needs --+ID)
+ADDED_IF_MISSING = ("bundle_root", "dataset_dir")
+LOGGING_CONF = "logging.conf"
 
 
 @dataclass
@@ -53,6 +58,13 @@ class BundleConfig:
     trusted: bool = False  # run despite a MANIFEST mismatch (--trust); recorded so a job checks the same way
     safe: bool = False  # checked with --safe
     recorded: bool = False  # loaded from a run dir's config.yaml (resume, rerun, jobs), not from bundle files
+    logging_file: Path | None = None  # applied with logging.config.fileConfig before the run, as MONAI does
+    config_root: Path | None = None  # without --bundle: MONAI's bundle root (the folder above configs/)
+
+    @property
+    def code_dir(self) -> Path | None:
+        """Return the folder put on sys.path for the bundle's ``scripts/`` (--bundle, else MONAI's rule)."""
+        return self.bundle_dir or self.config_root
 
     @property
     def meta(self) -> dict:
@@ -96,13 +108,82 @@ def find_default_config(bundle_dir: Path) -> Path:
     )
 
 
-def split_config_files(values: Sequence[str] | str | None) -> list[Path]:
-    """Split ``--config_file a.yaml,b.json`` (given once or repeated) into paths, in order."""
+def split_config_files(values: Sequence[Any] | str | None) -> list[Path]:
+    """Split ``--config_file`` values into paths, in order, as MONAI reads them.
+
+    Each value is a path, a comma list (``a.json,b.json``) or a Python/JSON list literal
+    (``"['a.json', 'b.json']"``, the model zoo's way to merge files); it may be given repeatedly.
+    """
     if values is None:
         return []
-    if isinstance(values, str):
+    if isinstance(values, str | Path):
         values = [values]
-    return [Path(p) for v in values for p in str(v).split(",") if p]
+    paths: list[Path] = []
+    for value in values:
+        if isinstance(value, list | tuple):
+            paths += split_config_files(list(value))
+            continue
+        text = str(value).strip()
+        if text.startswith(("[", "(")):
+            paths += split_config_files(_literal_file_list(text))
+        elif Path(text).is_file():
+            paths.append(Path(text))
+        else:
+            paths += [Path(p.strip()) for p in text.split(",") if p.strip()]
+    return paths
+
+
+def _literal_file_list(text: str) -> list[str]:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            f"--config_file {text!r} is not a list of file names",
+            expected="FILE, FILE,FILE or a list such as \"['configs/train.json','configs/evaluate.json']\"",
+        )
+    return list(value)
+
+
+def merge_meta_files(paths: Sequence[Path]) -> LoadedFile:
+    """Load metadata files and merge them in order (MONAI accepts a list of metadata files)."""
+    loaded = [load_file(p) for p in paths]
+    if len(loaded) == 1:
+        return loaded[0]
+    data: dict = {}
+    lines: dict[str, int] = {}
+    for f in loaded:
+        data.update(f.data)
+        lines.update(f.lines)
+    return LoadedFile(loaded[-1].path, data, lines)
+
+
+def monai_config_root(files: Sequence[Path]) -> Path:
+    """Return MONAI's bundle root for config files: the folder above ``configs/``, else their folder."""
+    folder = files[0].parent
+    return folder.parent if folder.name == "configs" else folder
+
+
+def logging_file_for(value: str | Path | None, files: Sequence[Path]) -> Path | None:
+    """Return the logging config to apply: ``--logging_file``, else ``logging.conf`` beside the first config file.
+
+    ``false`` turns it off (MONAI's ``--logging_file False``); a named file that does not exist is an error.
+    """
+    if value is None:
+        default = files[0].parent / LOGGING_CONF
+        return default if default.is_file() else None
+    if str(value).strip().lower() in ("false", "none", ""):
+        return None
+    path = Path(value)
+    if not path.is_file():
+        raise ConfigError(
+            "logging config file not found",
+            where=str(path),
+            expected="an INI file for logging.config.fileConfig (as MONAI's --logging_file), or False to keep "
+            "hpc-runner's logging",
+        )
+    return path
 
 
 def expand_file_env(cfg: BundleConfig, environ: Mapping[str, str]) -> None:
@@ -118,6 +199,8 @@ def expand_file_env(cfg: BundleConfig, environ: Mapping[str, str]) -> None:
 def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: Mapping[str, str]) -> None:
     """Apply overrides to ``cfg`` in order, expanding ${env:} in their values and recording sources."""
     for ov in overrides:
+        if ov.id in ADDED_IF_MISSING and not ov.add and not has_id(cfg.config, ov.id):
+            ov.add = True
         if has_env_refs(ov.value):
             used: dict[str, str | None] = {}
             ov.value = expand_env_refs(ov.value, environ, id_path=ov.id, where=ov.origin, used=used)
@@ -138,6 +221,7 @@ def load_bundle_config(
     args_file: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
     check: bool = True,
+    logging_file: str | Path | None = None,
 ) -> BundleConfig:
     """Load, merge, override (files < args_file < env < CLI) and check a bundle's config."""
     from hpc_runner.registry.metadata import check_metadata
@@ -149,6 +233,7 @@ def load_bundle_config(
         args_overrides, options = load_args_file(args_file)
         config_files = config_files or options.get("config_file")
         meta_file = meta_file or options.get("meta_file")
+        logging_file = logging_file if logging_file is not None else options.get("logging_file")
 
     bundle_dir = resolve_bundle(str(bundle), environ) if bundle else None
     files = split_config_files(config_files)
@@ -162,29 +247,34 @@ def load_bundle_config(
     loaded: list[LoadedFile] = [load_file(f) for f in files]
     merged, where = merge_files(loaded)
 
-    meta_path: Path | None = Path(meta_file) if meta_file else None
-    if meta_path is None:
-        meta_path = (bundle_dir / "configs" / "metadata.json") if bundle_dir else files[0].parent / "metadata.json"
-        if not meta_path.is_file():
-            if bundle_dir is not None:
-                raise BundleError(
-                    "the bundle has no configs/metadata.json", where=str(bundle_dir), expected="a metadata file"
-                )
-            warnings.warn(f"no metadata file at {meta_path}; running without metadata", stacklevel=2)
-            meta_path = None
+    meta_paths = split_config_files(meta_file) if meta_file else []
+    if not meta_paths:
+        default_meta = (bundle_dir / "configs" / "metadata.json") if bundle_dir else files[0].parent / "metadata.json"
+        if default_meta.is_file():
+            meta_paths = [default_meta]
+        elif bundle_dir is not None:
+            raise BundleError(
+                "the bundle has no configs/metadata.json", where=str(bundle_dir), expected="a metadata file"
+            )
+        else:
+            warnings.warn(f"no metadata file at {default_meta}; running without metadata", stacklevel=2)
+    if bundle_dir is not None:
+        meta_paths = [p if p.is_file() or p.is_absolute() else bundle_dir / p for p in meta_paths]
+    meta_path: Path | None = meta_paths[-1] if meta_paths else None
     meta: dict = {}
-    if meta_path is not None:
-        if not meta_path.is_file() and bundle_dir is not None and not meta_path.is_absolute():
-            meta_path = bundle_dir / meta_path
-        meta_loaded = load_file(meta_path)
-        check_metadata(meta_loaded.data, str(meta_path))
+    if meta_paths:
+        meta_loaded = merge_meta_files(meta_paths)
+        check_metadata(meta_loaded.data, ", ".join(str(p) for p in meta_paths))
         meta = meta_loaded.data
         for id_path, line in meta_loaded.lines.items():
-            where[f"{META_KEY}::{id_path}"] = f"{meta_path}:{line}"
+            where[f"{META_KEY}::{id_path}"] = f"{meta_loaded.path}:{line}"
     merged[META_KEY] = meta
 
     name = str(meta.get("name") or (bundle_dir.name if bundle_dir else files[0].stem))
     cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where)
+    cfg.logging_file = logging_file_for(logging_file, files)
+    if bundle_dir is None:
+        cfg.config_root = monai_config_root(files)
     expand_file_env(cfg, environ)
     apply_overrides(cfg, [*args_overrides, *parse_env_overrides(environ), *cli_overrides], environ)
     if check:

@@ -71,15 +71,27 @@ def set_by_id(config: dict, id_path: str, value: Any, *, create_parents: bool = 
         raise KeyError(last)
 
 
+def _children(node: Any) -> Iterator[tuple[Any, Any]] | None:
+    if isinstance(node, dict):
+        return iter(node.items())
+    if isinstance(node, list):
+        return enumerate(node)
+    return None
+
+
 def iter_ids(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Yield ``(id_path, value)`` for every node below ``config``, parents before children."""
-    if isinstance(config, dict):
-        items: Any = config.items()
-    elif isinstance(config, list):
-        items = enumerate(config)
-    else:
-        return
-    for key, value in items:
-        sub = join_id(prefix, key) if prefix else str(key)
-        yield sub, value
-        yield from iter_ids(value, sub)
+    # an explicit stack, not recursion: a deeply nested override value must not hit the recursion limit
+    top = _children(config)
+    stack: list[tuple[Iterator[tuple[Any, Any]], str]] = [(top, prefix)] if top is not None else []
+    while stack:
+        items, parent = stack[-1]
+        for key, value in items:
+            sub = join_id(parent, key) if parent else str(key)
+            yield sub, value
+            below = _children(value)
+            if below is not None:
+                stack.append((below, sub))
+            break
+        else:
+            stack.pop()

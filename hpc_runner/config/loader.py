@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from hpc_runner.config.ids import join_id, normalize_id
+from hpc_runner.config.nesting import check_json_depth, check_yaml_shape
 from hpc_runner.errors import ConfigError
 
 try:  # libyaml is ~10x faster and keeps the same marks
@@ -70,6 +71,14 @@ def _yaml_lines(text: str, path: Path) -> dict[str, int]:
     return lines
 
 
+def _empty(path: Path) -> ConfigError:
+    return ConfigError(
+        "the file is empty (no content, only comments, or null)",
+        where=str(path),
+        expected="a mapping of ids to values ({} for a file that deliberately sets nothing)",
+    )
+
+
 def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> ConfigError:
     mark = exc.problem_mark or exc.context_mark
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -94,6 +103,9 @@ def load_file(path: str | Path) -> LoadedFile:
         raise ConfigError(f"cannot read config file ({exc.__class__.__name__})", where=str(path)) from None
 
     if path.suffix.lower() == ".json":
+        if not text.strip():
+            raise _empty(path)
+        check_json_depth(text, path)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -105,21 +117,23 @@ def load_file(path: str | Path) -> LoadedFile:
         except yaml.YAMLError:
             lines = {}
     else:
-        loader = _YamlLoader(text)
         try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
+            check_yaml_shape(_YamlLoader(text), path)  # before the composer, which recurses
+            loader = _YamlLoader(text)
+            try:
+                node = loader.get_single_node()
+                data = loader.construct_document(node) if node is not None else None
+            finally:
+                loader.dispose()
         except yaml.MarkedYAMLError as exc:
             raise _syntax_error(path, exc) from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"YAML error: {exc}", where=str(path), expected="valid YAML") from None
-        finally:
-            loader.dispose()
         lines = {}
         if node is not None:
             _record_lines(node, "", lines, path)
-    if data is None:
-        data = {}
+    if data is None:  # no content, only comments, or `null`: MONAI fails on it later with an AttributeError
+        raise _empty(path)
     if not isinstance(data, dict):
         raise ConfigError(
             f"the top level is a {type(data).__name__}",

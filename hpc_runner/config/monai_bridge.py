@@ -81,3 +81,20 @@ def bundle_on_sys_path(bundle_dir: Path | None):
     finally:
         if entry in sys.path:
             sys.path.remove(entry)
+
+
+def apply_logging_file(path: Path | None) -> None:
+    """Configure logging from an INI file as MONAI's workflow does (``logging.config.fileConfig``).
+
+    MONAI's own loader is used when present: it refuses ``class=``/``args=`` that would run arbitrary code.
+    """
+    if path is None:
+        return
+    try:
+        from monai.bundle.workflows import _apply_logging_file
+    except ImportError:  # older MONAI: the plain stdlib call it used to make
+        import logging.config
+
+        logging.config.fileConfig(str(path), disable_existing_loggers=False)
+        return
+    _apply_logging_file(str(path))

@@ -16,8 +16,8 @@ from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_
 from hpc_runner.errors import ConfigError
 
 ADD_PREFIX = "+"
-# args-file keys that select files rather than override ids (as in MONAI's args_file)
-ARGS_FILE_OPTIONS = ("config_file", "meta_file")
+# args-file keys that are options of `run` rather than override ids (as in MONAI's args_file)
+ARGS_FILE_OPTIONS = ("config_file", "meta_file", "logging_file", "tracking", "run_id", "init_id", "final_id")
 
 
 @dataclass

@@ -9,13 +9,15 @@ from hpc_runner.config.bundle_config import META_KEY, BundleConfig, apply_overri
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ConfigError
-from hpc_runner.records.rundir import CONFIG_FILE, RunDir
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.rundir import CONFIG_FILE, RunDir, dump_yaml
 
 
 def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] = ()) -> tuple[BundleConfig, dict]:
     """Return the config that ran in ``run_dir`` (plus explicit overrides) and its run.yaml record.
 
-    The environment is not read again: the record already holds the values it gave.
+    The environment is not read again: the record already holds the values it gave. A run dir that
+    was moved or copied has its config.yaml's ``output_dir`` set to where it is now.
     """
     rd = RunDir(run_dir)
     path = rd.file(CONFIG_FILE)
@@ -24,6 +26,9 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
             "not a run directory (no config.yaml)", where=str(run_dir), expected="a folder written by hpc-runner run"
         )
     loaded = load_file(path)
+    if _follow_moved_run_dir(loaded.data, rd.path):
+        write_text_atomic(path, dump_yaml(loaded.data))
+        loaded = load_file(path)  # line numbers of the file as it is now
     record = rd.record()
     bundle = record.get("bundle") or {}
     bundle_dir = Path(bundle["dir"]) if bundle.get("dir") else None
@@ -42,3 +47,38 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
     apply_overrides(cfg, cli_overrides, {})
     cfg.check()
     return cfg, record
+
+
+def _follow_moved_run_dir(config: dict, run_dir: Path) -> bool:
+    """Make the recorded ``output_dir`` the run dir's path now; return whether it changed.
+
+    Users move or copy run dirs (scratch to project storage). The config recorded the old path, so a
+    resume compared it with the new one and refused a "different config" (or would have written to
+    the old folder). The run dir is where it is now.
+    """
+    from hpc_runner.engine.runner import OUTPUT_DIR_ID
+
+    recorded = config.get(OUTPUT_DIR_ID)
+    now = str(run_dir.resolve())
+    if isinstance(recorded, str) and recorded != now:
+        config[OUTPUT_DIR_ID] = now
+        return True
+    return False
+
+
+def check_recorded_bundle(cfg: BundleConfig, record: dict, *, trust: bool = False, safe: bool = False) -> None:
+    """Check a recorded config before its bundle's code is imported again (resume, jobs, re-runs).
+
+    The bundle's files must still match its MANIFEST unless ``trust`` (or the run was started with
+    --trust); with ``safe`` (or a run started with --safe) the config must pass --safe. Raises BundleError.
+    """
+    cfg.trusted = bool(trust or record.get("trusted", False))
+    cfg.safe = bool(safe or record.get("safe", False))
+    if cfg.bundle_dir is not None:
+        from hpc_runner.registry.trust import check_trust
+
+        check_trust(cfg.bundle_dir, trust=cfg.trusted)
+    if cfg.safe:
+        from hpc_runner.registry.safe_mode import check_safe
+
+        check_safe(cfg)

@@ -61,8 +61,23 @@ def expand_macros(
 
     ``load(path)`` reads another config file for ``%file::id`` macros.
     """
+    try:
+        return _expand_macros(config, load, where or {})
+    except RecursionError:  # files are depth-checked when loaded; an override value can still be too deep
+        raise _too_deep("expanding macros and relative ids") from None
+
+
+def _too_deep(doing: str) -> ConfigError:
+    from hpc_runner.config.nesting import MAX_DEPTH
+
+    return ConfigError(
+        f"the config is nested too deeply for {doing} (an override value nested hundreds of levels deep?)",
+        expected=f"at most {MAX_DEPTH} levels of nesting",
+    )
+
+
+def _expand_macros(config: dict, load: Callable[[str], dict], where: Mapping[str, str]) -> dict:
     root = copy.deepcopy(config)
-    where = where or {}
 
     def visit(node: Any, id_path: str) -> Any:
         if isinstance(node, dict):

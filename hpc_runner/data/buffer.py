@@ -7,7 +7,9 @@ Differences from ``monai.data.ThreadBuffer`` (1.6.1), each one a measured proble
 * leaving early (``break``, an exception in the step, ``close()``) never waits for the item in progress:
   the producer drops it, closes the source iterator (``.close()``) and exits;
 * a producer whose buffer stays full for ``IDLE_EXIT_S`` (0.5 s) parks: its thread exits and the consumer's
-  next ``next()`` starts a new one, so an abandoned iterator that is still referenced leaves no thread;
+  next ``next()`` starts a new one, so an abandoned iterator that is still referenced leaves no thread
+  (a source with a ``park()`` method, such as worker processes, is told to let them go then, after its
+  own ``idle_exit_s``);
 * every iteration has its own buffer, so an epoch never sees items of the last one;
 * ``repeats`` can deep-copy (``copy_repeats=True``) so in-place changes do not leak between repeats.
 """
@@ -97,6 +99,19 @@ class _Feed:
             if not self.running and not self.finished and not self.closed:
                 self.start()
 
+    def request(self) -> None:
+        """On demand: ask for the next item, starting a producer if the last one parked.
+
+        The token and the liveness check go in one locked section: a producer parks only inside
+        this lock after finding no token, so either it sees this request or we see it parked. (A
+        check outside the lock let a producer park between the check and the token: no thread was
+        left to answer, and the consumer waited forever.)
+        """
+        with self.lock:
+            self.slots.put(None)
+            if not self.running and not self.finished and not self.closed:
+                self.start()
+
     def _next_copy(self, it: Iterator[Any]) -> Any:
         """copy_repeats: copies go first, each made just before it is queued; the pristine batch last."""
         if self.held_left > 0:
@@ -124,6 +139,12 @@ class _Feed:
             try:
                 self.slots.get_nowait()
             except queue.Empty:
+                # A source that holds more than a thread (worker processes) lets them go now; it
+                # starts them again if the consumer comes back. Under the lock: once `running` is
+                # False a new producer may use the source.
+                park = getattr(self.it, "park", None)
+                if callable(park):
+                    park()
                 self.pending = item
                 self.running = False
                 return _PARK
@@ -136,6 +157,8 @@ class _Feed:
         items_put = self.items.put
         slots_get = self.slots.get
         on_demand = self.on_demand
+        # a source whose restart is costly (worker processes) may ask for a longer idle wait
+        idle_s = getattr(self.src, "idle_exit_s", None) or IDLE_EXIT_S
         parked = False
         try:
             while True:
@@ -146,7 +169,7 @@ class _Feed:
                     if on_demand:
                         # Wait for the consumer's request before making anything.
                         try:
-                            slots_get(True, IDLE_EXIT_S)
+                            slots_get(True, idle_s)
                         except queue.Empty:
                             after = self._after_idle(_NONE)
                             if after is _STOP:
@@ -177,7 +200,7 @@ class _Feed:
                 else:
                     self.pending = _NONE
                 try:
-                    slots_get(True, IDLE_EXIT_S)
+                    slots_get(True, idle_s)
                 except queue.Empty:
                     after = self._after_idle(item)
                     if after is _STOP:
@@ -265,12 +288,14 @@ class BufferIterator(Iterator[Any]):
         feed = self._feed
         if feed is None:
             raise StopIteration
-        if not feed.running and not feed.finished:
-            feed.restart()
         if feed.on_demand:
-            feed.slots.put(None)  # ask for the next item
+            feed.request()
             item = feed.items.get()
         else:
+            # Unlocked check: with prefetch a producer parks only on a full buffer, so an item is
+            # queued for this get even if it parks right after the check.
+            if not feed.running and not feed.finished:
+                feed.restart()
             item = feed.items.get()
             feed.slots.put(None)  # a buffer place is free again
         if type(item) is _Raised:

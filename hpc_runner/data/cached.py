@@ -42,6 +42,7 @@ from monai.transforms import Compose, convert_to_contiguous, reset_ops_id
 from monai.utils import convert_to_tensor, optional_import
 
 from hpc_runner.data.cache_key import cache_split, describe, item_key, transform_key, transform_name
+from hpc_runner.data.workers import cache_fill_workers
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
 
@@ -202,7 +203,7 @@ class PersistentCacheDataset(Dataset):
         self.cache_dir = Path(cache_dir).expanduser()
         self.set_num = cache_num
         self.set_rate = cache_rate
-        self.num_workers = max(int(num_workers or os.cpu_count() or 1), 1)
+        self.num_workers = cache_fill_workers(num_workers)
         self.progress = progress
         self.copy_cache = copy_cache
         self.track_meta = track_meta
@@ -401,8 +402,10 @@ class CachedDataset(Dataset):
         transform = _as_compose(transform)
         if cache_dir is None or str(cache_dir).strip() in ("", "null", "None"):
             self.mode = "memory"
+            # MONAI would take os.cpu_count() for None: the machine's cores, not this job's
             self.dataset: Dataset = CacheDataset(
-                data, transform, cache_num=cache_num, cache_rate=cache_rate, num_workers=num_workers,
+                data, transform, cache_num=cache_num, cache_rate=cache_rate,
+                num_workers=cache_fill_workers(None) if num_workers is None else num_workers,
                 progress=progress, copy_cache=copy_cache,
             )
         else:

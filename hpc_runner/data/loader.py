@@ -12,7 +12,7 @@ random states derived from (seed, e, i, dataset index) and the shuffle order fro
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -140,6 +140,122 @@ class _SeededItems(torch.utils.data.Dataset):
         return state
 
 
+#: Seconds a held, unread process-worker iterator keeps its worker processes before it stops them
+#: (they start again at the next batch if it is read again). Longer than IDLE_EXIT_S because
+#: starting processes costs ~1 s: a training step up to this long keeps them warm.
+PROCESS_IDLE_EXIT_S = 30.0
+
+
+class SupersededIteration(RuntimeError):
+    """An iterator of a persistent_workers loader was read after a newer iteration took the workers."""
+
+
+class _ProcessBatches(Iterator[Any]):
+    """One iteration's batches from torch worker processes, in order, restartable at the next batch.
+
+    ``park()`` (called by ThreadBuffer when the consumer stops asking) stops the worker processes of a
+    non-persistent loader, so a ``break`` with the iterator still referenced leaves no process behind;
+    reading again starts them at the next batch. With ``persistent_workers`` the processes belong to
+    the loader: the newest iteration takes them over, and an older one read afterwards raises
+    SupersededIteration instead of blocking the new epoch (or yielding its batches).
+    """
+
+    def __init__(self, loader: ThreadDataLoader, keyed: list[Any], auto: bool, pin: bool) -> None:
+        self._loader = loader
+        self._left = collections.deque(keyed)  # batches not yet yielded
+        self._auto = auto
+        self._pin = pin
+        self._persistent = bool(loader.persistent_workers)
+        self._pinned_by_torch = bool(loader.pin_memory)
+        self._it: Any = None
+        self._closed = False
+        self._token = object()  # what the loader holds to say whom its persistent workers serve (no cycle)
+
+    @property
+    def idle_exit_s(self) -> float:
+        """How long ThreadBuffer's producer waits on an unread buffer before it parks (and calls park)."""
+        return PROCESS_IDLE_EXIT_S
+
+    def __iter__(self) -> _ProcessBatches:
+        return self
+
+    def _inner(self, keyed: list[Any]) -> torch.utils.data.DataLoader:
+        loader, sampler = self._loader, _ListSampler(keyed)
+        items = _SeededItems(loader.dataset, loader.seed)
+        if self._auto:
+            return torch.utils.data.DataLoader(items, batch_sampler=sampler, **loader._inner_kwargs())
+        return torch.utils.data.DataLoader(items, batch_size=None, sampler=sampler, **loader._inner_kwargs())
+
+    def _start(self) -> None:
+        keyed = list(self._left)
+        if not self._persistent:
+            self._it = iter(self._inner(keyed))
+            return
+        loader = self._loader
+        # caller holds loader._inner_lock
+        if loader._inner is None:
+            loader._inner = self._inner(keyed)
+        else:
+            (loader._inner.batch_sampler if self._auto else loader._inner.sampler).items = keyed  # type: ignore[union-attr]
+        self._it = iter(loader._inner)  # resets the one persistent iterator: it is ours now
+        loader._inner_owner = self._token
+
+    def __next__(self) -> Any:
+        if self._closed or not self._left:
+            self.close()
+            raise StopIteration
+        if self._persistent:
+            loader = self._loader
+            superseded = False
+            # Held only for one next(), never across a yield: an abandoned iteration must not block
+            # the next epoch's.
+            with loader._inner_lock:
+                if self._it is None:
+                    self._start()
+                superseded = loader._inner_owner is not self._token
+                batch = _DONE if superseded else next(self._it, _DONE)
+            if superseded:
+                # No frame of the traceback may hold the loader: in a reference cycle, the garbage
+                # collector finalizes its worker queues before it stops the workers (10 s stall).
+                del loader
+                self.close()
+                raise SupersededIteration(
+                    "this iteration of a persistent_workers ThreadDataLoader was read after a newer one "
+                    "started: the worker processes serve one iteration at a time"
+                )
+        else:
+            if self._it is None:
+                self._start()
+            batch = next(self._it, _DONE)
+        if batch is _DONE:
+            self.close()
+            raise StopIteration
+        self._left.popleft()
+        return pin_batch(batch) if self._pin and not self._pinned_by_torch else batch
+
+    def park(self) -> None:
+        """Stop the worker processes of a non-persistent loader; the next read starts them again."""
+        if not self._persistent:
+            self._stop()
+
+    def _stop(self) -> None:
+        it, self._it = self._it, None
+        if it is not None and not self._persistent:
+            shutdown: Callable[[], None] | None = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+
+    def close(self) -> None:
+        """Stop the worker processes (unless persistent) and end this iteration."""
+        self._closed = True
+        self._left.clear()
+        self._stop()
+        self._loader = None  # type: ignore[assignment]  # nothing more to read; frees a persistent loader
+
+
+_DONE = object()
+
+
 class ThreadDataLoader(torch.utils.data.DataLoader):
     """Drop-in for ``monai.data.ThreadDataLoader``: batches made on a producer thread, seeded per item.
 
@@ -217,6 +333,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         self._epoch_used = False
         self._pending_skip = 0
         self._inner: torch.utils.data.DataLoader | None = None
+        self._inner_owner: object | None = None  # token of the _ProcessBatches the persistent workers serve
         self._inner_lock = threading.Lock()
 
     # -- epochs ------------------------------------------------------------------------------------
@@ -399,38 +516,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
             else:
                 keyed.append((epoch, position, b))
                 position += 1
-        # One producer at a time drives a persistent inner loader: an abandoned epoch's producer may
-        # still be inside next() when the next epoch starts.
-        persistent = bool(self.persistent_workers)
-        with self._inner_lock if persistent else contextlib.nullcontext():
-            inner = self._inner if persistent else None
-            if inner is None:
-                sampler = _ListSampler(keyed)
-                if auto:
-                    inner = torch.utils.data.DataLoader(
-                        _SeededItems(self.dataset, self.seed), batch_sampler=sampler, **self._inner_kwargs()
-                    )
-                else:
-                    inner = torch.utils.data.DataLoader(
-                        _SeededItems(self.dataset, self.seed),
-                        batch_size=None,
-                        sampler=sampler,
-                        **self._inner_kwargs(),
-                    )
-                if persistent:
-                    self._inner = inner
-            else:
-                (inner.batch_sampler if auto else inner.sampler).items = keyed  # type: ignore[union-attr]
-            it = iter(inner)
-            try:
-                for batch in it:
-                    yield pin_batch(batch) if pin and not inner.pin_memory else batch
-            finally:
-                if not persistent:
-                    shutdown: Callable[[], None] | None = getattr(it, "_shutdown_workers", None)
-                    if shutdown is not None:
-                        shutdown()
-                del it
+        return _ProcessBatches(self, keyed, auto, pin)
 
     def _torch_batches(self, first: int, pin: bool) -> Iterator[Any]:
         it = torch.utils.data.DataLoader.__iter__(self)

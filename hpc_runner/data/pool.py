@@ -81,6 +81,7 @@ class WorkerPool(Generic[S]):
             setup_error: BaseException | None = exc
         else:
             setup_error = None
+        counted = True  # this worker is still in self._live
         try:
             while True:
                 with self._lock:
@@ -93,6 +94,13 @@ class WorkerPool(Generic[S]):
                     with self._lock:
                         self._idle -= 1
                         if self._queued == 0 or self._closed:
+                            # Decide to exit and leave the live count in one locked section: a
+                            # submit() that ran between two sections saw this worker as live,
+                            # started none, and its task waited forever.
+                            self._live -= 1
+                            counted = False
+                            if state is not None and not self._closed:
+                                self._states.append(state)
                             return  # idle: exit; submit() starts a new worker when needed
                     continue
                 with self._lock:
@@ -116,10 +124,11 @@ class WorkerPool(Generic[S]):
                     del result
                 del fut, fn, args, task
         finally:
-            with self._lock:
-                self._live -= 1
-                if state is not None and not self._closed:
-                    self._states.append(state)
+            if counted:
+                with self._lock:
+                    self._live -= 1
+                    if state is not None and not self._closed:
+                        self._states.append(state)
 
     def close(self) -> None:
         """Stop accepting work; workers finish their current task and exit. Does not wait."""

@@ -1,9 +1,12 @@
-"""Copy batch N+1 to the GPU on a side stream while step N runs.
+"""Copy batches to the GPU on a side stream, overlapping the steps already queued on the compute stream.
 
 On CUDA, each batch is pinned (on the loader's producer thread when the loader is a
 ``ThreadDataLoader``, else here), copied with ``non_blocking=True`` on a side stream, and handed
 over after ``current_stream.wait_stream(side)``; ``record_stream`` tells the caching allocator the
-memory is used on the compute stream. On CPU the prefetcher is a passthrough with no thread.
+memory is used on the compute stream. The copy of batch N+1 is queued when the loop asks for it:
+the host is then ahead of the GPU (the loop does not synchronise per step), so the copy runs while
+the GPU still computes step N, and step N never waits for the loader to make batch N+1. A batch
+yielded again (``repeats``) is copied once. On CPU the prefetcher is a passthrough with no thread.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ def map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], obj: Any) -> Any:
             if out is plain:
                 return obj
             meta = out.as_subclass(MetaTensor)
-            meta.copy_meta_from(obj, copy_attr=True)
+            # by reference, as MONAI does for batches: copying the meta dict (and its affine) per
+            # batch is host time on the training loop's critical path
+            meta.copy_meta_from(obj, copy_attr=False)
             return meta
         return fn(obj)
     if isinstance(obj, collections.abc.Mapping):
@@ -82,68 +87,39 @@ def _cuda_device(device: torch.device | str) -> torch.device:
     return dev
 
 
-class _CudaPrefetchIterator(Iterator[Any]):
-    """Keeps one batch in flight on a side stream; see DevicePrefetcher."""
+class _DeviceCopyIterator(Iterator[Any]):
+    """Copies each batch to the device when the loop asks for it, hands it back at once; see DevicePrefetcher.
 
-    def __init__(self, source: Iterator[Any], device: torch.device, non_blocking: bool, pin: bool) -> None:
+    Batch N is returned without asking the source for batch N+1: a loader that is still making
+    N+1 would otherwise hold back step N (the loader's own producer thread is what runs ahead). A
+    batch the source yields again (``repeats``) is the same object: its device copy is reused.
+    """
+
+    def __init__(self, source: Iterator[Any], copy: Callable[[Any], Any], handover: Callable[[Any], Any]) -> None:
         self._source = source
-        self._device = device
-        self._non_blocking = non_blocking
-        self._pin = pin
-        self._stream = torch.cuda.Stream(device=device)
-        self._next: Any = None
-        self._has_next = False
-        self._done = False
-        self._error: BaseException | None = None
-        self._preload()
+        self._copy = copy
+        self._handover = handover
+        self._last_cpu: Any = None
+        self._last_dev: Any = None
 
-    def _preload(self) -> None:
-        try:
-            cpu = next(self._source)
-        except StopIteration:
-            self._done = True
-            return
-        except BaseException as exc:
-            # Raised after batch N is handed over, not instead of it: no batch is lost.
-            self._error, self._done = exc, True
-            return
-        if self._pin:
-            cpu = map_tensors(_pin, cpu)  # no-op for tensors the loader already pinned
-        with torch.cuda.stream(self._stream):
-            # Copies are queued on the side stream; they overlap the step queued on the compute stream.
-            self._next = map_tensors(
-                lambda t: t.to(self._device, non_blocking=self._non_blocking), cpu
-            )
-        self._has_next = True
-
-    def __iter__(self) -> _CudaPrefetchIterator:
+    def __iter__(self) -> _DeviceCopyIterator:
         return self
 
     def __next__(self) -> Any:
-        if not self._has_next:
-            error, self._error = self._error, None
+        try:
+            cpu = next(self._source)
+        except BaseException:
             self.close()
-            if error is not None:
-                raise error
-            raise StopIteration
-        compute = torch.cuda.current_stream(self._device)
-        # The compute stream waits for this batch's copies only: wait_stream is recorded before the
-        # next batch's copies are queued on the side stream.
-        compute.wait_stream(self._stream)
-        batch = self._next
-        for t in iter_tensors(batch):
-            if t.device.type == "cuda":
-                # Memory allocated on the side stream is now used on the compute stream; without
-                # this the allocator could hand it to the next copy while the step still reads it.
-                t.record_stream(compute)
-        self._next, self._has_next = None, False
-        if not self._done:
-            self._preload()
-        return batch
+            raise
+        if cpu is not self._last_cpu:
+            # keep only the newest pair: an older device batch would pin its memory for nothing
+            self._last_cpu, self._last_dev = None, None
+            self._last_dev, self._last_cpu = self._copy(cpu), cpu
+        return self._handover(self._last_dev)
 
     def close(self) -> None:
-        """Drop the batch in flight and close the source iterator."""
-        self._next, self._has_next, self._done = None, False, True
+        """Drop the batch held for repeats and close the source iterator."""
+        self._last_cpu, self._last_dev = None, None
         close = getattr(self._source, "close", None)
         if callable(close):
             close()
@@ -153,11 +129,41 @@ class _CudaPrefetchIterator(Iterator[Any]):
             self.close()
 
 
-class DevicePrefetcher:
-    """Iterate `iterable` with each batch already on `device`; on CUDA, batch N+1 copies during step N.
+class _CudaCopy:
+    """Queue host-to-device copies on a side stream; the compute stream waits for each batch at handover."""
 
-    On a non-CUDA device it is a passthrough (``iter(prefetcher)`` is ``iter(iterable)`` for CPU,
-    a synchronous ``.to(device)`` for others) and starts no thread. `set_epoch`, `skip_batches`,
+    def __init__(self, device: torch.device, non_blocking: bool, pin: bool) -> None:
+        self.device = device
+        self.non_blocking = non_blocking
+        self.pin = pin
+        self.stream = torch.cuda.Stream(device=device)
+
+    def copy(self, cpu: Any) -> Any:
+        """Queue the copy of one batch on the side stream (pinned first: only pinned memory copies asynchronously)."""
+        if self.pin:
+            cpu = map_tensors(_pin, cpu)  # no-op for tensors the loader already pinned
+        with torch.cuda.stream(self.stream):
+            # queued now, behind nothing on the side stream: it runs while the compute stream
+            # still works through the steps the host queued before
+            return map_tensors(lambda t: t.to(self.device, non_blocking=self.non_blocking), cpu)
+
+    def handover(self, batch: Any) -> Any:
+        """Make the compute stream wait for the copies queued so far and own the batch's memory."""
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_stream(self.stream)
+        for t in iter_tensors(batch):
+            if t.device.type == "cuda":
+                # memory allocated on the side stream is used on the compute stream; without this the
+                # allocator could hand it to the next copy while the step still reads it
+                t.record_stream(compute)
+        return batch
+
+
+class DevicePrefetcher:
+    """Iterate `iterable` with each batch on `device`; on CUDA, the copy overlaps the steps queued before it.
+
+    On CPU it is a passthrough (``iter(prefetcher)`` is ``iter(iterable)``); other devices get a
+    synchronous ``.to(device)``; no device starts a thread. `set_epoch`, `skip_batches`,
     `len()`, `dataset` and `batch_size` reach the wrapped loader.
     """
 
@@ -186,10 +192,11 @@ class DevicePrefetcher:
         if self.device.type == "cuda":
             if not torch.cuda.is_available():
                 raise RuntimeError(f"DevicePrefetcher: device {self.device} requested but CUDA is not available")
-            dev = _cuda_device(self.device)
-            src = self._source(self.pin_memory)
-            return _CudaPrefetchIterator(src, dev, self.non_blocking, self.pin_memory)
-        return (move_to_device(b, self.device, non_blocking=False) for b in self.iterable)
+            cuda = _CudaCopy(_cuda_device(self.device), self.non_blocking, self.pin_memory)
+            return _DeviceCopyIterator(self._source(self.pin_memory), cuda.copy, cuda.handover)
+        return _DeviceCopyIterator(
+            iter(self.iterable), lambda b: move_to_device(b, self.device, non_blocking=False), lambda b: b
+        )
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]

@@ -34,16 +34,39 @@ def _save_nifti_atomic(array: np.ndarray, path: Path) -> None:
 PARAMS_FILE = "synthetic.json"
 
 
+def _publish_once(path: Path, text: str) -> bool:
+    """Make ``path`` hold ``text`` unless it exists; return False when it already did.
+
+    The file appears whole or not at all (a hard link of a finished temp file), so a job killed
+    mid-write cannot leave an empty file that every later job would misread.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: exclusive create, then write
+            pass
+    finally:
+        os.unlink(tmp)
+    try:
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text)
+        return True
+    except FileExistsError:
+        return False
+
+
 def _check_params(folder: Path, params: dict) -> None:
     """Record the generation parameters once; refuse a folder that holds volumes made differently."""
     path = folder / PARAMS_FILE
-    try:
-        with open(path, "x", encoding="utf-8") as f:  # the first job to get here writes it, others compare
-            json.dump(params, f)
+    if _publish_once(path, json.dumps(params)):  # the first job to get here writes it, others compare
         return
-    except FileExistsError:
-        pass
-    for _ in range(50):  # another job may be between creating and writing the file
+    for _ in range(50):  # without hard links, another job may be between creating and writing the file
         try:
             existing = json.loads(path.read_text(encoding="utf-8"))
             break

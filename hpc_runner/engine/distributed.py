@@ -21,6 +21,154 @@ def launched_world(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
     return 0, 1
 
 
+def srun_without_torchrun(environ: Mapping[str, str] | None = None) -> bool:
+    """Return True for a task of a multi-task srun step that no launcher (torchrun) gave a RANK."""
+    environ = os.environ if environ is None else environ
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        return False
+    return launched_world(environ)[1] > 1 and "SLURM_PROCID" in environ
+
+
+def local_rank(environ: Mapping[str, str] | None = None) -> int:
+    """Return this process's rank on its node: torchrun's LOCAL_RANK, else srun's SLURM_LOCALID, else 0."""
+    environ = os.environ if environ is None else environ
+    if "LOCAL_RANK" in environ:
+        return int(environ["LOCAL_RANK"])
+    if srun_without_torchrun(environ) and "SLURM_LOCALID" in environ:
+        return int(environ["SLURM_LOCALID"])
+    return 0
+
+
+def visible_gpu_count(environ: Mapping[str, str] | None = None) -> int:
+    """Return how many GPUs CUDA_VISIBLE_DEVICES names (what ``torch.cuda.device_count()`` is on a GPU node)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not value or value.lower() in ("none", "nodevfiles"):  # SLURM writes NoDevFiles without GPUs
+        return 0
+    return len([v for v in value.split(",") if v.strip()])
+
+
+def rank_device(rank_on_node: int, cuda_devices: int, requested: str | None = None) -> str:
+    """Return the device a rank trains on: ``cuda:<local rank>`` among the GPUs it sees, else ``cpu``.
+
+    A rank that sees one GPU (srun --gpus-per-task, or CUDA_VISIBLE_DEVICES set per task) uses it;
+    a rank that sees all of its node's GPUs uses the one of its local rank. ``requested`` (the
+    bundle's ``device``) wins when it names an index; a bare ``cuda`` gets the local rank's index.
+    """
+    if requested is not None:
+        req = str(requested)
+        if req != "cuda":
+            return req
+        if cuda_devices <= 0:
+            return req  # torch says what is wrong when the network is moved there
+    if cuda_devices <= 0:
+        return "cpu"
+    if cuda_devices == 1:
+        return "cuda:0"
+    if rank_on_node >= cuda_devices:
+        from hpc_runner.errors import ClusterError
+
+        raise ClusterError(
+            f"local rank {rank_on_node} sees only {cuda_devices} GPUs: two ranks would share one GPU",
+            expected="as many tasks per node as GPUs per node (--ntasks-per-node equal to --gres=gpu:N)",
+        )
+    return f"cuda:{rank_on_node}"
+
+
+def collective_device_type(backend: str) -> str:
+    """Return the device type a collective's tensors must be on for ``backend`` (``dist.get_backend()``).
+
+    NCCL takes CUDA tensors only, XCCL XPU tensors only; gloo, MPI and UCC take CPU tensors. A
+    per-device backend string (``"cpu:gloo,cuda:nccl"``) has a CPU backend, which is the cheaper choice.
+    """
+    import torch.distributed as dist
+
+    entries = [e.strip().lower() for e in str(backend).split(",") if e.strip()]
+    by_device: dict[str, str] = {}
+    for entry in entries:
+        device, _, name = entry.rpartition(":")
+        if device:
+            by_device[device] = name
+        else:
+            for dev in dist.Backend.backend_capability.get(name, ["cpu"]):
+                by_device.setdefault(dev, name)
+    if "cpu" in by_device:
+        return "cpu"
+    if not by_device:
+        raise ValueError(f"no device for the process-group backend {backend!r}")
+    return next(iter(by_device))
+
+
+def master_port(job_id: str | int) -> int:
+    """Return the rendezvous port of a SLURM job: 20000 + job id mod 12000 (no two of 12000 jobs in a row share it).
+
+    Below Linux's ephemeral range (32768 up), so the kernel does not hand the port to an outgoing connection.
+    """
+    return 20000 + int(job_id) % 12000
+
+
+def first_host(nodelist: str) -> str:
+    """Return the first host of a SLURM node list (``gpu[03-05,9],cpu1`` -> ``gpu03``)."""
+    from submitit.slurm.slurm import _parse_node_list
+
+    hosts = _parse_node_list(nodelist.strip())
+    if not hosts:
+        raise ValueError(f"empty SLURM node list {nodelist!r}")
+    return hosts[0]
+
+
+def rendezvous_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the torch.distributed variables to set for an srun task without torchrun (empty otherwise).
+
+    RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE come from SLURM's task ids; MASTER_ADDR is the
+    first host of the step (rank 0 runs there) and MASTER_PORT derives from the job id. Variables
+    already set win, so ``MASTER_PORT=... srun ...`` still chooses the port.
+    """
+    environ = os.environ if environ is None else environ
+    if not srun_without_torchrun(environ):
+        return {}
+    rank, world = launched_world(environ)
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    nodes = int(environ.get("SLURM_STEP_NUM_NODES") or environ.get("SLURM_JOB_NUM_NODES") or 1)
+    values = {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(local_rank(environ)),
+        "LOCAL_WORLD_SIZE": str(world // nodes if world % nodes == 0 else ""),
+        "MASTER_ADDR": first_host(nodelist) if nodelist else "127.0.0.1",
+        "MASTER_PORT": str(master_port(job)) if job else "",
+    }
+    return {k: v for k, v in values.items() if v and k not in environ}
+
+
+def bundle_makes_process_group(config: Any) -> bool:
+    """Return True if a bundle's config calls ``init_process_group`` itself (as zoo multi_gpu_train.json does)."""
+    if isinstance(config, str):
+        return "init_process_group" in config
+    if isinstance(config, Mapping):
+        return any(bundle_makes_process_group(v) for v in config.values())
+    if isinstance(config, list | tuple):
+        return any(bundle_makes_process_group(v) for v in config)
+    return False
+
+
+def describe_device_choice(environ: Mapping[str, str] | None = None) -> str:
+    """Return one line: this rank, its local rank and the CUDA device it takes on a node with its visible GPUs."""
+    environ = os.environ if environ is None else environ
+    rank, world = launched_world(environ)
+    lr = local_rank(environ)
+    gpus = visible_gpu_count(environ)
+    try:
+        plan = rank_device(lr, gpus)
+    except Exception as exc:  # the Trainer raises it; here it is only reported
+        plan = f"none ({exc})"
+    return (
+        f"rank {rank} of {world}, local rank {lr}: GPU device {plan} "
+        f"(CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '')!s})"
+    )
+
+
 def is_main_process() -> bool:
     """Return True on rank 0 (or when not distributed); only rank 0 writes records and checkpoints."""
     import torch.distributed as dist
@@ -30,27 +178,31 @@ def is_main_process() -> bool:
     return launched_world()[0] == 0
 
 
-def init_distributed(backend: str | None = None) -> bool:
+def init_distributed(backend: str | None = None, bundle_config: Any = None) -> bool:
     """Start the default process group when launched as several processes; return True if it did.
 
-    Under srun the rendezvous variables come from submitit's ``TorchDistributedEnvironment``
-    (SLURM's node list, task ids, a port derived from the job id); torchrun sets them itself.
+    Under srun without torchrun the rendezvous variables are set from SLURM's first (see
+    :func:`rendezvous_env`). A group that already exists is used as it is, and none is started for a
+    bundle that calls ``init_process_group`` itself (``bundle_config``): it finds the variables set.
     """
     import torch
     import torch.distributed as dist
 
+    os.environ.update(rendezvous_env())
     rank, world = launched_world()
-    if world <= 1 or (dist.is_available() and dist.is_initialized()):
+    if world <= 1:
         return False
-    if "MASTER_ADDR" not in os.environ:
-        from submitit.helpers import TorchDistributedEnvironment
-
-        os.environ.setdefault("SUBMITIT_EXECUTOR", "slurm")  # submitit only sets it in its own jobs, not plain srun
-        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    # each rank says which GPU it takes (the same decision as the Trainer's), CUDA or not
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    print(f"hpc-runner: {describe_device_choice()}; rendezvous {where}", flush=True)
+    if dist.is_available() and dist.is_initialized():
+        return False
+    if bundle_config is not None and bundle_makes_process_group(bundle_config):
+        print(f"hpc-runner: rank {rank}: the bundle starts torch.distributed itself", flush=True)
+        return False
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
-        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
-        torch.cuda.set_device(local_rank % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(rank_device(local_rank(), torch.cuda.device_count()))
     dist.init_process_group(backend=backend, rank=rank, world_size=world)
     log.info("torch.distributed: rank %d of %d (%s)", rank, world, backend)
     return True
@@ -62,6 +214,36 @@ def shutdown_distributed() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def collective_device(group: Any = None) -> Any:
+    """Return the device a collective on ``group`` (default: the default group) needs its tensors on."""
+    import torch
+    import torch.distributed as dist
+
+    kind = collective_device_type(dist.get_backend(group))
+    if kind == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())  # NCCL's device is the current one
+    return torch.device(kind)
+
+
+def agreed_seed(seed: int, group: Any = None) -> int:
+    """Return rank 0's ``seed`` on every rank (``seed`` itself when not distributed).
+
+    A seed that each rank drew for itself (``torch.initial_seed()``) gives each rank's sampler its
+    own shuffle, so ranks duplicate some samples and miss others.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return int(seed)
+    value = int(seed) & ((1 << 64) - 1)
+    # two 32-bit halves: a 64-bit seed does not fit an int64 tensor
+    t = torch.tensor([value >> 32, value & 0xFFFFFFFF], dtype=torch.int64, device=collective_device(group))
+    dist.broadcast(t, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
+    hi, lo = (int(x) for x in t.tolist())
+    return (hi << 32) | lo
 
 
 def shard_loader(loader: Any, seed: int = 0) -> Any:
@@ -79,11 +261,14 @@ def shard_loader(loader: Any, seed: int = 0) -> Any:
         return loader
     rank, world = dist.get_rank(), dist.get_world_size()
     if hasattr(loader, "shard"):
+        if hasattr(loader, "seed"):
+            loader.seed = agreed_seed(loader.seed)  # the split assumes one (seed, epoch) order on every rank
         return loader.shard(rank, world)
     if not isinstance(loader, DataLoader) or isinstance(loader.sampler, DistributedSampler):
         return loader
     if loader.batch_size is None:
         raise ValueError("cannot shard a DataLoader with a custom batch_sampler; give it a DistributedSampler")
+    seed = agreed_seed(seed)
     sampler = DistributedSampler(
         loader.dataset,
         num_replicas=world,
@@ -97,13 +282,36 @@ def shard_loader(loader: Any, seed: int = 0) -> Any:
     return loader
 
 
-def all_ranks_agree(flag: bool) -> bool:
-    """Return True if ``flag`` is set on any rank (so every rank stops at the same step)."""
+def control_group() -> Any:
+    """Return a process group whose collectives take CPU tensors: the default one, or a gloo group beside it.
+
+    A flag read by the host each step on an NCCL group would be a CUDA tensor, and reading it
+    (``.item()``) waits for every kernel queued before it: one host synchronisation per step. Every
+    rank must call this at the same point the first time (``new_group`` is collective).
+    """
+    import torch.distributed as dist
+
+    global _CONTROL
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    default = dist.group.WORLD
+    if _CONTROL is not None and _CONTROL[0] is default:
+        return _CONTROL[1]
+    group = None if collective_device_type(dist.get_backend()) == "cpu" else dist.new_group(backend="gloo")
+    _CONTROL = (default, group)
+    return group
+
+
+_CONTROL: tuple[Any, Any] | None = None
+
+
+def all_ranks_agree(flag: bool, group: Any = None) -> bool:
+    """Return True if ``flag`` is set on any rank of ``group`` (so every rank stops at the same step)."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return flag
-    t = torch.tensor([1 if flag else 0])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    t = torch.tensor([1 if flag else 0], device=collective_device(group))  # NCCL takes CUDA tensors only
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return bool(t.item())

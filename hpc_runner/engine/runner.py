@@ -29,7 +29,7 @@ from hpc_runner.records.rundir import (
     dump_yaml,
     now_iso,
 )
-from hpc_runner.registry.trust import check_trust, manifest_record
+from hpc_runner.registry.trust import manifest_record
 
 INIT_ID, RUN_ID, FINAL_ID = "initialize", "run", "finalize"
 OUTPUT_DIR_ID = "output_dir"
@@ -107,7 +107,7 @@ def prepare_run(
     if output_dir is None and world > 1:
         # every rank must pick the same folder, so it cannot come from each rank's clock
         job = os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "dist"
-        output_dir = Path("runs") / cfg.name / f"job-{job}"
+        output_dir = default_run_dir(cfg.name).parent / f"job-{job}"  # runs/<safe name>/job-<id>
     run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name))
     if rank == 0:
         run_dir.create()
@@ -150,7 +150,8 @@ def prepare_run(
             "bundle": {
                 "name": cfg.name,
                 "version": cfg.meta.get("version"),
-                "dir": str(cfg.bundle_dir.resolve()) if cfg.bundle_dir else None,
+                "dir": str(cfg.code_dir.resolve()) if cfg.code_dir else None,
+                "logging_file": str(cfg.logging_file.resolve()) if cfg.logging_file else None,
                 "config_files": [str(p.resolve()) for p in cfg.config_files],
                 "meta_file": str(cfg.meta_file.resolve()) if cfg.meta_file else None,
                 "manifest": manifest_record(cfg.bundle_dir),
@@ -185,7 +186,7 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     run_id = entry or RUN_ID
     if launched_world()[0] != 0:
         return _execute_worker(cfg, run_dir, expanded, run_id)
-    started_group = init_distributed()
+    started_group = init_distributed(bundle_config=expanded)  # not when the bundle makes its own group
     try:
         return _execute_main(cfg, run_dir, expanded, run_id)
     finally:
@@ -194,9 +195,10 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
 
 
 def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
-    from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, run_expr
+    from hpc_runner.config.monai_bridge import apply_logging_file, build_parser, bundle_on_sys_path, run_expr
 
-    with bundle_on_sys_path(cfg.bundle_dir):
+    apply_logging_file(cfg.logging_file)  # inside the log tee, so a handler on stdout also reaches log.txt
+    with bundle_on_sys_path(cfg.code_dir):
         parser = build_parser(cfg, expanded)
         _seed_before_build(expanded)
         parser.parse(reset=True)
@@ -211,8 +213,10 @@ def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: 
     """Ranks other than 0 run the same ids but write no record (rank 0 owns the run dir)."""
     from hpc_runner.config.monai_bridge import failing_id
     from hpc_runner.engine.distributed import init_distributed, shutdown_distributed
+    from hpc_runner.resources.threads import use_cpu_budget
 
-    started_group = init_distributed()
+    use_cpu_budget()  # before torch does parallel work: this rank's threads and variables
+    started_group = init_distributed(bundle_config=expanded)
     try:
         _run_ids(cfg, expanded, run_id)
         return RunOutcome(run_dir.path, "completed")
@@ -228,9 +232,11 @@ def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: 
 
 def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
     from hpc_runner.config.monai_bridge import failing_id
+    from hpc_runner.resources.threads import use_cpu_budget
 
     rec = run_dir.record()
     run_dir.update_record(
+        cpus=use_cpu_budget(),  # before torch does parallel work: threads, OMP/MKL variables, data workers
         status="running",
         started=now_iso(),
         ended=None,
@@ -304,13 +310,13 @@ def run_recorded(run_dir: str | Path, entry: str | None = None, argv: Sequence[s
 
     SIGUSR2/SIGTERM are turned into a checkpoint-and-stop for the duration.
     """
-    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.config.recorded import check_recorded_bundle, load_recorded_config
     from hpc_runner.engine.stop import install_stop_handlers
 
     cfg, record = load_recorded_config(run_dir)
-    if cfg.bundle_dir is not None:
-        # the job imports the bundle's scripts/ now, not when it was submitted: check the files again
-        check_trust(cfg.bundle_dir, trust=bool(record.get("trusted", False)))
+    # the job imports the bundle's scripts/ now, not when it was submitted: check the files (and
+    # --safe, if the run was submitted with it) again
+    check_recorded_bundle(cfg, record)
     entry = entry or record.get("entry")
     rd, expanded = prepare_run(cfg, entry, run_dir, argv)
     restore = install_stop_handlers()

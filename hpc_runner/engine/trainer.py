@@ -12,15 +12,25 @@ import logging
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hpc_runner.data.prefetch import move_to_device
 from hpc_runner.engine import bottleneck
 from hpc_runner.engine.checkpoint import load_latest_checkpoint, save_checkpoint
-from hpc_runner.engine.distributed import all_ranks_agree, is_main_process, shard_loader
+from hpc_runner.engine.distributed import (
+    all_ranks_agree,
+    control_group,
+    is_main_process,
+    local_rank,
+    rank_device,
+    shard_loader,
+)
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, seed_everything
 from hpc_runner.engine.stop import Preempted, stop_requested
@@ -28,16 +38,6 @@ from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
 log = logging.getLogger("hpc_runner.trainer")
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(_to_device(v, device) for v in batch)
-    return batch
 
 
 def _reseed_transforms(loader: Any, seed: int) -> None:
@@ -53,25 +53,104 @@ def _reseed_transforms(loader: Any, seed: int) -> None:
         set_rnd(dataset, seed)
 
 
-class _StepTimer:
-    """Compute time of one step: host clock on CPU, CUDA events on GPU (no extra synchronisation)."""
+def choose_device(requested: str | torch.device | None, rank_on_node: int, cuda_devices: int) -> torch.device:
+    """Return the device of this rank: the bundle's ``device`` if it names one, else its local rank's GPU, else CPU."""
+    req = None if requested is None else str(torch.device(requested))
+    return torch.device(rank_device(rank_on_node, cuda_devices, req))
 
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
 
-    def start(self) -> None:
-        self.t0 = time.perf_counter()
-        if self.cuda:
-            self.e0 = torch.cuda.Event(enable_timing=True)
-            self.e1 = torch.cuda.Event(enable_timing=True)
-            self.e0.record()
+def ddp_device_ids(device: torch.device) -> list[int] | None:
+    """Return ``device_ids`` for DistributedDataParallel: this rank's one GPU, or None off CUDA (as torch asks)."""
+    if device.type != "cuda":
+        return None
+    if device.index is None:
+        raise ValueError("a CUDA device without an index would make every rank name GPU 0; choose_device gives one")
+    return [device.index]
 
-    def stop(self) -> float:
-        if self.cuda:
-            self.e1.record()
-            self.e1.synchronize()
-            return self.e0.elapsed_time(self.e1) / 1000.0
-        return time.perf_counter() - self.t0
+
+class _HostEvent:
+    """The host clock with the part of ``torch.cuda.Event``'s API the ledger uses (CPU runs are synchronous)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: _HostEvent) -> float:
+        return (end.t - self.t) * 1000.0
+
+
+@dataclass
+class _PendingStep:
+    record: dict[str, Any]
+    loss: torch.Tensor
+    asked: Any  # marked before the batch was asked for: from here the device waits for data
+    start: Any
+    end: Any
+
+
+class StepLedger:
+    """Each step's loss and timing, read when the device has finished the step, never right after queuing it.
+
+    On CUDA, ``loss.item()`` or ``event.synchronize()`` after each step would make the host wait for
+    the GPU to drain its queue, so the GPU idles while the host fetches and queues the next step.
+    Here the loss is copied to host memory asynchronously and three events per step are recorded on
+    the compute stream; a step is read once its end event has completed (``query()``), or forcibly
+    when more than ``lag`` steps are waiting (then the host waits for a step the GPU finished long
+    ago in all but pathological cases, while the ``lag`` newer ones keep it busy). ``data_s`` is
+    the device time from asking for the batch to the step's start: the GPU reaches the first event
+    when it has finished the steps before, and the second only once the batch is there, so it
+    counts the wait for the loader and any host-to-device copy not hidden behind compute.
+    ``compute_s`` is start to end.
+    """
+
+    def __init__(self, device: torch.device, lag: int = 2, new_event: Callable[[], Any] | None = None) -> None:
+        self.lag = max(0, int(lag))
+        if new_event is None:
+            cuda = device.type == "cuda"
+            new_event = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _HostEvent
+        self._new_event = new_event
+        self._pending: deque[_PendingStep] = deque()
+
+    def mark(self) -> Any:
+        """Record an event now (on the current stream) and return it."""
+        event = self._new_event()
+        event.record()
+        return event
+
+    def step_ended(self, record: dict[str, Any], loss: torch.Tensor, asked: Any, start: Any) -> None:
+        """Keep a step's record until its loss and times can be read without waiting for the device.
+
+        ``asked`` was marked before the loop asked for the batch, ``start`` once it was on the device.
+        """
+        # to host memory without waiting (pinned on CUDA); valid once the end event has completed
+        host_loss = loss.detach().to("cpu", non_blocking=True)
+        self._pending.append(_PendingStep(record, host_loss, asked, start, self.mark()))
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def ready(self, flush: bool = False) -> list[dict[str, Any]]:
+        """Return the records, with ``loss``, ``data_s`` and ``compute_s``, of the steps that can be read now."""
+        out = []
+        while self._pending and (flush or len(self._pending) > self.lag or self._pending[0].end.query()):
+            step = self._pending.popleft()
+            step.end.synchronize()  # a no-op when query() was True
+            record = step.record
+            record["loss"] = float(step.loss.item())
+            record["data_s"] = round(max(0.0, step.asked.elapsed_time(step.start)) / 1000.0, 6)
+            record["compute_s"] = round(step.start.elapsed_time(step.end) / 1000.0, 6)
+            out.append(record)
+        return out
 
 
 class Trainer:
@@ -131,9 +210,11 @@ class Trainer:
         self.loss_function = loss_function
         self.train_loader = train_loader
         self.max_epochs = int(max_epochs)
-        self.device = torch.device(device) if device is not None else torch.device(
-            "cuda" if torch.cuda.is_available() else "cpu"
-        )
+        # one device per rank, chosen once: the network, the batches and DDP's device_ids all use it
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self.device = choose_device(device, local_rank(), cuda_devices)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # NCCL and the CUDA calls without a device use the current one
         self.val_loader = val_loader
         self.val_interval = max(1, int(val_interval))
         self.metric = metric
@@ -165,6 +246,8 @@ class Trainer:
         self.epoch_losses: list[float] = []  # this epoch's step losses, so a resumed epoch reports the same mean
         self._data_s: list[float] = []
         self._compute_s: list[float] = []
+        self.metrics_lag = 2  # steps whose loss/timing may still be on the device (see StepLedger)
+        self._control: Any = None
 
     # ---- setup -------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -181,9 +264,12 @@ class Trainer:
         if dist.is_available() and dist.is_initialized() and not isinstance(
             self.network, torch.nn.parallel.DistributedDataParallel
         ):
-            ids = [self.device.index or 0] if self.device.type == "cuda" else None
-            self.network = torch.nn.parallel.DistributedDataParallel(self.network, device_ids=ids)
+            self.network = torch.nn.parallel.DistributedDataParallel(
+                self.network, device_ids=ddp_device_ids(self.device)
+            )
             self.train_loader = shard_loader(self.train_loader, seed=self.seed or 0)
+        if dist.is_available() and dist.is_initialized():
+            self._control = control_group()  # the stop vote each step, read by the host without a GPU sync
 
     @property
     def _ckpt_dir(self) -> Path | None:
@@ -263,8 +349,8 @@ class Trainer:
             dynamic_ncols=True,
         )
 
-    def _train_step(self, batch: Any) -> float:
-        batch = _to_device(batch, self.device)
+    def _train_step(self, batch: Any) -> torch.Tensor:
+        """One optimisation step; return the loss (averaged over ranks) as a tensor still on the device."""
         inputs, labels = batch[self.image_key], batch[self.label_key]
         self.optimizer.zero_grad(set_to_none=True)
         with self._autocast():
@@ -290,7 +376,7 @@ class Trainer:
             dist.all_reduce(value, op=dist.ReduceOp.AVG if self.device.type == "cuda" else dist.ReduceOp.SUM)
             if self.device.type != "cuda":  # gloo has no AVG
                 value /= dist.get_world_size()
-        return float(value.item())
+        return value
 
     def _train_epoch(self, epoch: int, metrics: MetricsLog, rng_after_skip: dict | None) -> float:
         self.network.train()
@@ -303,44 +389,52 @@ class Trainer:
         batches = self._batches(epoch, skip)
         if rng_after_skip is not None and (skip > 0 or self.seed is None):
             restore_rng(rng_after_skip)  # mid-epoch: continue exactly where the checkpoint was taken
-        timer = _StepTimer(self.device)
+        ledger = StepLedger(self.device, lag=self.metrics_lag)
         if skip == 0:
             self.epoch_losses = []
-        losses = self.epoch_losses
         with self._bar(epoch, skip) as bar:
             while True:
-                t0 = time.perf_counter()
+                asked = ledger.mark()
                 try:
                     batch = next(batches)
                 except StopIteration:
                     break
-                data_s = time.perf_counter() - t0
-                timer.start()
+                # on the data side of the clock: a copy the prefetcher did not make already is data wait
+                batch = move_to_device(batch, self.device)
+                start = ledger.mark()
                 loss = self._train_step(batch)
-                compute_s = timer.stop()
                 self.step += 1
                 self.batch_in_epoch += 1
-                losses.append(loss)
-                self._data_s.append(data_s)
-                self._compute_s.append(compute_s)
-                metrics.write({
-                    "kind": "iter", "step": self.step, "epoch": epoch, "batch": self.batch_in_epoch - 1,
-                    "loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
-                    "data_s": round(data_s, 6), "compute_s": round(compute_s, 6),
-                })
-                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+                record = {"kind": "iter", "step": self.step, "epoch": epoch, "batch": self.batch_in_epoch - 1,
+                          "loss": None, "lr": self.optimizer.param_groups[0]["lr"]}
+                ledger.step_ended(record, loss, asked, start)
+                self._log_steps(ledger.ready(), metrics, bar)
                 bar.update(1)
-                if not math.isfinite(loss):
-                    raise FloatingPointError(f"loss is {loss} at epoch {epoch + 1}, step {self.step}")
                 if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
+                    self._log_steps(ledger.ready(flush=True), metrics, bar)
                     self.save()
                 # every rank must stop after the same step, or the others wait forever in all-reduce
-                if all_ranks_agree(stop_requested() is not None):
+                if all_ranks_agree(stop_requested() is not None, self._control):
+                    self._log_steps(ledger.ready(flush=True), metrics, bar)
                     path = self.save()
                     raise Preempted(stop_requested() or "a stop request on another rank", str(path) if path else None)
+            self._log_steps(ledger.ready(flush=True), metrics, bar)
             with contextlib.suppress(AttributeError):
                 batches.close()  # type: ignore[attr-defined]
+        losses = self.epoch_losses
         return sum(losses) / len(losses) if losses else float("nan")
+
+    def _log_steps(self, records: list[dict[str, Any]], metrics: MetricsLog, bar: Any) -> None:
+        """Write the records of finished steps, in step order; stop on a non-finite loss."""
+        for record in records:
+            loss = record["loss"]
+            self.epoch_losses.append(loss)
+            self._data_s.append(record["data_s"])
+            self._compute_s.append(record["compute_s"])
+            metrics.write(record)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss} at epoch {record['epoch'] + 1}, step {record['step']}")
 
     def validate(self) -> float | None:
         """Run the metric over the validation loader and return its value (None without one)."""
@@ -353,7 +447,7 @@ class Trainer:
         self.metric.reset()
         with torch.no_grad(), self._autocast():
             for batch in self.val_loader:
-                batch = _to_device(batch, self.device)
+                batch = move_to_device(batch, self.device)
                 inputs, labels = batch[self.image_key], batch[self.label_key]
                 outputs = self.inferer(inputs, model) if self.inferer is not None else model(inputs)
                 preds = [self.post_pred(o) for o in decollate_batch(outputs)] if self.post_pred else outputs
@@ -416,7 +510,7 @@ class Trainer:
                 self.epoch += 1
                 self.batch_in_epoch = 0
                 path = self.save()
-                if all_ranks_agree(stop_requested() is not None) and self.epoch < self.max_epochs:
+                if all_ranks_agree(stop_requested() is not None, self._control) and self.epoch < self.max_epochs:
                     raise Preempted(stop_requested() or "a stop request on another rank", str(path) if path else None)
         finally:
             metrics.close()

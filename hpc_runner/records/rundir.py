@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import write_text_atomic
 
 CONFIG_FILE = "config.yaml"
@@ -76,6 +77,20 @@ def default_run_dir(bundle_name: str, root: Path = Path("runs")) -> Path:
     return path
 
 
+def check_folder_path(path: str | os.PathLike, what: str = "the run dir") -> None:
+    """Raise UserError when ``path``, or a folder it would be made in, exists as something other than a folder."""
+    path = Path(path)
+    for part in (path, *path.parents):
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():  # a file, or a dangling link mkdir cannot replace
+            inside = "" if part == path else f" would be made inside {part}, which"
+            raise UserError(
+                f"{what} {path}{inside} {'is' if inside else 'names'} an existing file, not a folder",
+                expected="--output_dir naming a folder, or a path where a folder can be made",
+            )
+
+
 def command_line(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Return the command as a list and as a shell line, with the working directory."""
     argv = list(sys.argv if argv is None else argv)
@@ -98,8 +113,12 @@ class RunDir:
         return self.path / CHECKPOINT_DIR
 
     def create(self) -> RunDir:
-        """Create the folder (and parents)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Create the folder (and parents); raise UserError when a file is in the way."""
+        check_folder_path(self.path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError, PermissionError) as exc:  # raced, or not ours to write
+            raise UserError(f"cannot make the run dir {self.path} ({exc.strerror or exc})") from None
         return self
 
     def write_yaml(self, name: str, data: Any) -> Path:

@@ -1,8 +1,15 @@
-"""Bundle metadata: validated offline against the JSON schema shipped in this package."""
+"""Bundle metadata, validated offline: MONAI's schema semantics (must pass) and hpc-runner's stricter checks.
+
+``metadata.schema.json`` accepts what MONAI's published metadata schemas accept (free-text names,
+extra fields, the ``schema`` URL key): a bundle that MONAI runs, hpc-runner runs.
+``metadata.strict.schema.json`` adds hpc-runner's own rules (a name usable as ``NAME@VERSION``, a
+semantic version, non-empty descriptions): ``verify`` reports them as problems, ``run`` only warns.
+"""
 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -10,7 +17,10 @@ from typing import Any
 
 from hpc_runner.errors import BundleError
 
-SCHEMA_PATH = Path(__file__).with_name("schemas") / "metadata.schema.json"
+SCHEMA_DIR = Path(__file__).with_name("schemas")
+SCHEMA_PATH = SCHEMA_DIR / "metadata.schema.json"
+STRICT_SCHEMA_PATH = SCHEMA_DIR / "metadata.strict.schema.json"
+STRICT_LABEL = "hpc-runner stricter check; MONAI's schema accepts it"
 
 
 @dataclass(frozen=True)
@@ -19,19 +29,19 @@ class MetadataProblem:
 
     id_path: str
     message: str
+    strict: bool = False  # True: only hpc-runner's stricter schema objects, MONAI's accepts it
 
 
-@lru_cache(maxsize=1)
-def metadata_schema() -> dict:
-    """Return the packaged metadata JSON schema."""
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+@lru_cache(maxsize=2)
+def metadata_schema(strict: bool = False) -> dict:
+    """Return the packaged metadata JSON schema (MONAI semantics, or hpc-runner's stricter additions)."""
+    return json.loads((STRICT_SCHEMA_PATH if strict else SCHEMA_PATH).read_text(encoding="utf-8"))
 
 
-def metadata_problems(meta: Any) -> list[MetadataProblem]:
-    """Return every schema violation in ``meta`` (empty when valid), in document order."""
+def _problems(meta: Any, schema: dict, strict: bool) -> list[MetadataProblem]:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(metadata_schema())
+    validator = jsonschema.Draft202012Validator(schema)
     problems = []
     for err in sorted(validator.iter_errors(meta), key=lambda e: [str(p) for p in e.absolute_path]):
         id_path = "::".join(str(p) for p in err.absolute_path)
@@ -41,16 +51,29 @@ def metadata_problems(meta: Any) -> list[MetadataProblem]:
             message = f"required field '{missing}' is missing"
         else:
             message = err.message
-        problems.append(MetadataProblem(id_path, message))
+        problems.append(MetadataProblem(id_path, message, strict))
+    return problems
+
+
+def metadata_problems(meta: Any, *, strict: bool = True) -> list[MetadataProblem]:
+    """Return every violation of MONAI's schema semantics, then (``strict``) of hpc-runner's stricter checks.
+
+    A stricter problem at an id that already breaks MONAI's schema is left out (one report per id).
+    """
+    problems = _problems(meta, metadata_schema(False), False)
+    if strict and isinstance(meta, dict):
+        seen = {p.id_path for p in problems}
+        problems += [p for p in _problems(meta, metadata_schema(True), True) if p.id_path not in seen]
     return problems
 
 
 def check_metadata(meta: Any, where: str) -> None:
-    """Raise BundleError naming the file and field when ``meta`` breaks the schema."""
+    """Raise BundleError for what MONAI's schema refuses; warn about hpc-runner's stricter checks."""
     problems = metadata_problems(meta)
-    if problems:
-        first = problems[0]
-        more = f" ({len(problems) - 1} more problem(s); run 'hpc-runner verify' for all)" if len(problems) > 1 else ""
+    errors = [p for p in problems if not p.strict]
+    if errors:
+        first = errors[0]
+        more = f" ({len(errors) - 1} more problem(s); run 'hpc-runner verify' for all)" if len(errors) > 1 else ""
         raise BundleError(
             f"invalid metadata: {first.message}{more}",
             where=where,
@@ -58,3 +81,6 @@ def check_metadata(meta: Any, where: str) -> None:
             expected="metadata that follows the MONAI bundle specification (schema: hpc_runner/registry/"
             "schemas/metadata.schema.json)",
         )
+    for p in problems:
+        warnings.warn(f"{where}: id '{p.id_path}': {p.message} ({STRICT_LABEL}, so it runs; "
+                      "'hpc-runner verify' reports it as a problem)", stacklevel=2)

@@ -1,6 +1,7 @@
 """``hpc-runner verify``: every check of a bundle that needs no data and no training, all problems at once.
 
-MANIFEST (when there is one), metadata against the packaged schema (offline), every config file
+MANIFEST (when there is one), metadata against the packaged schemas (offline: MONAI's semantics, then
+hpc-runner's stricter checks, which ``run`` only warns about), every config file
 (loads, merges, references, ``_target_`` imports and arguments), optionally ``--safe`` rules and the
 network's input/output shapes.
 """
@@ -16,7 +17,7 @@ from hpc_runner.config.loader import load_file
 from hpc_runner.config.merge import locate
 from hpc_runner.errors import UserError
 from hpc_runner.registry.manifest import MANIFEST_NAME, read_manifest
-from hpc_runner.registry.metadata import metadata_problems
+from hpc_runner.registry.metadata import STRICT_LABEL, metadata_problems
 from hpc_runner.registry.problems import Problem
 from hpc_runner.registry.search import META_RELPATH
 
@@ -67,7 +68,8 @@ def meta_problems(meta_path: Path) -> tuple[dict, dict[str, str], list[Problem]]
     problems = []
     for p in metadata_problems(loaded.data):
         where = locate(lines, p.id_path) or f"{meta_path}:1"
-        problems.append(Problem(where, p.id_path or None, p.message))
+        message = f"{p.message} ({STRICT_LABEL})" if p.strict else p.message
+        problems.append(Problem(where, p.id_path or None, message))
     meta = loaded.data
     version, changelog = meta.get("version"), meta.get("changelog")
     if isinstance(changelog, dict) and changelog and isinstance(version, str) and version not in changelog:
@@ -110,7 +112,7 @@ def verify_bundle(
         report.name = str(meta.get("name") or bundle_dir.name)
         report.version = str(meta.get("version", "?"))
         if not found:
-            report.notes.append("metadata follows the schema")
+            report.notes.append("metadata follows MONAI's schema and hpc-runner's stricter checks")
     else:
         meta, meta_where = {}, {}
         report.problems.append(Problem(str(meta_path), None, "missing (every bundle needs configs/metadata.json)"))

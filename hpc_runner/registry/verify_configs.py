@@ -3,7 +3,8 @@
 ``configs/train.*`` is the main config. Every other ``configs/*.json|yaml`` whose top level is a mapping
 is a config too: it is checked on its own (``inference.json``), else merged over the main config
 (``multi_gpu_train.json``, ``evaluate.json``), else over the main config and the file it extends
-(``multi_gpu_evaluate.json`` over train + evaluate), whichever works; when none does, the problems of
+(``multi_gpu_evaluate.json`` over train + evaluate), or over the file its name extends
+(``inference_trt.json`` over ``inference.json``), whichever works; when none does, the problems of
 the most likely one are reported. Every problem is collected, none stops the others.
 """
 
@@ -150,7 +151,9 @@ def _looks_like_override(path: Path) -> bool:
 def candidate_sets(path: Path, main: Path | None, others: list[Path]) -> list[list[Path]]:
     """Return the ways ``path`` may be meant to be loaded, most likely first."""
     alone = [[path]]
-    over: list[list[Path]] = []
+    # the zoo names an overlay after the file it extends: inference_trt.json over inference.json
+    over: list[list[Path]] = [[other, path] for other in others
+                              if other not in (path, main) and path.stem.startswith(other.stem + "_")]
     if main is not None:
         over.append([main, path])
         base_stem = path.stem.removeprefix("multi_gpu_")

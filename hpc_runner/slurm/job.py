@@ -31,6 +31,13 @@ def _run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
             write_text_atomic(path, before)
 
 
+def _use_cpu_budget() -> None:
+    """Give the job's threads its CPUs first thing, before the config is built (the runner records it)."""
+    from hpc_runner.resources.threads import use_cpu_budget
+
+    use_cpu_budget()
+
+
 def _log_paths() -> dict[str, str]:
     """submitit's stdout/stderr files of this job, when it runs under submitit."""
     try:
@@ -65,6 +72,7 @@ def _finish(outcome: Any, extra_record: dict[str, Any]) -> dict[str, Any]:
 
 def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the prepared run dir of ``hpc-runner submit``; raise RunFailed unless it completes."""
+    _use_cpu_budget()
     print(f"hpc-runner: job runs {run_dir}", flush=True)
     outcome = _run_keeping_overrides(Path(run_dir), entry)
     return _finish(outcome, {"job": job_record or {}})
@@ -98,6 +106,7 @@ def run_sweep_point(
     """Run point ``index`` of a sweep in ``point_dir``; raise RunFailed unless it completes."""
     from hpc_runner.engine.stop import clear_stop
 
+    _use_cpu_budget()
     path = materialize_point(sweep_dir, point_dir, overrides, entry)
     print(f"hpc-runner: sweep point {index} runs in {path}", flush=True)
     clear_stop()  # a stop request meant for the previous point of an in-process sweep is not for this one

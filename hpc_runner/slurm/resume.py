@@ -97,12 +97,23 @@ def resume_sweep(
     hold: bool = False,
     array_parallelism: int | None = None,
     log: Callable[[str], None] = print,
+    preflight: bool = True,
 ) -> Submitted:
     """Submit the planned points again (as new arrays); with ``extra`` fixes their old run dirs go to attempts/."""
     record = target.record
     assert record is not None
     indices = [s.index for s in plan.resubmit]
     fixes = {o.spelling(): o.value for o in extra}
+    if preflight:  # the recorded base config plus each point's values and fixes, before any sbatch
+        from hpc_runner.config.preflight import check_points
+        from hpc_runner.config.recorded import load_recorded_config
+        from hpc_runner.slurm.sweep_check import make_override
+
+        base, _ = load_recorded_config(record.base_dir)
+        cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
+        check_points(base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]),
+                                                                **fixes}.items()] for i in indices],
+                     cwd=Path(cwd) if cwd else None)
     saved: dict[int, dict[str, Any]] = {}
 
     def before(idx: list[int]) -> Callable[[], None]:
@@ -139,6 +150,7 @@ def resume_sweep(
             array_parallelism=array_parallelism,
             before_chunk=before,
             log=log,
+            preflight=preflight,
         )
     finally:
         record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
@@ -149,13 +161,25 @@ def resume_sweep(
 
 
 def resume_run(
-    target: Target, profile: ClusterProfile, *, hold: bool = False, log: Callable[[str], None] = print
+    target: Target,
+    profile: ClusterProfile,
+    *,
+    hold: bool = False,
+    log: Callable[[str], None] = print,
+    preflight: bool = True,
 ) -> Submitted:
     """Submit a single failed run dir again; it continues from its newest checkpoint."""
     from hpc_runner.records.rundir import RunDir
     from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_one
     from hpc_runner.slurm.job import run_submitted
 
+    if preflight:  # the recorded config must still start (targets, $ lines, input paths)
+        from hpc_runner.config.preflight import check_config
+        from hpc_runner.config.recorded import load_recorded_config
+
+        cfg, record = load_recorded_config(target.path)
+        cwd = (record.get("command") or {}).get("cwd")  # where the job runs: relative paths start there
+        check_config(cfg, cwd=Path(cwd) if cwd else None)
     rd = RunDir(target.path)
     rec = rd.record()
     old = rec.get("job") or {}
@@ -172,6 +196,10 @@ def resume_run(
     name = (rec.get("bundle") or {}).get("name", "run")
     cwd = (rec.get("command") or {}).get("cwd")
     params = slurm_parameters(profile, job_name=f"hpcr-run-{name}", hold=hold, chdir=cwd)
+    if preflight:
+        from hpc_runner.slurm.scheduler_check import check_resources
+
+        check_resources(profile, target.path / sr.RUN_JOB_FOLDER, params, what="the resumed job")
     executor = make_executor(profile, target.path / sr.RUN_JOB_FOLDER, params)
     job = submit_one(executor, run_submitted, str(target.path.resolve()), rec.get("entry"), job_record)
     logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}

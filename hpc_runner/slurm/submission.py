@@ -19,7 +19,7 @@ from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.errors import ClusterError, UserError
-from hpc_runner.records.rundir import RunDir, now_iso, timestamp_name
+from hpc_runner.records.rundir import RunDir, check_folder_path, now_iso, timestamp_name
 from hpc_runner.slurm import sweep_record as sr
 from hpc_runner.slurm.profiles import ClusterProfile
 from hpc_runner.slurm.sweep_spec import SweepSpec
@@ -123,6 +123,7 @@ def submit_run(
     hold: bool = False,
     dry_run: bool = False,
     log: Log = print,
+    preflight: bool = True,
 ) -> Submitted:
     """Prepare a run dir for ``cfg`` and submit one job running it (or run it here with a local profile)."""
     from hpc_runner.engine.runner import check_entry, prepare_run
@@ -131,7 +132,12 @@ def submit_run(
     from hpc_runner.slurm.job import run_submitted
 
     check_entry(cfg, entry)
+    if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
+        from hpc_runner.config.preflight import check_config
+
+        check_config(cfg)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
+    check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
     params = slurm_parameters(profile, job_name=_job_name(cfg.name, "run"), hold=hold, chdir=os.getcwd())
     folder = path / sr.RUN_JOB_FOLDER
@@ -148,6 +154,10 @@ def submit_run(
             "# resolved config (config.yaml of the run dir)\n" + dump_yaml(to_plain(_resolved_for_display(cfg, path)))
         )
         return out
+    if preflight and profile.executor != "local":
+        from hpc_runner.slurm.scheduler_check import check_resources
+
+        check_resources(profile, folder, params, what="the job")
     created = _fresh_dir(path, "the run dir")
     job_record = {"cluster": profile.to_record(), "submitted": now_iso()}
     run_dir, _ = prepare_run(cfg, entry, path, argv)
@@ -195,6 +205,7 @@ def submit_points(
     array_parallelism: int | None = None,
     before_chunk: Callable[[list[int]], Callable[[], None]] | None = None,
     log: Log = print,
+    preflight: bool = True,
 ) -> Submitted:
     """Submit ``indices`` of a recorded sweep as arrays of at most MaxArraySize; record job ids as they come.
 
@@ -222,6 +233,15 @@ def submit_points(
         array_parallelism=array_parallelism,
         chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
     )
+    if preflight:  # one sbatch --test-only for the largest array: nothing is queued if it could never start
+        from hpc_runner.slurm.scheduler_check import check_resources
+
+        try:
+            check_resources(profile, record.job_folder, params, map_count=max(len(c) for c in chunks),
+                            what=f"the sweep's job array ({len(indices)} points)")
+        except ClusterError:
+            record.submissions().remove(submission)  # nothing was submitted: no trace in sweep.yaml
+            raise
     executor = make_executor(profile, record.job_folder, params)
     sweep_dir = str(record.path.resolve())
     for n, idx in enumerate(chunks):
@@ -370,6 +390,7 @@ def submit_sweep(
     array_parallelism: int | None = None,
     dry_run: bool = False,
     log: Log = print,
+    preflight: bool = True,
 ) -> Submitted:
     """Check every point, write the sweep dir and submit all points as job arrays."""
     from hpc_runner.engine.runner import check_entry, prepare_run
@@ -378,7 +399,13 @@ def submit_sweep(
     check_entry(cfg, entry)
     points = spec.points()
     note = check_points(cfg, points)
+    if preflight:
+        from hpc_runner.config.preflight import check_points as preflight_points
+        from hpc_runner.slurm.sweep_check import make_override
+
+        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points])
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
+    check_folder_path(directory, "the sweep dir")
     if dry_run:
         return _dry_run_sweep(cfg, directory, points, profile, hold, array_parallelism, note)
     created = _fresh_dir(directory, "the sweep dir")
@@ -396,6 +423,7 @@ def submit_sweep(
             hold=hold,
             array_parallelism=array_parallelism,
             log=log,
+            preflight=preflight,
         )
     except BaseException as exc:
         if not any(p.get("job_id") for p in record.points):

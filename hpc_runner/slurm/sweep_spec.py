@@ -191,27 +191,58 @@ def _file_values(value: Any, what: str) -> list[Any]:
     return [value]
 
 
-def load_sweep_file(path: str | Path) -> list[Axis]:
-    """Read a sweep file (``grid:``, ``zip:``, ``points:``) into axes."""
+SWEEP_FILE_KEYS = ("grid", "zip", "points")
+_SWEEP_FILE_FORM = "grid: {id: [values]}, zip: {id: [values]} (same lengths), points: [{id: value}, ...]"
+
+
+def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
+    """Return the sweep file's data and the line of each top-level key."""
     import yaml
 
+    from hpc_runner.config.nesting import check_yaml_shape
     from hpc_runner.config.values import Yaml12Loader
 
-    path = Path(path)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=Yaml12Loader)
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ClusterError(f"cannot read the sweep file ({exc.strerror or exc})", where=str(path)) from None
+    try:
+        check_yaml_shape(Yaml12Loader(text), path)  # the pure-Python composer recurses, and aliases multiply
+        loader = Yaml12Loader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         raise ClusterError(
             f"the sweep file is not valid YAML ({getattr(exc, 'problem', exc)})", where=str(path)
         ) from None
-    if not isinstance(data, dict) or not data or set(data) - {"grid", "zip", "points"}:
+    lines = {}
+    if isinstance(node, yaml.MappingNode):
+        lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+    return data, lines
+
+
+def load_sweep_file(path: str | Path) -> list[Axis]:
+    """Read a sweep file (``grid:``, ``zip:``, ``points:``) into axes."""
+    import difflib
+
+    path = Path(path)
+    data, lines = _read_sweep_yaml(path)
+    if not isinstance(data, dict) or not data:
         raise ClusterError(
-            "a sweep file is a mapping with grid:, zip: and/or points:",
-            where=str(path),
-            expected="grid: {id: [values]}, zip: {id: [values]} (same lengths), points: [{id: value}, ...]",
+            "a sweep file is a mapping with grid:, zip: and/or points:", where=str(path), expected=_SWEEP_FILE_FORM
         )
+    for key in data:
+        if key not in SWEEP_FILE_KEYS:
+            close = difflib.get_close_matches(str(key), SWEEP_FILE_KEYS, n=1)
+            raise ClusterError(
+                f"unknown key '{key}': a sweep file is a mapping with grid:, zip: and/or points:",
+                where=f"{path}:{lines[str(key)]}" if str(key) in lines else str(path),
+                expected=_SWEEP_FILE_FORM,
+                hint=f"Did you mean '{close[0]}:'?" if close else None,
+            )
     axes: list[Axis] = []
     for key, value in (data.get("grid") or {}).items():
         what = f"{path}: grid: {key}"

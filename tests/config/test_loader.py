@@ -68,3 +68,65 @@ def test_unknown_suffix_is_refused(tmp_path: Path) -> None:
     f.write_text("a = 1\n")
     with pytest.raises(ConfigError, match=r"\.json, \.yaml or \.yml"):
         load_file(f)
+
+
+def _nested_json(levels: int) -> str:
+    return '{"a": ' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
+
+
+def test_nesting_up_to_the_limit_loads_and_one_more_level_is_refused(tmp_path: Path) -> None:
+    from hpc_runner.config.nesting import MAX_DEPTH
+
+    for suffix in (".json", ".yaml"):
+        ok, deep = tmp_path / f"ok{suffix}", tmp_path / f"deep{suffix}"
+        ok.write_text(_nested_json(MAX_DEPTH))
+        deep.write_text(_nested_json(MAX_DEPTH + 1))
+        value = load_file(ok).data["a"]
+        for _ in range(MAX_DEPTH - 2):
+            value = value[0]
+        assert value == []
+        with pytest.raises(ConfigError, match=f"more than {MAX_DEPTH} levels deep") as err:
+            load_file(deep)
+        assert err.value.where == f"{deep}:1"
+
+
+def test_brackets_inside_json_strings_do_not_count_as_nesting(tmp_path: Path) -> None:
+    f = tmp_path / "train.json"
+    f.write_text('{"expr": "' + "[" * 500 + '", "esc": "\\"[[[[", "b": [1]}')
+    assert load_file(f).data["b"] == [1]
+
+
+def test_an_alias_counts_the_depth_of_the_node_it_repeats(tmp_path: Path) -> None:
+    from hpc_runner.config.nesting import MAX_DEPTH
+
+    f = tmp_path / "train.yaml"
+    half = MAX_DEPTH // 2 + 1
+    f.write_text("a: &deep " + "[" * half + "]" * half + "\nb: " + "[" * half + "*deep" + "]" * half + "\n")
+    with pytest.raises(ConfigError, match="once alias \\*deep \\(anchor &deep at line 1\\) is expanded") as err:
+        load_file(f)
+    assert err.value.where == f"{f}:2"
+
+
+def test_aliases_may_add_up_to_the_limit_and_plain_content_is_not_counted(tmp_path: Path) -> None:
+    from hpc_runner.config.nesting import MAX_ALIAS_NODES
+
+    f = tmp_path / "train.yaml"
+    # an anchor of 1,000 nodes (the list and 999 items), repeated MAX_ALIAS_NODES / 1,000 times
+    repeats = MAX_ALIAS_NODES // 1000
+    f.write_text("a: &a [" + ",".join(["1"] * 999) + "]\nb: [" + ",".join(["*a"] * repeats) + "]\n"
+                 "plain: [" + ",".join(["2"] * 150_000) + "]\n")
+    data = load_file(f).data
+    assert len(data["b"]) == repeats and data["b"][0] is data["a"]  # aliases share one object, as in MONAI
+    f.write_text(f.read_text().replace("b: [*a", "b: [*a,*a"))
+    with pytest.raises(ConfigError, match="alias \\*a \\(anchor &a at line 1 stands for 1,000 nodes\\)"):
+        load_file(f)
+
+
+def test_empty_yaml_and_json_files_are_refused(tmp_path: Path) -> None:
+    for name, text in (("e.yaml", "# only a comment\n"), ("e.json", ""), ("n.json", "null")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match="the file is empty") as err:
+            load_file(tmp_path / name)
+        assert err.value.where == str(tmp_path / name)
+    (tmp_path / "set_nothing.yaml").write_text("{}\n")
+    assert load_file(tmp_path / "set_nothing.yaml").data == {}

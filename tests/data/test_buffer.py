@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import traceback
@@ -72,14 +73,27 @@ def test_exception_at_first_item():
 
 
 def test_break_does_not_wait_for_slow_item(thread_baseline, wait_until):
-    src = Tracked(100, delay=0.3)
-    start = time.perf_counter()
-    for _ in ThreadBuffer(src):
+    release = threading.Event()
+    entered = threading.Event()
+    finished = threading.Event()
+    closed: list[bool] = []
+
+    def src():
+        try:
+            yield 0
+            entered.set()
+            release.wait(20)  # the item in progress: only the test ends it (or 20 s if break waits)
+            finished.set()
+            yield 1
+        finally:
+            closed.append(True)
+
+    for _ in ThreadBuffer(src()):
         break
-    # The producer is inside a 0.3 s item; leaving must not wait for it.
-    assert time.perf_counter() - start < 0.3 + 0.25
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
-    assert src.closed == [0]
+    # We are here while the producer is still inside item 1: leaving did not wait for it.
+    assert entered.wait(10) and not finished.is_set()
+    release.set()
+    wait_until(lambda: closed == [True] and threading.active_count() <= thread_baseline, timeout=10)
 
 
 def test_early_break_with_iterator_still_referenced(thread_baseline, wait_until, our_threads):
@@ -89,14 +103,13 @@ def test_early_break_with_iterator_still_referenced(thread_baseline, wait_until,
         if x[1] == 3:
             break
     # The consumer still holds `it`: the producer parks on the full buffer and its thread exits.
-    took = wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
-    assert took <= 1.0
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
     assert it is not None and not our_threads()
     # The held iterator resumes where it was, with a new producer thread; nothing lost.
     assert next(it) == (0, 4)
     it.close()
-    wait_until(lambda: src.closed == [0])
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: src.closed == [0], timeout=10)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
 
 
 def test_exception_in_step_with_iterator_referenced(thread_baseline, wait_until):
@@ -110,7 +123,7 @@ def test_exception_in_step_with_iterator_referenced(thread_baseline, wait_until)
 
     with pytest.raises(ValueError, match="step failed"):
         train()
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
     assert it is not None  # still referenced: the thread went anyway
 
 
@@ -119,8 +132,8 @@ def test_break_unreferenced_closes_source_at_once(thread_baseline, wait_until):
     for x in ThreadBuffer(src):
         if x[1] == 2:
             break
-    wait_until(lambda: src.closed == [0], timeout=1.0)
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: src.closed == [0], timeout=10)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
 
 
 def test_close_stops_producer_and_closes_source(thread_baseline, wait_until):
@@ -128,8 +141,8 @@ def test_close_stops_producer_and_closes_source(thread_baseline, wait_until):
     it = iter(ThreadBuffer(src))
     next(it)
     it.close()
-    wait_until(lambda: src.closed == [0], timeout=1.0)
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: src.closed == [0], timeout=10)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
     with pytest.raises(StopIteration):
         next(it)
 
@@ -138,7 +151,7 @@ def test_context_manager_closes(wait_until):
     src = Tracked(50, delay=0.001)
     with iter(ThreadBuffer(src)) as it:
         next(it)
-    wait_until(lambda: src.closed == [0], timeout=1.0)
+    wait_until(lambda: src.closed == [0], timeout=10)
 
 
 def test_no_stale_items_across_epochs(thread_baseline, wait_until):
@@ -150,7 +163,7 @@ def test_no_stale_items_across_epochs(thread_baseline, wait_until):
     second = list(buf)
     assert [e for e, _ in second] == [1] * 20
     assert [i for _, i in second] == list(range(20))
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
 
 
 def test_park_and_resume_keeps_every_item():
@@ -212,7 +225,7 @@ def test_on_demand_makes_nothing_ahead(thread_baseline, wait_until):
     time.sleep(0.05)
     assert made == [0]  # nothing ahead of the consumer
     assert list(it) == [1, 2, 3, 4]
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
 
 
 def test_on_demand_error_and_held_iterator(thread_baseline, wait_until):
@@ -221,7 +234,51 @@ def test_on_demand_error_and_held_iterator(thread_baseline, wait_until):
     src = Tracked(100)
     it = iter(ThreadBuffer(src, prefetch=False))
     assert next(it) == (0, 0)
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
     assert next(it) == (0, 1)  # a parked on-demand producer restarts on request
     it.close()
-    wait_until(lambda: src.closed == [0], timeout=1.0)
+    wait_until(lambda: src.closed == [0], timeout=10)
+
+
+def preempt_at_every_line(code, max_sleep: float, seed: int = 0):
+    """A trace function (sys.settrace) that sleeps a random time at each line of `code`.
+
+    It stands in for the OS preempting the thread at that line: a window between two statements that
+    CPython's GIL keeps a few nanoseconds wide becomes up to `max_sleep` wide.
+    """
+    import random
+
+    rng = random.Random(seed)
+
+    def line(frame, event, arg):
+        if event == "line":
+            time.sleep(rng.uniform(0, max_sleep))
+        return line
+
+    return lambda frame, event, arg: line if frame.f_code is code else None
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_a_request_never_meets_a_producer_parking_at_that_moment(monkeypatch, prefetch):
+    """On demand, the consumer checked `running` without the lock and then queued its request: a
+    producer that parked in between left no thread to answer, and next() blocked forever."""
+    from hpc_runner.data import buffer as buffer_module
+    from hpc_runner.data.buffer import BufferIterator
+
+    monkeypatch.setattr(buffer_module, "IDLE_EXIT_S", 0.001)  # the producer parks between most items
+    n = 1000
+    it = ThreadBuffer(range(n), prefetch=prefetch).iterate()
+    got: list[int] = []
+
+    def consume():
+        sys.settrace(preempt_at_every_line(BufferIterator.__next__.__code__, max_sleep=0.0003))
+        got.extend(it)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    seen = -1
+    while consumer.is_alive() and len(got) != seen:  # a hang is 10 s without a single item
+        seen = len(got)
+        consumer.join(10)
+    assert not consumer.is_alive(), f"next() hung after {len(got)} items"
+    assert got == list(range(n))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import threading
 
 import numpy as np
@@ -10,7 +12,8 @@ import torch
 from monai.bundle import ConfigParser
 from monai.data import CacheDataset, Dataset, MetaTensor
 
-from hpc_runner.data import DataItemError, ThreadDataLoader
+from hpc_runner.data import DataItemError, ThreadDataLoader, available_cpus, default_num_workers
+from hpc_runner.data.loader import SupersededIteration
 
 
 def epoch_batches(loader, epoch: int) -> list[dict]:
@@ -31,7 +34,28 @@ MODES = {
     "4-threads": {"num_workers": 4, "use_thread_workers": True, "prefetch": True},
     "4-threads-on-demand": {"num_workers": 4, "use_thread_workers": True, "prefetch": False},
 }
-CLEANUP_MODES = ["inline", "inline-on-demand", "4-threads", "4-threads-on-demand"]
+PROCESS_MODES = {
+    "2-processes": {"num_workers": 2},
+    "2-persistent-processes": {"num_workers": 2, "persistent_workers": True},
+}
+CLEANUP_MODES = ["inline", "inline-on-demand", "4-threads", "4-threads-on-demand", *PROCESS_MODES]
+
+
+def mode_kwargs(mode: str) -> dict:
+    return MODES.get(mode) or PROCESS_MODES[mode]
+
+
+def our_processes() -> set[int]:
+    """Live worker processes of this test process (multiprocessing children; reaps finished ones)."""
+    return {p.pid for p in multiprocessing.active_children()}
+
+
+@pytest.fixture
+def quick_process_idle(monkeypatch):
+    """A held, unread process iterator lets its workers go after 0.3 s instead of 30 s."""
+    from hpc_runner.data import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "PROCESS_IDLE_EXIT_S", 0.3)
 
 
 def make_loader(ds, **kw) -> ThreadDataLoader:
@@ -153,7 +177,8 @@ def test_torch_dataloader_attributes_and_kwargs(cache_dataset: CacheDataset):
 def test_num_workers_none_uses_default(monkeypatch, cache_dataset: CacheDataset):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
     loader = ThreadDataLoader(cache_dataset, num_workers=None, use_thread_workers=True)
-    assert loader.num_workers >= 1
+    # the CPUs this job may use less one for the training loop: never all of them, never torch's 0
+    assert loader.num_workers == default_num_workers() == max(1, available_cpus() - 1)
 
 
 def test_bundle_target_instantiates():
@@ -197,24 +222,63 @@ def test_item_error_names_index_and_transform(mode: str):
 
 
 @pytest.mark.parametrize("mode", CLEANUP_MODES)
-def test_break_leaves_no_thread_while_iterator_held(cache_dataset, mode, thread_baseline, wait_until):
-    loader = make_loader(cache_dataset, batch_size=1, **MODES[mode])
+def test_break_leaves_no_thread_or_process_while_iterator_held(
+    cache_dataset, mode, thread_baseline, wait_until, our_threads, quick_process_idle
+):
+    loader = make_loader(cache_dataset, batch_size=1, **mode_kwargs(mode))
+    full = epoch_batches(make_loader(cache_dataset, batch_size=1), 0)
+    processes_before = our_processes()
+    loader.set_epoch(0)
     it = iter(loader)
     for i, _ in enumerate(it):
         if i == 1:
             break
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
-    assert it is not None
+    persistent = "persistent" in mode
+    if persistent:  # persistent workers (and their queues' feeder threads) belong to the loader
+        wait_until(lambda: not our_threads(), timeout=10)
+    else:
+        wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
+    if mode in PROCESS_MODES and not persistent:
+        wait_until(lambda: our_processes() <= processes_before, timeout=20)
+    # The held iterator still works: workers start again at the batch after the break.
+    assert_same(full[2:3], [next(it)])
+    it.close()
+    if persistent:
+        assert len(our_processes() - processes_before) == 2
+
+
+def test_held_iteration_of_persistent_workers_does_not_block_the_next_epoch(cache_dataset, wait_until):
+    loader = make_loader(cache_dataset, batch_size=2, num_workers=2, persistent_workers=True)
+    old = iter(loader)
+    next(old)  # then abandoned, still referenced; its producer may be mid-batch
+    got: list[int] = []
+    epoch = threading.Thread(target=lambda: got.append(len(epoch_batches(loader, 1))), daemon=True)
+    epoch.start()
+    epoch.join(60)
+    assert got == [len(loader)], "the next epoch waited for the abandoned iteration"
+    # the abandoned one never hands out batches the workers made for another epoch
+    with pytest.raises(SupersededIteration, match="newer one"):
+        list(old)
+    old = loader = None
+    gc.collect()  # its persistent workers stop now (a stall here was a reference cycle through the error)
 
 
 @pytest.mark.parametrize("mode", CLEANUP_MODES)
-def test_exception_in_step_leaves_no_thread(cache_dataset, mode, thread_baseline, wait_until):
-    loader = make_loader(cache_dataset, batch_size=1, **MODES[mode])
+def test_exception_in_step_leaves_no_thread_or_process(
+    cache_dataset, mode, thread_baseline, wait_until, our_threads, quick_process_idle
+):
+    loader = make_loader(cache_dataset, batch_size=1, **mode_kwargs(mode))
+    processes_before = our_processes()
     it = iter(loader)
     with pytest.raises(RuntimeError, match="step"):
         for _ in it:
             raise RuntimeError("step exploded")
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    if "persistent" in mode:
+        wait_until(lambda: not our_threads(), timeout=10)
+    else:
+        wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
+    if mode in PROCESS_MODES and "persistent" not in mode:
+        wait_until(lambda: our_processes() <= processes_before, timeout=20)
     # The next epoch starts clean after the abandoned one.
     loader.set_epoch(0)
     assert len(list(loader)) == len(cache_dataset)

@@ -10,6 +10,7 @@ import pytest
 from monai.transforms import Compose, RandGaussianNoise, RandRotate90, ScaleIntensity
 
 from hpc_runner.data import DataItemError, OrderedMap, thread_map
+from hpc_runner.data.pool import WorkerPool
 
 
 def test_output_in_input_order_despite_uneven_items():
@@ -20,23 +21,71 @@ def test_output_in_input_order_despite_uneven_items():
     assert list(thread_map(slow_for_small, range(30), num_workers=4)) == [x * x for x in range(30)]
 
 
-def test_in_flight_is_bounded():
-    started: list[int] = []
-    gate = threading.Event()
+def test_in_flight_is_bounded_by_the_consumer_not_by_the_workers():
+    pulled: list[int] = []
+    done = threading.Semaphore(0)
+
+    def items():
+        for i in range(100):
+            pulled.append(i)
+            yield i
 
     def work(state, i, x):
-        started.append(i)
-        gate.wait(2)
+        done.release()
         return x
 
-    omap = OrderedMap(range(100), work, lambda: None, num_workers=2, in_flight=5)
-    t = threading.Thread(target=lambda: next(omap))
-    t.start()
-    time.sleep(0.1)
-    assert len(started) <= 5  # only `in_flight` items submitted ahead, two running
-    gate.set()
-    t.join()
+    # Four free workers, five ahead: only in_flight can stop them taking more.
+    omap = OrderedMap(items(), work, lambda: None, num_workers=4, in_flight=5)
+    assert next(omap) == 0
+    for _ in range(6):  # item 0 and the five submitted ahead of the consumer all finish
+        assert done.acquire(timeout=10)
+    assert not done.acquire(timeout=0.05)  # and nothing more was computed
+    assert pulled == list(range(6))
+    assert next(omap) == 1
+    assert pulled == list(range(7))  # one taken, one more submitted
     omap.close()
+
+
+def preempt_at_every_line(code_names: set[str], max_sleep: float, seed: int = 0):
+    """A trace function for threading.settrace: sleep a random time at each line of the named functions.
+
+    It stands in for the OS preempting a thread at that line: a window between two statements that
+    CPython's GIL keeps a few nanoseconds wide becomes up to `max_sleep` wide.
+    """
+    import random
+
+    rng = random.Random(seed)
+
+    def line(frame, event, arg):
+        if event == "line":
+            time.sleep(rng.uniform(0, max_sleep))
+        return line
+
+    def call(frame, event, arg):
+        return line if frame.f_code.co_name in code_names else None
+
+    return call
+
+
+def test_submit_while_the_only_worker_exits_idle_is_still_run(monkeypatch):
+    """A worker that decides to exit and leaves the live count in two locked sections let a submit()
+    in between start no thread; its Future waited forever (1 worker, the default on a 2-CPU job)."""
+    from hpc_runner.data import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "IDLE_EXIT_S", 0.001)
+    threading.settrace(preempt_at_every_line({"_worker"}, max_sleep=0.0003))
+    try:
+        pool = WorkerPool(1, lambda: None)
+        for i in range(1000):
+            fut = pool.submit(lambda state, x: x, i)
+            try:
+                assert fut.result(timeout=10) == i
+            except TimeoutError:
+                pytest.fail(f"submit {i} was never run: the worker exited after the submit saw it live")
+            time.sleep(0.001 * (i % 3) / 2)  # land before, inside and after the worker's idle exit
+        pool.close()
+    finally:
+        threading.settrace(None)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])
@@ -70,7 +119,7 @@ def test_failing_item_names_index_and_transform(wait_until, our_threads):
     assert "item 7" in msg and "normalise" in msg and "ZeroDivisionError" in msg
     assert info.value.position == 7
     assert isinstance(info.value.__cause__, ZeroDivisionError)
-    wait_until(lambda: not our_threads(), timeout=1.0)
+    wait_until(lambda: not our_threads(), timeout=10)
 
 
 def test_failing_monai_transform_is_named():
@@ -86,7 +135,7 @@ def test_abandoned_map_leaves_no_thread(thread_baseline, wait_until):
     omap = thread_map(lambda x: time.sleep(0.001) or x, range(1000), num_workers=2)
     assert next(omap) == 0
     # Still referenced, never closed: idle workers exit on their own.
-    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=1.0)
+    wait_until(lambda: threading.active_count() <= thread_baseline, timeout=10)
     assert next(omap) == 1  # and it still works afterwards
     omap.close()
 

@@ -93,3 +93,51 @@ def test_cuda_prefetch_error_after_last_good_batch():
     assert next(it)["x"].device.type == "cuda"  # the good batch is not lost to the prefetch
     with pytest.raises(KeyError):
         next(it)
+
+
+def test_moving_a_batch_shares_its_metatensor_meta_instead_of_copying_it():
+    b = batch(2)
+    moved = map_tensors(lambda t: t.clone(), b)  # a new tensor, as a copy to another device makes
+    assert moved["image"] is not b["image"] and isinstance(moved["image"], MetaTensor)
+    assert moved["image"].meta is b["image"].meta, "the meta dict is shared, not copied per batch"
+    again = move_to_device(moved, "cpu")  # the trainer's pass over a batch already on its device
+    assert again["image"] is moved["image"], "a tensor already there is handed back as it is"
+
+
+def test_a_repeated_batch_is_copied_to_the_device_once():
+    loader = ThreadDataLoader([{"image": torch.full((3,), float(i))} for i in range(4)], batch_size=2, seed=0,
+                              repeats=3)
+    out = list(DevicePrefetcher(loader, "meta"))  # the meta device: a real copy target without a GPU
+    assert len(out) == 6 and all(b["image"].device.type == "meta" for b in out)
+    assert out[0] is out[1] is out[2] and out[3] is out[4] is out[5], "one device copy per loaded batch"
+    assert out[2] is not out[3]
+
+
+def test_batch_n_is_handed_back_before_the_loader_has_made_batch_n_plus_1():
+    made_second = threading.Event()
+    release = threading.Event()
+
+    def slow_loader():
+        yield {"x": torch.ones(2)}
+        release.wait(10)  # the loader is still working on batch 1
+        made_second.set()
+        yield {"x": torch.zeros(2)}
+
+    it = iter(DevicePrefetcher(slow_loader(), "meta"))
+    first = next(it)
+    assert first["x"].device.type == "meta" and not made_second.is_set(), "batch 0 did not wait for batch 1"
+    release.set()
+    assert next(it)["x"].shape == (2,) and made_second.is_set()
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_a_loader_error_comes_after_the_last_good_batch():
+    def broken():
+        yield {"x": torch.ones(2)}
+        raise KeyError("broken")
+
+    it = iter(DevicePrefetcher(broken(), "meta"))
+    assert next(it)["x"].device.type == "meta"  # the good batch is not lost
+    with pytest.raises(KeyError):
+        next(it)

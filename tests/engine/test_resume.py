@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+import math
 import signal
 import subprocess
 import sys
@@ -73,12 +73,24 @@ def _epoch_losses(run_dir: Path) -> list[float]:
     return [r["loss"] for r in records if r["kind"] == "epoch"]
 
 
-def test_amp_on_cpu_trains_in_bfloat16(tiny_bundle: Path, tmp_path: Path, cli) -> None:
-    res = cli("run", "--bundle", str(tiny_bundle), "--amp", "true", "--max_epochs", "1", "--output_dir", "r",
-              cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["steps"] == 6 and summary["final_loss"] == summary["final_loss"]  # finite, not NaN
+def test_amp_on_cpu_trains_in_bfloat16(tiny_bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    from monai.bundle import ConfigParser
+
+    # the bundle's scripts package, imported from this bundle only
+    monkeypatch.syspath_prepend(str(tiny_bundle))
+    for name in [m for m in sys.modules if m == "scripts" or m.startswith("scripts.")]:
+        monkeypatch.delitem(sys.modules, name)
+    parser = ConfigParser()
+    parser.read_config(str(tiny_bundle / "configs" / "train.yaml"))
+    parser.update({"amp": True, "max_epochs": 1, "output_dir": str(tmp_path / "r")})
+    trainer = parser.get_parsed_content("trainer")
+    seen: list[tuple[bool, torch.dtype]] = []
+    trainer.network.register_forward_hook(lambda module, args, out: seen.append((module.training, out.dtype)))
+    summary = trainer.run()
+    train_dtypes = [dtype for training, dtype in seen if training]
+    assert len(train_dtypes) == 6 and set(train_dtypes) == {torch.bfloat16}  # every training step
+    assert all(p.dtype == torch.float32 for p in trainer.network.parameters())  # fp32 master weights
+    assert summary["steps"] == 6 and math.isfinite(summary["final_loss"])
 
 
 def test_restart_in_the_same_dir_continues_instead_of_starting_over(tiny_bundle: Path, tmp_path: Path, cli) -> None:
@@ -98,19 +110,6 @@ def test_a_different_config_in_an_existing_run_dir_is_refused(tiny_bundle: Path,
     assert res.returncode == 2 and "different config" in res.stderr and "--resume" in res.stderr
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs POSIX")
-def test_checkpoint_files_appear_whole(tmp_path: Path) -> None:
-    from hpc_runner.engine.checkpoint import list_checkpoints, load_latest_checkpoint, save_checkpoint
-
-    for step in range(1, 6):
-        save_checkpoint(tmp_path, step, {"w": torch.full((3,), float(step))}, keep=2)
-    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_00000004.pt", "ckpt_00000005.pt"]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
-    (tmp_path / "ckpt_00000006.pt").write_bytes(b"cut short")  # a file written by something else, broken
-    path, state = load_latest_checkpoint(tmp_path)
-    assert path.name == "ckpt_00000005.pt" and state["w"][0] == 5
-
-
 def test_resume_keeps_the_recorded_bundle_root_and_overrides(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", "r", "--max_epochs", "1",
               "--+bundle_root", str(tmp_path), cwd=tmp_path)
@@ -121,3 +120,71 @@ def test_resume_keeps_the_recorded_bundle_root_and_overrides(tiny_bundle: Path, 
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["bundle_root"] == str(tmp_path)
     after = yaml.safe_load((tmp_path / "r" / "overrides.yaml").read_text())
     assert [o["id"] for o in after] == [o["id"] for o in before]
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if '"iter"' in line]
+
+
+def test_resume_names_a_damaged_checkpoint_and_never_silently_starts_over(tiny_bundle: Path, tmp_path: Path, cli):
+    run = tmp_path / "r"
+    res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(run), "--max_epochs", "2",
+              "--checkpoint_interval", "0", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    ckpts = sorted((run / "checkpoints").glob("ckpt_*.pt"))
+    assert [p.name for p in ckpts] == ["ckpt_00000006.pt", "ckpt_00000012.pt"]
+    ckpts[1].write_bytes(ckpts[1].read_bytes()[:200])  # the newest damaged (a disk error, a partial copy)
+    res = cli("run", "--resume", str(run), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    # the fall-back is said, with both files; epoch 2 is redone and counted once
+    assert "ckpt_00000012.pt" in res.stderr and "ckpt_00000006.pt" in res.stderr and "older" in res.stderr
+    assert _steps(run) == list(range(1, 13))
+
+    for p in (run / "checkpoints").glob("ckpt_*.pt"):
+        p.write_bytes(b"not a checkpoint")
+    metrics_before = (run / "metrics.jsonl").read_text()
+    res = cli("run", "--resume", str(run), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "ckpt_00000006.pt" in res.stderr and "ckpt_00000012.pt" in res.stderr and "--restart" in res.stderr
+    assert (run / "metrics.jsonl").read_text() == metrics_before  # refused before anything ran
+
+    res = cli("run", "--resume", str(run), "--restart", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "resuming from" not in res.stdout and _steps(run) == list(range(1, 13))  # step 0, each step once
+    (aside,) = run.glob("restarted-*")
+    assert (aside / "checkpoints" / "ckpt_00000012.pt").read_bytes() == b"not a checkpoint"
+
+
+def test_a_moved_run_dir_resumes_where_it_is_now(tiny_bundle: Path, tmp_path: Path, cli):
+    scratch, project = tmp_path / "scratch" / "r", tmp_path / "project" / "r"
+    res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(scratch), "--max_epochs", "1",
+              cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    project.parent.mkdir()
+    scratch.rename(project)  # what users do: scratch space to project storage
+    res = cli("run", "--resume", str(project), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"resuming from {project / 'checkpoints'}" in res.stdout
+    assert yaml.safe_load((project / "config.yaml").read_text())["output_dir"] == str(project)
+    assert not scratch.exists()  # nothing written to the old place
+
+
+def test_resume_checks_the_manifest_and_safe_mode_before_importing_the_bundle(tiny_bundle: Path, tmp_path: Path, cli):
+    from hpc_runner.registry.manifest import MANIFEST_NAME, compute_manifest, format_manifest
+
+    (tiny_bundle / MANIFEST_NAME).write_text(format_manifest(compute_manifest(tiny_bundle)))
+    run = tmp_path / "r"
+    res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(run), "--max_epochs", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    # --safe refuses the bundle's own scripts.tiny dataset, on resume as on a first run
+    res = cli("run", "--resume", str(run), "--safe", cwd=tmp_path)
+    assert res.returncode == 2 and "--safe refuses" in res.stderr and "scripts.tiny" in res.stderr, res.stderr
+    with open(tiny_bundle / "scripts" / "tiny.py", "a") as f:
+        f.write("\nprint('changed after packing')\n")
+    res = cli("run", "--resume", str(run), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "no longer match its MANIFEST" in res.stderr and "scripts/tiny.py" in res.stderr
+    assert "changed after packing" not in res.stdout  # refused before the bundle's code was imported
+    res = cli("run", "--resume", str(run), "--trust", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr

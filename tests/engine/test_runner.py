@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,18 @@ def test_instantiation_error_names_the_failing_id(tiny_bundle: Path, tmp_path: P
               cwd=tmp_path)
     assert res.returncode == 1
     assert "while resolving id 'network_def'" in res.stderr
+
+
+def test_a_job_of_a_run_submitted_with_safe_checks_safe_again(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    """A job (or a requeue) imports the bundle's code when it starts, so --safe is checked then too."""
+    run = tmp_path / "r"
+    res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(run), "--max_epochs", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    record = yaml.safe_load((run / "run.yaml").read_text())
+    (run / "run.yaml").write_text(yaml.safe_dump({**record, "safe": True}))  # as `submit --safe` records it
+    code = f"from hpc_runner.engine.runner import run_recorded; print(run_recorded({str(run)!r}).status)"
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=cli.env)
+    # the bundle's $ expressions and scripts.tiny are refused before any of its code runs
+    assert res.returncode != 0 and "--safe refuses" in res.stderr and "scripts.tiny" in res.stderr, res.stdout
+    assert "finalize ran" not in res.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -135,7 +136,10 @@ def test_versions_install_side_by_side(cli, shared: dict[str, Path], tmp_path: P
 
 def test_tampered_copy_is_refused_naming_the_file(cli, shared: dict[str, Path]) -> None:
     installed = shared["installed"]
-    assert manifest_record(installed) == {"sha256": manifest_record(installed)["sha256"], "matches": True,
+    with tarfile.open(shared["archive"]) as tar:  # the MANIFEST as packed, not as installed
+        (member,) = [m for m in tar.getmembers() if m.name.endswith("/MANIFEST")]
+        packed = tar.extractfile(member).read()
+    assert manifest_record(installed) == {"sha256": hashlib.sha256(packed).hexdigest(), "matches": True,
                                           "differences": None}
     with open(installed / "configs" / "train.yaml", "a") as f:
         f.write("learning_rate: 0.5\n")

@@ -41,7 +41,7 @@ def batch(slurm_cluster, tmp_path_factory, cli_factory, tiny, dataset_dir):
     grid = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "grid",
                "--sweep", "learning_rate=1e-3,2e-3", "--sweep", "network_def::num_res_units=1,2", *tiny)
     assert grid.returncode == 0, grid.stderr
-    assert cli.calls()["sbatch"] == 1
+    assert cli.calls()["sbatch"] == 2  # the pre-flight's sbatch --test-only, then the array
     fail = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "fail", "--zip",
                "--sweep", "learning_rate=1e-3,2e-3,3e-3", "--sweep", "batch_size=1,1,0", *tiny)
     assert fail.returncode == 0, fail.stderr
@@ -117,7 +117,7 @@ def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
     resumed = cli("resume", str(fail), "--batch_size", "1")
     assert resumed.returncode == 0, resumed.stderr
     assert "2 completed (kept)" in resumed.stdout and "1 to resubmit" in resumed.stdout
-    assert cli.calls()["sbatch"] == 1
+    assert cli.calls()["sbatch"] == 2  # sbatch --test-only, then the array
     after = _record(fail)
     jobs = {p["index"]: p["job_id"] for p in after["points"]}
     assert jobs[0] == before[0] and jobs[1] == before[1] and jobs[2] != before[2]
@@ -150,7 +150,7 @@ def test_sweep_larger_than_max_array_size_is_split_one_sbatch_per_array(slurm_cl
     try:
         assert [a["size"] for a in arrays] == [slurm_cluster.max_array_size, 3]
         assert len({a["job_id"] for a in arrays}) == 2
-        assert cli.calls()["sbatch"] == 2 == record["submissions"][0]["sbatch_calls"]
+        assert cli.calls()["sbatch"] == 3 == record["submissions"][0]["sbatch_calls"] + 1  # + --test-only
         assert record["points"][-1]["job_id"] == f"{arrays[1]['job_id']}_2"
         assert record["state"] == "submitted" and len(record["points"]) == n
     finally:

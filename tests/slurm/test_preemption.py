@@ -113,10 +113,11 @@ def wait_final(cluster, job: str, log: Path, timeout: float = 240) -> str:
 
 
 def cancel_for_good(cluster, job: str) -> None:
-    """Cancel ``job`` so that it stays cancelled: a job no longer requeueable refuses the runner's requeue.
+    """Cancel ``job`` for the clean-up of a test, whatever state it is in: Requeue=0 first, so even a
+    runner that is requeueing the job after a stop signal at this moment cannot bring it back.
 
-    (A plain scancel is undone by the runner today; `scancel -s KILL` is no help: SLURM turns it into a
-    cancel, SIGTERM first.)
+    (A plain scancel is not undone by the runner: test_scancel_of_a_running_job_is_not_undone_by_a_requeue
+    checks that. `scancel -s KILL` is no help here: SLURM turns it into a cancel, SIGTERM first.)
     """
     cluster.run("scontrol", "update", f"JobId={job}", "Requeue=0")
     cluster.run("scancel", job)
@@ -244,14 +245,14 @@ def test_scancel_of_a_running_job_is_not_undone_by_a_requeue(slurm_cluster, data
     assert state == "CANCELLED", f"the job came back ({state}) after scancel:\n{log.read_text()}"
 
 
-@pytest.mark.skipif(
-    os.environ.get("HPCR_SLURM_TIME_LIMIT_TEST") != "1",
-    reason="30-70 s (27 s and 49 s measured): SLURM's minimum --time is 1 min and it sends the signal on "
-    "a 30 s tick; set HPCR_SLURM_TIME_LIMIT_TEST=1 to run it",
-)
 @slurm
 def test_time_limit_signal_checkpoints_and_requeues_before_timeout(slurm_cluster, dataset_dir, tmp_path):
-    """`--time=1 --signal=B:USR2@40`: the runner checkpoints and requeues before SLURM's TIMEOUT kill."""
+    """`--time=1 --signal=B:USR2@40`: the runner checkpoints and requeues before SLURM's TIMEOUT kill.
+
+    30-70 s (27 s and 49 s measured), the shortest this can be: SLURM's minimum --time is 1 minute and
+    it sends the signal on a 30 s tick, so USR2@40 arrives 20-50 s after the start, after the runner has
+    installed its handlers (a signal before that would kill python: USR2's default action).
+    """
     out = tmp_path / "run"
     # far too long for one attempt: the signal comes 20-50 s after the start (SLURM checks on a 30 s tick)
     job, log = submit(slurm_cluster, tmp_path, out, tiny_args(dataset_dir, epochs=400),

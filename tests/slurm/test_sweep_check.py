@@ -55,6 +55,7 @@ def test_values_with_references_or_nested_ids_check_every_point(cfg):
 
 
 def test_added_ids_are_checked(cfg):
-    assert check_points(cfg, build_spec(["+extra_flag=true,false"]).points())
+    # both values of the added id were checked (not skipped because the id is not in the config yet)
+    assert check_points(cfg, build_spec(["+extra_flag=true,false"]).points()) == "2 distinct values checked once each"
     with pytest.raises(ClusterError, match="sweep point 0"):
         check_points(cfg, build_spec(["+seed::x=1"]).points())  # parent is not a mapping

@@ -1,0 +1,314 @@
+"""Pre-flight: refuse a config that cannot start, before a run dir is made or anything is queued.
+
+Three checks, none of which builds a component or runs a ``$`` expression:
+
+- every ``_target_`` imports and names a class or function (resolved as MONAI does, see
+  ``registry/targets.py``, with the bundle root on ``sys.path`` so ``scripts.x.Y`` works). Each distinct
+  target string is resolved once per :class:`PreflightCache`. Skipped: computed targets (``@x``, ``$...``)
+  and components with ``_disabled_: true``.
+- every ``$`` expression is valid Python once its ``@id`` references are replaced by
+  ``__local_refs['id']`` (as MONAI's ``ReferenceResolver.update_refs_pattern`` rewrites it): an
+  ``import``/``from ... import`` line parses, any other line compiles as an expression (MONAI
+  ``eval()``s it). Nothing is evaluated; a missing module in an import line is left to
+  ``hpc-runner verify`` (MONAI's ``optional_import`` fails only when the module is used).
+- input paths exist. Only ids whose last key is in ``INPUT_DIRS`` (a folder) or ``INPUT_FILES`` (a
+  ``.json``/``.yaml``/``.yml``/``.csv`` file) are looked at, and only when the value is a plain string or a
+  chain of pure ``@id`` references ending in one (``bundle_root`` counts as the bundle folder, as
+  ``hpc-runner run`` sets it). A path is *produced*, not an input, and is never refused, when anything
+  under ``initialize`` refers to it (``dataset_dir: "@dataset_dir"`` handed to a generator, or
+  ``@dataset_dir`` inside a ``$`` line) or repeats its value. Paths built by ``$`` code (globs,
+  ``@bundle_root + '/x'``) cannot be known without running code and are not checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.config.bundle_config import META_KEY, BundleConfig
+from hpc_runner.config.ids import get_by_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.overrides import Override
+from hpc_runner.errors import ClusterError, ConfigError, UserError
+from hpc_runner.registry.problems import Problem
+
+INPUT_DIRS = ("dataset_dir", "data_dir", "data_root")
+INPUT_FILES = ("datalist", "datalist_file", "datalist_path", "data_list_file_path")
+FILE_SUFFIXES = (".json", ".yaml", ".yml", ".csv")
+PRODUCER_ID = "initialize"
+BUNDLE_ROOT_ID = "bundle_root"
+_CODE_PREFIXES = ("$", "@", "%")
+# the pattern of monai.bundle.ReferenceResolver.id_matcher
+_REF = re.compile(r"@(?:\w*)(?:::\w*)*")
+_MAX_SHOWN = 3
+
+
+@dataclass
+class PreflightCache:
+    """What was already looked up: each distinct target and ``$`` line is checked once per cache."""
+
+    targets: dict[tuple[str | None, str], str | None] = field(default_factory=dict)
+    expressions: dict[str, str | None] = field(default_factory=dict)
+    resolved: int = 0  # how many targets were really resolved (the rest came from the cache)
+
+
+def _maybe_disabled(node: Mapping[str, Any]) -> bool:
+    """True for ``_disabled_: true``, and for a computed one (``$``/``@``): it may be true when the job runs."""
+    flag = node.get("_disabled_", False)
+    if isinstance(flag, str):
+        return flag.strip().lower() == "true" or flag.startswith(_CODE_PREFIXES)
+    return bool(flag)
+
+
+def _target_problem(target: str, bundle_dir: Path | None, cache: PreflightCache) -> str | None:
+    key = (str(bundle_dir) if bundle_dir else None, target)
+    if key in cache.targets:
+        return cache.targets[key]
+    from hpc_runner.config.monai_bridge import bundle_on_sys_path
+    from hpc_runner.registry.targets import TargetError, locate_target
+
+    cache.resolved += 1
+    problem = None
+    with bundle_on_sys_path(bundle_dir):
+        try:
+            obj = locate_target(target)
+        except TargetError as exc:
+            problem = f"_target_ '{target}' cannot be imported: {exc}"
+        else:
+            if not callable(obj) or type(obj).__name__ == "module":
+                problem = f"_target_ '{target}' is not a class or function"
+    cache.targets[key] = problem
+    return problem
+
+
+def substitute_refs(source: str) -> str:
+    """Return a ``$`` expression's code with ``@id`` replaced by ``__local_refs['id']`` (as MONAI does)."""
+    found = sorted({m for m in _REF.findall(source) if len(m) > 1}, key=len, reverse=True)
+    for item in found:
+        source = source.replace(item, f"__local_refs['{item[1:]}']")
+    return source
+
+
+def expression_problem(value: str, cache: PreflightCache | None = None) -> str | None:
+    """Return why a ``$`` expression cannot be evaluated by MONAI (it is not valid Python), else None."""
+    cache = cache if cache is not None else PreflightCache()
+    code = normalize_id(value)[1:]
+    if code in cache.expressions:
+        return cache.expressions[code]
+    problem = None
+    source = substitute_refs(code)  # MONAI rewrites the references before it parses the line
+    try:
+        tree = ast.parse(source)  # first looking for an import statement, as ConfigExpression.evaluate
+    except SyntaxError as exc:
+        problem = f"'$' expression is not valid Python: {exc.msg} ({_shown(value)})"
+    else:
+        node = tree.body[0] if tree.body else None
+        # an import line is fine once it parses: MONAI's optional_import fails only when the module is used
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            try:
+                compile(source, "<$ expression>", "eval")
+            except SyntaxError as exc:
+                problem = f"'$' expression is not a Python expression: {exc.msg} ({_shown(value)})"
+    cache.expressions[code] = problem
+    return problem
+
+
+def _shown(value: str) -> str:
+    return value if len(value) <= 80 else value[:77] + "..."
+
+
+def _pure_ref(value: Any) -> str | None:
+    if isinstance(value, str):
+        v = normalize_id(value)
+        if v.startswith("@") and _REF.fullmatch(v) and len(v) > 1:
+            return v[1:]
+    return None
+
+
+def _path_value(body: dict, id_path: str, bundle_root: str | None) -> tuple[str | None, list[str]]:
+    """Follow pure references from ``id_path`` to a plain string; return it and the ids on the way."""
+    chain = [id_path]
+    value = get_by_id(body, id_path)
+    while (ref := _pure_ref(value)) is not None and ref not in chain and len(chain) < 20:
+        chain.append(ref)
+        if ref == BUNDLE_ROOT_ID and bundle_root is not None:
+            return bundle_root, chain
+        try:
+            value = get_by_id(body, ref)
+        except (KeyError, IndexError, TypeError):
+            return None, chain
+    if isinstance(value, str) and value and not value.startswith(_CODE_PREFIXES):
+        return value, chain
+    return None, chain
+
+
+def _produced(body: dict, chain: list[str], value: str) -> bool:
+    """True when the ``initialize`` steps refer to any id of ``chain`` or repeat the value."""
+    if PRODUCER_ID not in body:
+        return False
+    names = {normalize_id(c) for c in chain}
+    for _, v in [("", body[PRODUCER_ID]), *iter_ids(body[PRODUCER_ID])]:
+        if not isinstance(v, str):
+            continue
+        if v == value:
+            return True
+        if any(m[1:] in names for m in _REF.findall(normalize_id(v))):
+            return True
+    return False
+
+
+def _input_problem(key: str, path: str, cwd: Path | None) -> str | None:
+    p = Path(path).expanduser()
+    if cwd is not None and not p.is_absolute():
+        p = cwd / p
+    if key in INPUT_DIRS:
+        if not p.is_dir():
+            return f"the input folder '{path}' does not exist" if not p.exists() else f"'{path}' is not a folder"
+        return None
+    if path.lower().endswith(FILE_SUFFIXES) and not p.is_file():
+        return f"the input file '{path}' does not exist"
+    return None
+
+
+def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None) -> list[Problem]:
+    """Return every pre-flight problem of a config: targets, ``$`` expressions, input paths (nothing runs).
+
+    Relative paths are taken from ``cwd`` (the folder the job runs in; default: this process's).
+    """
+    cache = cache if cache is not None else PreflightCache()
+    try:
+        expanded = cfg.expanded()
+    except UserError as err:
+        return [Problem(err.where, err.id_path, err.message)]
+    body = {k: v for k, v in expanded.items() if k != META_KEY}
+    bundle_root = None
+    if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
+        bundle_root = str(cfg.bundle_dir.resolve())  # what prepare_run sets
+    problems: list[Problem] = []
+    disabled: list[str] = []
+    seen_paths: set[str] = set()
+    for id_path, value in [("", body), *iter_ids(body)]:
+        if any(id_path == d or id_path.startswith(d + "::") for d in disabled):
+            continue  # MONAI never builds a disabled component, nor anything inside it
+        if isinstance(value, dict) and "_target_" in value:
+            if _maybe_disabled(value):
+                disabled.append(id_path)
+                continue
+            target = value["_target_"]
+            if isinstance(target, str) and target and not target.startswith(_CODE_PREFIXES):
+                why = _target_problem(target, cfg.bundle_dir, cache)
+                if why:
+                    tid = join_id(id_path, "_target_") if id_path else "_target_"
+                    problems.append(Problem(cfg.locate(tid), tid, why))
+        elif isinstance(value, str) and value.startswith("$"):
+            why = expression_problem(value, cache)
+            if why:
+                problems.append(Problem(cfg.locate(id_path), id_path, why))
+        key = id_path.rsplit("::", 1)[-1]
+        if key in INPUT_DIRS or key in INPUT_FILES:
+            path, chain = _path_value(body, id_path, bundle_root)
+            if path is None or path in seen_paths or _produced(body, chain, path):
+                continue
+            seen_paths.add(path)
+            why = _input_problem(key, path, cwd)
+            if why:
+                origin = chain[-1] if len(chain) > 1 else None
+                via = f" (the value of '{origin}')" if origin else ""
+                problems.append(Problem(cfg.locate(chain[-1]), id_path, why + via))
+    return problems
+
+
+def describe_problems(problems: list[Problem]) -> str:
+    """Return the first problem's message, then the others briefly (one paragraph in all)."""
+    first = problems[0]
+    text = first.message.rstrip(".")
+    same = [p.id_path or "?" for p in problems[1:] if p.message == first.message]
+    others = [p for p in problems[1:] if p.message != first.message]
+    if same:
+        more = f" and {len(same) - _MAX_SHOWN} more" if len(same) > _MAX_SHOWN else ""
+        text += f" (also at {', '.join(same[:_MAX_SHOWN])}{more})"
+    if others:
+        more = f" and {len(others) - _MAX_SHOWN} more" if len(others) > _MAX_SHOWN else ""
+        text += f". Also: {'; '.join(p.line() for p in others[:_MAX_SHOWN])}{more}"
+    return text
+
+
+EXPECTED = "every _target_ importable, every '$' expression valid Python, every input path present"
+HINT = "--no-preflight skips these checks"
+
+
+def check_config(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None) -> None:
+    """Raise ConfigError (one paragraph: file:line, id, problem) when the config fails the pre-flight."""
+    problems = config_problems(cfg, cache, cwd)
+    if problems:
+        first = problems[0]
+        raise ConfigError(
+            f"pre-flight: {describe_problems(problems)}; nothing was started",
+            where=first.where, id_path=first.id_path, expected=EXPECTED, hint=HINT,
+        )
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    if isinstance(value, dict):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_has_text(v) for v in value)
+    return False
+
+
+def _matters(spelled_id: str, value: Any) -> bool:
+    """True when an override can change a target, an expression or a path (numbers and bools cannot)."""
+    return _has_text(value) or spelled_id.rsplit("::", 1)[-1] == "_disabled_"
+
+
+def _label(overrides: Sequence[Override]) -> str:
+    from hpc_runner.config.values import format_value
+
+    def cell(v: Any) -> str:
+        try:
+            return format_value(v)
+        except TypeError:
+            return repr(v)
+
+    return " ".join(f"{o.spelling()}={cell(o.value)}" for o in overrides)
+
+
+def check_points(
+    cfg: BundleConfig,
+    points: Sequence[Sequence[Override]],
+    cache: PreflightCache | None = None,
+    cwd: Path | None = None,
+) -> str:
+    """Raise ClusterError naming the first sweep point that fails the pre-flight; return what was checked.
+
+    The base config is checked once; a point gets its own check only for the overrides that can
+    matter (text, lists/dicts holding text, ``_disabled_``), and each distinct set of those once.
+    """
+    cache = cache if cache is not None else PreflightCache()
+    check_config(cfg, cache, cwd)
+    checked: set[str] = set()
+    for n, overrides in enumerate(points):
+        relevant = [o for o in overrides if _matters(o.id, o.value)]
+        if not relevant:
+            continue
+        key = json.dumps([[o.spelling(), o.value] for o in relevant], sort_keys=True, default=repr)
+        if key in checked:
+            continue
+        checked.add(key)
+        variant = cfg.with_overrides(copy.deepcopy(relevant), check=False)
+        problems = config_problems(variant, cache, cwd)
+        if problems:
+            first = problems[0]
+            raise ClusterError(
+                f"pre-flight: sweep point {n} ({_label(overrides)}) cannot start, nothing was submitted: "
+                f"{describe_problems(problems)}",
+                where=first.where, id_path=first.id_path, expected=EXPECTED, hint=HINT,
+            )
+    return f"pre-flight: base config and {len(checked)} distinct point config(s), {cache.resolved} target(s) imported"

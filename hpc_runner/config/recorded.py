@@ -9,8 +9,7 @@ from hpc_runner.config.bundle_config import META_KEY, BundleConfig, apply_overri
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ConfigError
-from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.records.rundir import CONFIG_FILE, RunDir, dump_yaml
+from hpc_runner.records.rundir import CONFIG_FILE, RunDir
 
 
 def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] = ()) -> tuple[BundleConfig, dict]:
@@ -26,9 +25,9 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
             "not a run directory (no config.yaml)", where=str(run_dir), expected="a folder written by hpc-runner run"
         )
     loaded = load_file(path)
-    if _follow_moved_run_dir(loaded.data, rd.path):
-        write_text_atomic(path, dump_yaml(loaded.data))
-        loaded = load_file(path)  # line numbers of the file as it is now
+    # in memory only: loading never writes (rerun reads a run dir it must leave as it is); prepare_run
+    # accepts a recorded config that differs from config.yaml in output_dir alone and records the new one
+    _follow_moved_run_dir(loaded.data, rd.path)
     record = rd.record()
     bundle = record.get("bundle") or {}
     bundle_dir = Path(bundle["dir"]) if bundle.get("dir") else None

@@ -81,6 +81,10 @@ def parse_value(text: str, *, what: str = "value") -> Any:
     if stripped == "" or stripped.startswith(PASS_THROUGH_PREFIXES):
         return text
     try:
+        if stripped[0] in "[{&*":  # a flow collection: bound its depth and aliases before building it
+            from hpc_runner.config.nesting import check_yaml_shape
+
+            check_yaml_shape(Yaml12Loader(stripped), what)
         value = yaml.load(stripped, Loader=Yaml12Loader)
     except yaml.YAMLError as exc:
         if stripped[0] in "[{" or _is_quoted(stripped):

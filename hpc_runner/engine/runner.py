@@ -109,6 +109,9 @@ def prepare_run(
         job = os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "dist"
         output_dir = default_run_dir(cfg.name).parent / f"job-{job}"  # runs/<safe name>/job-<id>
     run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name))
+    if cfg.recorded and cfg.logging_file is None:  # resumed runs and jobs log as the recorded run did
+        recorded_logging = (run_dir.record().get("bundle") or {}).get("logging_file")
+        cfg.logging_file = Path(recorded_logging) if recorded_logging else None
     if rank == 0:
         run_dir.create()
     if (
@@ -124,7 +127,11 @@ def prepare_run(
         return run_dir, expanded  # only rank 0 writes the record
     config_text = dump_yaml(to_plain(expanded))
     existing = run_dir.file(CONFIG_FILE)
-    if existing.exists() and existing.read_text(encoding="utf-8") != config_text:
+    if (
+        existing.exists()
+        and existing.read_text(encoding="utf-8") != config_text
+        and not (cfg.recorded and _moved_copy_of(existing, config_text))
+    ):
         raise ConfigError(
             "the run dir already holds a run of a different config",
             where=str(existing),
@@ -168,6 +175,16 @@ def prepare_run(
         },
     )
     return run_dir, expanded
+
+
+def _moved_copy_of(existing: Path, config_text: str) -> bool:
+    """Whether ``existing`` config.yaml is ``config_text`` but for ``output_dir``: the run dir was moved."""
+    import yaml
+
+    recorded = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
+    now = yaml.safe_load(config_text) or {}
+    recorded[OUTPUT_DIR_ID] = now.get(OUTPUT_DIR_ID)
+    return recorded == now
 
 
 def _seed_before_build(config: dict) -> None:

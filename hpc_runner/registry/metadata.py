@@ -67,15 +67,19 @@ def metadata_problems(meta: Any, *, strict: bool = True) -> list[MetadataProblem
     return problems
 
 
-def check_metadata(meta: Any, where: str) -> None:
-    """Raise BundleError for what MONAI's schema refuses; warn about hpc-runner's stricter checks."""
+def check_metadata(meta: Any, where: str, *, strict: bool = False) -> None:
+    """Raise BundleError for what MONAI's schema refuses; warn about hpc-runner's stricter checks.
+
+    ``strict`` (for bundles shared through hpc-runner's registry) makes the stricter checks errors too.
+    """
     problems = metadata_problems(meta)
-    errors = [p for p in problems if not p.strict]
+    errors = [p for p in problems if strict or not p.strict]
     if errors:
         first = errors[0]
         more = f" ({len(errors) - 1} more problem(s); run 'hpc-runner verify' for all)" if len(errors) > 1 else ""
+        label = f" ({STRICT_LABEL})" if first.strict else ""
         raise BundleError(
-            f"invalid metadata: {first.message}{more}",
+            f"invalid metadata: {first.message}{label}{more}",
             where=where,
             id_path=first.id_path or None,
             expected="metadata that follows the MONAI bundle specification (schema: hpc_runner/registry/"

@@ -203,3 +203,26 @@ def test_a_sweep_file_alias_bomb_is_refused(cli, workdir: Path) -> None:
     (workdir / "bomb.yaml").write_text(_alias_bomb().replace("a: &a", "grid:\n  seed: [1]\nx: &a"))
     res = cli("sweep", "--bundle", BUNDLE, "--cluster", "local", "--sweep-file", "bomb.yaml", cwd=workdir, timeout=10)
     _refused(res, "bomb.yaml:", "more than 100,000")
+
+
+# ---------------------------------------------------------------- the same through args files and overrides
+
+
+@pytest.mark.parametrize("kind", ["deep", "bomb"])
+def test_an_args_file_nested_too_deep_or_an_alias_bomb_is_refused_naming_it(cli, workdir: Path, kind: str) -> None:
+    text = "num_train: " + "[" * DEEP + "]" * DEEP + "\n" if kind == "deep" else _alias_bomb()
+    (workdir / "args.yaml").write_text(text)
+    before = _folder(workdir)
+    res = cli("config", "--bundle", BUNDLE, "--args_file", "args.yaml", cwd=workdir, timeout=30)
+    _refused(res, "args.yaml:", "more than 100" if kind == "deep" else "more than 100,000")
+    assert _folder(workdir) == before
+
+
+@pytest.mark.parametrize("source", ["cli", "env"])
+def test_an_override_value_nested_50000_levels_deep_is_refused_naming_it(cli, workdir: Path, source: str) -> None:
+    value = "[" * DEEP + "]" * DEEP
+    if source == "cli":
+        res = cli("config", "--bundle", BUNDLE, "--num_train", value, cwd=workdir, timeout=30)
+    else:
+        res = cli("config", "--bundle", BUNDLE, cwd=workdir, timeout=30, env={"HPCR__num_train": value})
+    _refused(res, "num_train", "more than 100 levels deep")

@@ -25,7 +25,7 @@ def test_free_text_name_extra_fields_and_schema_key_pass_monai_semantics_but_not
     meta.update(name="Spleen CT segmentation", supported_apps={"x": 1}, anything_else=[1, 2])
     problems = metadata_problems(meta)
     assert [(p.id_path, p.strict) for p in problems] == [("name", True)]
-    with pytest.warns(UserWarning, match="id 'name'.*hpc-runner stricter check; MONAI's schema accepts it"):
+    with pytest.warns(UserWarning, match=r"id 'name'.*hpc-runner stricter check; MONAI's schema accepts it"):
         check_metadata(meta, "metadata.json")  # runs, with a warning
 
 
@@ -44,3 +44,9 @@ def test_what_only_hpc_runner_requires_is_strict_and_what_monai_requires_is_not(
     found = {p.id_path: p.strict for p in metadata_problems(meta)}
     assert found == {"authors": False, "version": True, "copyright": True,
                      "network_data_format::inputs::image::num_channels": True}
+
+
+def test_strict_check_turns_the_stricter_rules_into_errors(meta) -> None:
+    meta["name"] = "Spleen CT segmentation"
+    with pytest.raises(BundleError, match=r"does not match.*hpc-runner stricter check"):
+        check_metadata(meta, "metadata.json", strict=True)

@@ -8,13 +8,21 @@ from pathlib import Path
 import pytest
 
 SCRIPT = '''
+import os
+import signal
+
 import torch
 
 
 class RandomSegDataset(torch.utils.data.Dataset):
-    """Squares on noise; a random flip per item draws from torch's global RNG, like many transforms."""
+    """Squares on noise; a random flip per item draws from torch's global RNG, like many transforms.
 
-    def __init__(self, n: int, size: int, seed: int) -> None:
+    ``stop_after=k`` sends this process SIGUSR2 while it loads its k-th item (once: ``stop_marker`` is
+    created then), so a stop lands at a known step, not wherever a test's polling happened to be.
+    """
+
+    def __init__(self, n: int, size: int, seed: int, stop_after: int = 0, stop_marker: str = "") -> None:
+        self.stop_after, self.stop_marker, self.calls = stop_after, stop_marker, 0
         g = torch.Generator().manual_seed(seed)
         self.images, self.labels = [], []
         for _ in range(n):
@@ -28,6 +36,10 @@ class RandomSegDataset(torch.utils.data.Dataset):
         return len(self.images)
 
     def __getitem__(self, i: int) -> dict:
+        self.calls += 1
+        if self.calls == self.stop_after and self.stop_marker and not os.path.exists(self.stop_marker):
+            open(self.stop_marker, "w").close()
+            os.kill(os.getpid(), signal.SIGUSR2)
         image, label = self.images[i], self.labels[i]
         if torch.rand(()) < 0.5:
             image, label = image.flip(-1), label.flip(-1)

@@ -163,13 +163,17 @@ def test_sweep_larger_than_max_array_size_is_split_one_sbatch_per_array(slurm_cl
     assert f"CANCELLED {n}" in status.stdout, status.stdout
 
 
+@pytest.mark.parametrize("preflight", [True, False])
 @pytest.mark.parametrize("command", ["sweep", "submit"])
-def test_a_partition_that_does_not_exist_exits_2_with_sbatchs_message(cli, command):
+def test_a_partition_that_does_not_exist_exits_2_with_sbatchs_message(cli, command, preflight):
+    """The pre-flight's `sbatch --test-only` refuses it first; without the pre-flight, the real sbatch does."""
     args = ["--sweep", "seed=1,2"] if command == "sweep" else []
+    args += [] if preflight else ["--no-preflight"]
     out = cli(command, "--bundle", BUNDLE, "--cluster", PROFILE, "--slurm", "partition=nosuchpart",
               "--output_dir", "out", *args)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "sbatch refused the submission" in out.stderr and "Invalid partition name specified" in out.stderr
+    said = "sbatch --test-only says" if preflight else "sbatch refused the submission"
+    assert said in out.stderr and "Invalid partition name specified" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
     assert not (cli.cwd / "out").exists()  # nothing left that status could take for a submitted run
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from hpc_runner.config.ids import join_id, normalize_id
-from hpc_runner.config.nesting import check_json_depth, check_yaml_shape
+from hpc_runner.config.nesting import check_json_depth, compose_checked
 from hpc_runner.errors import ConfigError
 
 try:  # libyaml is ~10x faster and keeps the same marks
@@ -118,13 +118,7 @@ def load_file(path: str | Path) -> LoadedFile:
             lines = {}
     else:
         try:
-            check_yaml_shape(_YamlLoader(text), path)  # before the composer, which recurses
-            loader = _YamlLoader(text)
-            try:
-                node = loader.get_single_node()
-                data = loader.construct_document(node) if node is not None else None
-            finally:
-                loader.dispose()
+            node, data = compose_checked(_YamlLoader, text, path)
         except yaml.MarkedYAMLError as exc:
             raise _syntax_error(path, exc) from None
         except yaml.YAMLError as exc:

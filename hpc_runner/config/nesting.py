@@ -130,3 +130,17 @@ def _check_alias(
             where=where,
             expected=f"aliases that add at most {MAX_ALIAS_NODES:,} nodes in all once expanded",
         )
+
+
+def compose_checked(loader_class: type, text: str, path: str | Path) -> tuple[Any, Any]:
+    """Return (node, data) of the single YAML document in ``text``, its shape checked before it is built.
+
+    YAML syntax errors propagate as ``yaml.YAMLError`` (from the check or the composer), with their marks.
+    """
+    check_yaml_shape(loader_class(text), path)  # before the composer, which recurses
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()

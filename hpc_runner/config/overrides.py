@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ import yaml
 
 from hpc_runner.config.env import env_override_vars, env_var_to_id
 from hpc_runner.config.ids import get_by_id, has_id, iter_ids, normalize_id, set_by_id
-from hpc_runner.config.nesting import check_yaml_shape
+from hpc_runner.config.nesting import compose_checked
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
 from hpc_runner.errors import ConfigError
 
@@ -93,20 +92,14 @@ def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read the args file ({exc.strerror or exc})", where=str(path)) from None
-    # depth and alias-bomb limits first: the composer recurses and aliases expand when walked;
-    # a syntax error is left to the composer below, which reports it with its line
-    with contextlib.suppress(yaml.MarkedYAMLError):
-        check_yaml_shape(Yaml12Loader(text), path)
-    loader = Yaml12Loader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else {}
+    try:  # depth and alias limits first: the composer recurses and aliases expand when walked
+        node, data = compose_checked(Yaml12Loader, text, path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"syntax error: {exc.problem}", where=where, expected="a YAML/JSON mapping") from None
-    finally:
-        loader.dispose()
+    if data is None:  # an empty args file overrides nothing
+        data = {}
     if not isinstance(data, dict):
         raise ConfigError("the args file is not a mapping", where=str(path), expected="a mapping of id: value")
     lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value} if node is not None else {}

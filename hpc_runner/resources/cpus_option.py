@@ -6,18 +6,9 @@ import argparse
 from typing import Any
 
 from hpc_runner.resources.cpus import CLI_FLAG, ENV_CPUS, decide_cpus, set_explicit_cpus
+from hpc_runner.slurm.cli_args import positive_int
 
 LOCAL_ORIGIN = "cpus_per_task of the local profile"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
 
 
 def add_cpus_argument(parser: argparse.ArgumentParser, *, submits: bool) -> None:
@@ -25,7 +16,7 @@ def add_cpus_argument(parser: argparse.ArgumentParser, *, submits: bool) -> None
     where = ("each job's CPUs: sets cpus_per_task of the profile (sbatch --cpus-per-task); with --cluster "
              "local, the CPUs of the runs here" if submits else "the CPUs this run uses")
     parser.add_argument(
-        CLI_FLAG, type=_positive_int, metavar="N",
+        CLI_FLAG, type=positive_int, metavar="N",
         help=f"{where}; torch threads, OMP/MKL/OpenBLAS variables and data workers follow "
         f"(default: ${ENV_CPUS}, else SLURM_CPUS_PER_TASK, else the affinity mask)",
     )

@@ -199,7 +199,7 @@ def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     """Return the sweep file's data and the line of each top-level key."""
     import yaml
 
-    from hpc_runner.config.nesting import check_yaml_shape
+    from hpc_runner.config.nesting import compose_checked
     from hpc_runner.config.values import Yaml12Loader
 
     try:
@@ -207,13 +207,7 @@ def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     except OSError as exc:
         raise ClusterError(f"cannot read the sweep file ({exc.strerror or exc})", where=str(path)) from None
     try:
-        check_yaml_shape(Yaml12Loader(text), path)  # the pure-Python composer recurses, and aliases multiply
-        loader = Yaml12Loader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        node, data = compose_checked(Yaml12Loader, text, path)  # depth and alias limits first
     except yaml.YAMLError as exc:
         raise ClusterError(
             f"the sweep file is not valid YAML ({getattr(exc, 'problem', exc)})", where=str(path)

@@ -48,11 +48,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the command.
+    """Run the command, with SIGUSR2/SIGTERM turned into stop requests from the first moment.
 
-    Order: load the config; on --resume check the recorded bundle (MANIFEST, --safe) before anything
-    imports its code; pre-flight the config; only then touch the run dir (check or set aside its
-    checkpoints on --resume, make it otherwise), so refused input leaves everything as it was.
+    SLURM's `--signal` can arrive while python still imports torch and loads the config (a short time
+    limit, a requeue); USR2's default action would kill the job without a checkpoint or a requeue. Taken
+    as a stop request instead, the trainer checkpoints after its first step and the job is requeued.
+    """
+    from hpc_runner.engine.stop import install_stop_handlers
+
+    restore = install_stop_handlers()
+    try:
+        return _run(args)
+    finally:
+        restore()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Load, check and run; the order keeps refused input from changing anything.
+
+    Load the config; on --resume check the recorded bundle (MANIFEST, --safe) before anything imports
+    its code; pre-flight the config; only then touch the run dir (check or set aside its checkpoints on
+    --resume, make it otherwise).
     """
     apply_run_cpus(args)
     if args.resume:

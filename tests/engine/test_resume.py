@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,12 +19,33 @@ def _weights(run_dir: Path) -> dict:
     return torch.load(run_dir / "model.pt", weights_only=True)
 
 
-def _steps_done(run_dir: Path) -> int:
+def _catches_sigusr2(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGUSR2 (bit 12 of SigCgt in /proc/PID/status)."""
     try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        status = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
-        return 0
-    return sum(1 for line in lines if '"iter"' in line)
+        return False
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) & (1 << (signal.SIGUSR2 - 1)))
+
+
+def test_a_stop_signal_during_start_up_is_a_stop_request_not_a_kill(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    """SLURM's --signal can come while python imports torch: the job must checkpoint and stop, not die."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpc_runner", "run", "--bundle", str(tiny_bundle), "--output_dir", str(out)],
+        cwd=tmp_path, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not _catches_sigusr2(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not out.exists(), "the handler is installed before the config is loaded and the run dir made"
+    proc.send_signal(signal.SIGUSR2)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err  # a kill by SIGUSR2 would be -12
+    assert "stopped by SIGUSR2; checkpoint written" in err, err
+    assert yaml.safe_load((out / "run.yaml").read_text())["status"] == "preempted"
+    assert sorted((out / "checkpoints").glob("ckpt_*.pt")), "a checkpoint to resume from"
 
 
 @pytest.mark.slow

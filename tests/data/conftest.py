@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
+from types import CodeType
 
 import numpy as np
 import pytest
@@ -32,6 +34,29 @@ def wait_until(cond: Callable[[], bool], timeout: float = 1.0) -> float:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(0.005)
     return time.perf_counter() - start
+
+
+def preempt_at_every_line(is_target: Callable[[CodeType], bool], max_sleep: float, seed: int = 0) -> Callable:
+    """A trace function (sys.settrace / threading.settrace) that sleeps a random time at each line of the
+    code objects ``is_target`` accepts.
+
+    It stands in for the OS preempting the thread at that line: a window between two statements that
+    CPython's GIL keeps a few nanoseconds wide becomes up to `max_sleep` wide.
+    """
+    rng = random.Random(seed)
+
+    def line(frame, event, arg):
+        if event == "line":
+            time.sleep(rng.uniform(0, max_sleep))
+        return line
+
+    return lambda frame, event, arg: line if is_target(frame.f_code) else None
+
+
+@pytest.fixture(name="preempt_at_every_line")
+def preempt_at_every_line_fixture() -> Callable:
+    """The preempt_at_every_line() helper, as a fixture (test modules do not import conftest)."""
+    return preempt_at_every_line
 
 
 @pytest.fixture(name="our_threads")

@@ -240,26 +240,8 @@ def test_on_demand_error_and_held_iterator(thread_baseline, wait_until):
     wait_until(lambda: src.closed == [0], timeout=10)
 
 
-def preempt_at_every_line(code, max_sleep: float, seed: int = 0):
-    """A trace function (sys.settrace) that sleeps a random time at each line of `code`.
-
-    It stands in for the OS preempting the thread at that line: a window between two statements that
-    CPython's GIL keeps a few nanoseconds wide becomes up to `max_sleep` wide.
-    """
-    import random
-
-    rng = random.Random(seed)
-
-    def line(frame, event, arg):
-        if event == "line":
-            time.sleep(rng.uniform(0, max_sleep))
-        return line
-
-    return lambda frame, event, arg: line if frame.f_code is code else None
-
-
 @pytest.mark.parametrize("prefetch", [False, True])
-def test_a_request_never_meets_a_producer_parking_at_that_moment(monkeypatch, prefetch):
+def test_a_request_never_meets_a_producer_parking_at_that_moment(monkeypatch, prefetch, preempt_at_every_line):
     """On demand, the consumer checked `running` without the lock and then queued its request: a
     producer that parked in between left no thread to answer, and next() blocked forever."""
     from hpc_runner.data import buffer as buffer_module
@@ -271,7 +253,8 @@ def test_a_request_never_meets_a_producer_parking_at_that_moment(monkeypatch, pr
     got: list[int] = []
 
     def consume():
-        sys.settrace(preempt_at_every_line(BufferIterator.__next__.__code__, max_sleep=0.0003))
+        target = BufferIterator.__next__.__code__
+        sys.settrace(preempt_at_every_line(lambda code: code is target, max_sleep=0.0003))
         got.extend(it)
 
     consumer = threading.Thread(target=consume, daemon=True)

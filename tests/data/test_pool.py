@@ -46,34 +46,13 @@ def test_in_flight_is_bounded_by_the_consumer_not_by_the_workers():
     omap.close()
 
 
-def preempt_at_every_line(code_names: set[str], max_sleep: float, seed: int = 0):
-    """A trace function for threading.settrace: sleep a random time at each line of the named functions.
-
-    It stands in for the OS preempting a thread at that line: a window between two statements that
-    CPython's GIL keeps a few nanoseconds wide becomes up to `max_sleep` wide.
-    """
-    import random
-
-    rng = random.Random(seed)
-
-    def line(frame, event, arg):
-        if event == "line":
-            time.sleep(rng.uniform(0, max_sleep))
-        return line
-
-    def call(frame, event, arg):
-        return line if frame.f_code.co_name in code_names else None
-
-    return call
-
-
-def test_submit_while_the_only_worker_exits_idle_is_still_run(monkeypatch):
+def test_submit_while_the_only_worker_exits_idle_is_still_run(monkeypatch, preempt_at_every_line):
     """A worker that decides to exit and leaves the live count in two locked sections let a submit()
     in between start no thread; its Future waited forever (1 worker, the default on a 2-CPU job)."""
     from hpc_runner.data import pool as pool_module
 
     monkeypatch.setattr(pool_module, "IDLE_EXIT_S", 0.001)
-    threading.settrace(preempt_at_every_line({"_worker"}, max_sleep=0.0003))
+    threading.settrace(preempt_at_every_line(lambda code: code.co_name == "_worker", max_sleep=0.0003))
     try:
         pool = WorkerPool(1, lambda: None)
         for i in range(1000):

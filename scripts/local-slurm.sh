@@ -26,6 +26,16 @@
 #                finished jobs stay in `squeue -t all`/scontrol for MinJobAge=300 s;
 #                KillWait=5 s between SIGTERM and SIGKILL.
 #   speed        jobs start ~0.1-0.4 s after sbatch; a freed slot is refilled within ~1 s.
+#   limits       AccountingStorageEnforce=associations,limits,qos: a job needs an association,
+#                and QOS/association limits are enforced at submission. start creates (idempotently,
+#                sacctmgr -i) the account `hpcr` with associations for root and for $SUDO_USER
+#                (if set), each allowed the QOS `normal` (default) and `hpcr-limited`. hpcr-limited
+#                has no limit until a test sets one, e.g.
+#                  sacctmgr -i modify qos hpcr-limited set MaxSubmitJobsPerUser=50
+#                  sbatch --qos=hpcr-limited ...     # the 51st queued job is refused:
+#                  # "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+#                Reset with MaxSubmitJobsPerUser=-1. MaxSubmitJobs counts every array task
+#                (pending or running) as one job; see docs/local-slurm.md.
 #
 # Environment:
 #   LOCAL_SLURM_DIR             everything lives here (default /tmp/hpcr-slurm):
@@ -178,6 +188,9 @@ AccountingStoragePort=6819
 AccountingStoragePass=$DIR/run/munge.socket
 AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/none
+# Jobs need an association and QOS/association limits (MaxSubmitJobs...) are enforced at submit:
+# the governor's tests set them with sacctmgr (ensure_accounts below creates what they need).
+AccountingStorageEnforce=associations,limits,qos
 # 1001 is common on real clusters; sweeps larger than this must be split into several arrays.
 MaxArraySize=$MAX_ARRAY
 MaxJobCount=$((MAX_ARRAY * 10 > 100000 ? MAX_ARRAY * 10 : 100000))
@@ -270,6 +283,7 @@ start_daemons() {
   fi
   # slurmctld registers the cluster with slurmdbd at start-up, so it must be listening first.
   wait_until 30 dbd_listening || die "slurmdbd not listening on 6819 within 30 s"
+  ensure_accounts
 
   if ! alive slurmctld; then
     port_free 6817 || die "port 6817 is busy and not our slurmctld (a system slurmctld?)"
@@ -281,7 +295,54 @@ start_daemons() {
   fi
 }
 
+# ensure_accounts: the account, users and QOS the tests need; idempotent (runs on every start).
+# With AccountingStorageEnforce=associations a user without an association cannot submit at all.
+ensure_accounts() {
+  local cluster=hpcr-local users=(root) u have
+  [[ -n ${SUDO_USER:-} && $SUDO_USER != root ]] && id "$SUDO_USER" >/dev/null 2>&1 && users+=("$SUDO_USER")
+  wait_until 30 dbd_answers || die "slurmdbd does not answer sacctmgr within 30 s"
+  # On a cold start slurmctld has not registered the cluster yet; accounts need it to exist.
+  have=$(sacctmgr -nP show cluster format=Cluster)
+  grep -qx "$cluster" <<<"$have" || sacctmgr -i add cluster "$cluster" >/dev/null
+  # Read each list whole before matching (grep -q on a pipe could SIGPIPE sacctmgr under pipefail).
+  have=$(sacctmgr -nP show qos format=Name)
+  grep -qx hpcr-limited <<<"$have" || sacctmgr -i add qos hpcr-limited >/dev/null
+  have=$(sacctmgr -nP show account format=Account)
+  grep -qx hpcr <<<"$have" ||
+    sacctmgr -i add account hpcr cluster="$cluster" Description="hpc-runner tests" Organization=hpcr >/dev/null
+  for u in "${users[@]}"; do
+    have=$(sacctmgr -nP show assoc where user="$u" account=hpcr format=User)
+    grep -qx "$u" <<<"$have" || sacctmgr -i add user "$u" account=hpcr cluster="$cluster" >/dev/null
+    # "Nothing modified" exits 1 on a second start; that is fine.
+    sacctmgr -i modify user where name="$u" cluster="$cluster" set DefaultAccount=hpcr >/dev/null || true
+    sacctmgr -i modify user where name="$u" account=hpcr cluster="$cluster" \
+      set qos=normal,hpcr-limited DefaultQOS=normal >/dev/null || true
+  done
+}
+dbd_answers() { sacctmgr -nP show cluster format=Cluster >/dev/null 2>&1; }
+# slurmctld caches associations and QOS. It loads them when it starts (so start creates them
+# before starting slurmctld) and later hears of changes from slurmdbd only once it has
+# registered: a QOS added in the second after slurmctld started was lost ("qos 5 not found").
+accounts_known() {
+  local out
+  out=$(scontrol show assoc_mgr users=root accounts=hpcr flags=assoc,qos 2>/dev/null) &&
+    grep -q "Account=hpcr UserName=root" <<<"$out" && grep -q "^QOS=hpcr-limited(" <<<"$out"
+}
+
+# The daemons inherit every open fd of this shell and keep it for life: run as
+# `flock LOCK scripts/local-slurm.sh start`, munged/mariadbd/slurmdbd held LOCK until they
+# stopped. Close everything above stderr (255 is bash's handle on this script) before starting them.
+close_inherited_fds() {
+  local fd
+  for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    ((fd > 2 && fd < 255)) || continue
+    eval "exec $fd>&-" 2>/dev/null || true
+  done
+}
+
 cmd_start() {
+  close_inherited_fds
   [[ $(id -u) == 0 ]] || usage_error "must run as root (slurmd, mknod, SlurmUser=root)"
   [[ $DIR != *[[:space:]]* ]] || usage_error "LOCAL_SLURM_DIR must not contain spaces: '$DIR'"
   if ! [[ $MAX_ARRAY =~ ^[0-9]+$ ]] || ((MAX_ARRAY < 1 || MAX_ARRAY > 4000001)); then
@@ -295,6 +356,8 @@ cmd_start() {
   install_packages
   write_configs
   start_daemons
+  wait_until 30 accounts_known ||
+    die "slurmctld does not know account hpcr or QOS hpcr-limited (scontrol show assoc_mgr); restart it"
   wait_until "$TIMEOUT" node_usable ||
     die "node $(node_name) not usable after ${TIMEOUT}s: state '$(node_state)'; $(scontrol show node "$(node_name)" 2>&1 | grep -o 'Reason=.*' || true)"
   trap - ERR

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "write results.csv and results.md: one row per point (params, state, metrics, time, job id)"
+HELP = "write results.csv and results.md: one row per point (params, state, cause, metrics, time, job id)"
 DESCRIPTION = """Collect every point of a sweep dir (or one run dir) into results.csv and results.md
-(a Markdown table): the swept parameters, the state (one sacct call), the final metrics from the
-point's summary.json, wall time, job id and, for failed points, the first error line."""
+(a Markdown table): the swept parameters, the state and, for failed points, the cause (one sacct
+call; see `hpc-runner status`), the final metrics from the point's summary.json, wall time, job id,
+how many times its job was requeued and, for failed points, the error line."""
 EPILOG = """examples:
   hpc-runner collect runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner collect runs/synthetic_seg/sweep-2026-11-21_10-00-00 --out reports/ --quiet"""

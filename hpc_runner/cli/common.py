@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 # flags of `python -m monai.bundle run` that hpc-runner accepts but does not do yet: a clear exit 2,
 # never "unknown id"
 MONAI_FLAGS_NOT_DONE = {
-    "tracking": "hpc-runner does not do experiment tracking yet (MONAI's --tracking adds MLflow handlers). "
-    "Drop --tracking to run without it; the run dir already records the config, overrides, metrics and log",
     "init_id": "hpc-runner always runs the ids `initialize`, ENTRY and `finalize`; --init_id is not supported. "
     "Drop it, or rename the id in the config",
     "final_id": "hpc-runner always runs the ids `initialize`, ENTRY and `finalize`; --final_id is not supported. "
@@ -56,6 +57,12 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     for flag in MONAI_FLAGS_NOT_DONE:
         g.add_argument(f"--{flag}", metavar="VALUE", help=argparse.SUPPRESS)
     g.add_argument(
+        "--tracking",
+        metavar="mlflow|FILE",
+        help="log the run to MLflow (as MONAI's --tracking: `mlflow`, or a JSON/YAML settings file); store from "
+        "the file, $MLFLOW_TRACKING_URI or the user config, else mlflow.db beside the run (docs/tracking.md)",
+    )
+    g.add_argument(
         "--trust",
         action="store_true",
         help="use the bundle even if its files no longer match its MANIFEST (see 'hpc-runner verify')",
@@ -78,6 +85,50 @@ def add_preflight_argument(parser: argparse.ArgumentParser) -> None:
         help="skip the pre-flight (every _target_ imports, every $ expression compiles, input paths exist, "
         "sbatch --test-only accepts the resources)",
     )
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --profile and --profile-steps (run; submit and sweep pass them to their jobs the same way)."""
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run torch.profiler over a few training steps after warm-up: a trace for Perfetto/TensorBoard "
+        "and the top operators by self time in RUN_DIR/profile/ (sets HPCR_PROFILE, which jobs inherit)",
+    )
+    parser.add_argument(
+        "--profile-steps", "--profile_steps", dest="profile_steps", type=_positive_steps, metavar="N",
+        help="with --profile: the number of steps to record (default 3, after 1 skipped and 1 warm-up)",
+    )
+
+
+def _positive_steps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: profile at least 1 step")
+    return value
+
+
+@contextlib.contextmanager
+def profile_request(args: argparse.Namespace) -> Iterator[None]:
+    """Set HPCR_PROFILE for the duration when --profile (or --profile-steps) was given; restore it after."""
+    steps = getattr(args, "profile_steps", None)
+    if not getattr(args, "profile", False) and steps is None:
+        yield
+        return
+    from hpc_runner.engine.profiler import DEFAULT_STEPS, ENV
+
+    before = os.environ.get(ENV)
+    os.environ[ENV] = str(steps or DEFAULT_STEPS)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
 
 
 def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
@@ -113,7 +164,21 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         check_safe(cfg)
     cfg.trusted = bool(getattr(args, "trust", False))
     cfg.safe = bool(getattr(args, "safe", False))
+    cfg.tracking = getattr(args, "tracking_settings", None)  # recorded in the run dir by prepare_run
     return cfg
+
+
+def tracking_settings(args: argparse.Namespace, options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Return the settings of ``--tracking`` (or MONAI's args_file ``tracking``), None without it; exit 2 if bad."""
+    value = getattr(args, "tracking", None)
+    where = None
+    if value is None and (options or {}).get("tracking") is not None:
+        value, where = options["tracking"], str(args.args_file)  # type: ignore[index]
+    if value is None:
+        return None
+    from hpc_runner.tracking.settings import parse_tracking_option
+
+    return parse_tracking_option(value, where)
 
 
 def _check_monai_flags(args: argparse.Namespace) -> None:
@@ -131,6 +196,7 @@ def _check_monai_flags(args: argparse.Namespace) -> None:
             value, where = options[flag], str(args.args_file)
         if value is not None:
             raise UserError(f"--{flag} {value}: {why}", where=where)
+    args.tracking_settings = tracking_settings(args, options)
     run_id = getattr(args, "run_id", None) or options.get("run_id")
     if run_id is not None and hasattr(args, "entry"):
         if args.entry and args.entry != run_id:

@@ -11,9 +11,10 @@ embedded, no external assets), for a run dir or a sweep dir.
 run dir:   loss and metric curves; per-iteration time waiting for data against computing, titled
            with the bottleneck verdict; summary, overrides, package versions, git state, files.
 sweep dir: every point's loss curve overlaid; the final metric against each swept id; a heatmap
-           when two ids are swept; how many points are in each state (one sacct call, as
-           `hpc-runner status`); each point's time split; the results table of `hpc-runner collect`
-           (sortable by clicking a header), each point's overrides and a link to its run dir.
+           when two ids are swept; how many points are in each state and, of the failed ones,
+           have each cause (one sacct call, as `hpc-runner status`); each point's time split;
+           the results table of `hpc-runner collect` (sortable by clicking a header), each
+           point's overrides and a link to its run dir.
 Works while a sweep is still running: it shows what is there."""
 EPILOG = """examples:
   hpc-runner report runs/synthetic_seg/2026-11-21_10-00-00

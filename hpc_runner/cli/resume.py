@@ -15,12 +15,17 @@ still queued or running are never submitted again. A point resubmitted unchanged
 run dir (from its newest checkpoint). Overrides given here (e.g. --batch_size 1) fix the
 resubmitted points: they are checked first, recorded in sweep.yaml as the point's `extra`, and the
 old run dir of each such point is moved to attempts/ so the new config starts clean.
-The cluster profile recorded at submission is used unless --cluster is given; --slurm changes it."""
+The cluster profile recorded at submission is used unless --cluster is given; --slurm changes it.
+--cause TIMEOUT (repeatable) resubmits only the failed points with that cause (`hpc-runner status`
+shows each point's cause), e.g. with a longer time limit: --cause TIMEOUT --slurm time=04:00:00."""
 EPILOG = """examples:
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --slurm time=04:00:00
+  hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --cause TIMEOUT --slurm time=04:00:00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --points 3,7 --batch_size 1"""
 ACCEPTS_OVERRIDES = True
+# hpc_runner.slurm.causes.CAUSES, spelled out: a command module imports only the standard library
+CAUSES = ("OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "ERROR", "BAD_INPUT")
 
 
 def _indices(text: str) -> list[int]:
@@ -38,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the resume options."""
     parser.add_argument("dir", metavar="DIR", help="a sweep dir (or a run dir submitted with hpc-runner submit)")
     parser.add_argument("--points", type=_indices, metavar="LIST", help="only these failed points, e.g. 3,7,10-12")
+    parser.add_argument(
+        "--cause",
+        action="append",
+        choices=CAUSES,
+        metavar="CAUSE",
+        help=f"only the failed points with this cause (repeatable): {', '.join(CAUSES)}",
+    )
     parser.add_argument(
         "--array-parallelism",
         "--array_parallelism",
@@ -84,19 +96,26 @@ def main(args: argparse.Namespace) -> int:
     profile = _profile(args, record.data.get("cluster") or {})
     extra = parse_cli_overrides(args.override_tokens)
     plan = plan_resume(target, args.points)
+    if args.cause:
+        skipped = [s for s in plan.resubmit if s.cause_kind not in args.cause]
+        plan.resubmit = [s for s in plan.resubmit if s.cause_kind in args.cause]
+        print(f"hpc-runner: --cause {' '.join(args.cause)}: {len(skipped)} failed or missing point(s) left as they are")
     print(
         f"hpc-runner: {len(plan.completed)} completed (kept), {len(plan.active)} queued or running (kept), "
         f"{len(plan.resubmit)} to resubmit"
     )
     if not plan.resubmit:
-        print("hpc-runner: nothing to resubmit")
+        from hpc_runner.slurm.resume import top_up_waiting
+
+        sent = top_up_waiting(target, print)  # points waiting for a submit slot go now if slots are free
+        print("hpc-runner: nothing to resubmit" + (f"; {sent} waiting point(s) submitted" if sent else ""))
         return 0
     if extra:
         base, _ = load_recorded_config(record.base_dir)
         check_extra_overrides(base, [record.effective_overrides(record.points[s.index]) for s in plan.resubmit], extra)
     if args.dry_run:
         for s in plan.resubmit:
-            print(f"  would resubmit point {s.index} ({s.state}, job {s.job_id or '-'})")
+            print(f"  would resubmit point {s.index} ({s.state}, cause {s.cause_kind or '-'}, job {s.job_id or '-'})")
         return 0
     res = resume_sweep(
         target,
@@ -131,6 +150,10 @@ def _resume_run(args: argparse.Namespace, target) -> int:
     state = states[0]
     if state.state == DONE or state.active:
         print(f"hpc-runner: the run is {state.state}; nothing to resubmit")
+        return 0
+    if args.cause and state.cause_kind not in args.cause:
+        print(f"hpc-runner: the run failed with cause {state.cause_kind or state.state}, not "
+              f"{' or '.join(args.cause)}; nothing to resubmit")
         return 0
     profile = _profile(args, ((target.run_record or {}).get("job") or {}).get("cluster") or {})
     if args.dry_run:

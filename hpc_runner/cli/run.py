@@ -6,7 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from hpc_runner.cli.common import add_bundle_arguments, add_preflight_argument, load_config_from_args
+from hpc_runner.cli.common import (
+    add_bundle_arguments,
+    add_preflight_argument,
+    add_profile_arguments,
+    load_config_from_args,
+    profile_request,
+)
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_run_cpus
 
 HELP = "run a bundle entry here (initialize, ENTRY, finalize) in a recorded run dir"
@@ -22,6 +28,7 @@ EPILOG = """examples:
   hpc-runner run --bundle bundles/synthetic_seg --trainer::max_epochs 2 --output_dir runs/try
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00 --restart   # no checkpoint loads
+  hpc-runner run training --bundle bundles/synthetic_seg --profile   # trace + top ops in RUN_DIR/profile/
 exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
 ACCEPTS_OVERRIDES = True
 EXIT_FAILED, EXIT_PREEMPTED = 1, 3
@@ -44,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-requeue", action="store_true", help="under SLURM, do not requeue the job after a stop signal"
     )
     add_preflight_argument(parser)
+    add_profile_arguments(parser)
     add_cpus_argument(parser, submits=False)
 
 
@@ -58,7 +66,8 @@ def main(args: argparse.Namespace) -> int:
 
     restore = install_stop_handlers()
     try:
-        return _run(args)
+        with profile_request(args):
+            return _run(args)
     finally:
         restore()
 
@@ -79,6 +88,9 @@ def _run(args: argparse.Namespace) -> int:
         entry = args.entry or record.get("entry")
         output_dir = args.resume
         check_recorded_bundle(cfg, record, trust=args.trust, safe=args.safe)
+        from hpc_runner.cli.common import tracking_settings
+
+        cfg.tracking = tracking_settings(args)  # --resume DIR --tracking mlflow: track from here on
     else:
         if args.restart:
             from hpc_runner.errors import UserError

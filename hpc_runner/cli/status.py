@@ -9,8 +9,11 @@ from typing import Any
 
 HELP = "show the state of a sweep's points or of a submitted run (one sacct call)"
 DESCRIPTION = """Show the state of every job of a sweep dir (or of one run dir) with one `sacct` call
-(`squeue` when sacct does not answer), the counts per state, and the first error line of each
-failed point (from its run.yaml, error.txt or the job's log). Works from the directory alone."""
+(`squeue` when sacct does not answer), the counts per state and per cause, and one line per failed
+point: its cause (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, ERROR, BAD_INPUT), job id
+and error (type, message, config id, file:line; from its run.yaml, error.txt or the job's log).
+Points WAITING for a free submit slot count as not finished (--wait waits for them).
+Works from the directory alone."""
 EPILOG = """examples:
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00 --all
@@ -42,7 +45,7 @@ def _table(rows: list[list[str]]) -> str:
 def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
     from hpc_runner.slurm.sweep_spec import format_cell
-    from hpc_runner.slurm.tracking import counts, error_line
+    from hpc_runner.slurm.tracking import cause_counts, counts, failure_text
 
     c = counts(states)
     what = f"sweep of {len(states)} points" if target.kind == "sweep" else "run"
@@ -55,24 +58,52 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     if answer.error:
         lines.append(f"  note: {answer.error}")
     lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
+    by_cause = cause_counts(states)
+    if by_cause:
+        ordered = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append("  causes: " + "  ".join(f"{k} {n}" for k, n in ordered))
+    requeued = sum(1 for s in states if s.requeues)
+    if requeued:
+        lines.append(f"  requeued: {requeued} point(s), {sum(s.requeues for s in states)} requeue(s) in all")
     failed = [s for s in states if s.failed]
     params = target.param_ids
     if show_all or len(states) <= MAX_ROWS:
-        rows = [["point", "state", "job", *params, "error"]]
+        rows = [["point", "state", "cause", "job", "requeues", *params, "error"]]
         for s in states:
             eff = {**s.params, **s.extra}
-            err = (error_line(s, target.job_folder) or "") if s.failed else ""
-            rows.append([str(s.index), s.state, s.job_id or "-", *(format_cell(eff.get(p)) for p in params), err[:120]])
+            err = failure_text(s, target.job_folder) if s.failed else ""
+            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", str(s.requeues),
+                         *(format_cell(eff.get(p)) for p in params), err[:300]])
         lines.append(_table(rows))
     elif failed:
         lines.append(f"failed points ({len(failed)}; --all lists every point):")
         for s in failed[:MAX_ERRORS]:
-            lines.append(f"  {s.index}  {s.state}  {s.job_id or '-'}  {(error_line(s, target.job_folder) or '')[:160]}")
+            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  "
+                         f"{failure_text(s, target.job_folder)[:300]}")
         if len(failed) > MAX_ERRORS:
             lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")
     if failed and target.kind == "sweep":
         lines.append(f"resubmit the failed ones: hpc-runner resume {target.path}")
+        if by_cause.get("TIMEOUT"):
+            lines.append(f"  only the timed-out ones, longer: hpc-runner resume {target.path} --cause TIMEOUT "
+                         "--slurm time=...")
     return "\n".join(lines)
+
+
+def _top_up(path: Any, quiet: bool = False) -> int:
+    """Submit the sweep's waiting points into free submit slots (the governor); never fail status for it."""
+    import sys
+
+    from hpc_runner.slurm.governor import top_up
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr if quiet else sys.stdout)
+
+    try:
+        return top_up(path, log)
+    except Exception as exc:  # e.g. no sbatch on this machine: the states are still worth showing
+        log(f"hpc-runner status: the waiting points were not submitted ({exc})")
+        return 0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -91,6 +122,8 @@ def main(args: argparse.Namespace) -> int:
     target = load_target(args.dir)
     started = time.monotonic()
     while True:
+        if target.kind == "sweep" and _top_up(target.path, quiet=args.json):
+            target = load_target(args.dir)  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()
         pending = [s for s in states if s.active or (s.state == UNKNOWN and s.job_id)]
         if not args.wait or not pending:
@@ -106,11 +139,14 @@ def main(args: argparse.Namespace) -> int:
                     {
                         "point": s.index,
                         "state": s.state,
+                        "cause": s.cause_kind,
+                        "requeues": s.requeues,
                         "job_id": s.job_id,
                         "params": s.params,
                         "extra": s.extra,
                         "source": s.source,
                         "run_dir": str(s.run_dir),
+                        **({"error": s.cause.to_json()} if s.cause is not None else {}),
                     },
                     default=str,
                 )

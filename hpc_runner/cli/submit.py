@@ -6,7 +6,13 @@ import argparse
 import shlex
 import sys
 
-from hpc_runner.cli.common import add_bundle_arguments, add_preflight_argument, load_config_from_args
+from hpc_runner.cli.common import (
+    add_bundle_arguments,
+    add_preflight_argument,
+    add_profile_arguments,
+    load_config_from_args,
+    profile_request,
+)
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args
 
@@ -30,11 +36,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
+    add_profile_arguments(parser)
     parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the command."""
+    """Run the command (with --profile, the jobs inherit HPCR_PROFILE through sbatch --export)."""
+    with profile_request(args):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from hpc_runner.slurm.submission import submit_run
 
     cpus_into_profile_settings(args)

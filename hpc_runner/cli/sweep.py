@@ -6,7 +6,13 @@ import argparse
 import shlex
 import sys
 
-from hpc_runner.cli.common import add_bundle_arguments, add_preflight_argument, load_config_from_args
+from hpc_runner.cli.common import (
+    add_bundle_arguments,
+    add_preflight_argument,
+    add_profile_arguments,
+    load_config_from_args,
+    profile_request,
+)
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
@@ -14,6 +20,12 @@ HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arr
 DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
 type, references resolve) and only then write the sweep dir and submit: one job array per
 MaxArraySize points (read from `scontrol show config`). One bad point: nothing is submitted.
+Never more array tasks than the user's submit limits leave free (QOS/association MaxSubmitJobs,
+read with sacctmgr, or the profile's max_submit_jobs): the other points wait in the sweep dir and
+are submitted by the sweep's own tasks as they end (and by `status`/`resume`).
+
+  --pack K                 each array task runs K points (in index order), one after another
+  --pack-parallel P        ... P of them at once (1 <= P <= K), each on its share of GPUs/CPUs
 
   --sweep 'ID=V1,V2,...'   values typed like overrides; split at top-level commas only, so
                            'network_def::channels=[8,16],[16,32]' is two lists;
@@ -53,13 +65,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="run at most K tasks of each array at once (sbatch --array=...%%K)",
     )
+    g.add_argument("--pack", type=positive_int, default=1, metavar="K",
+                   help="run K points in each array task, one after another (default 1)")
+    g.add_argument("--pack-parallel", "--pack_parallel", dest="pack_parallel", type=positive_int, default=1,
+                   metavar="P", help="run P of a task's K points at once, each on its share of the job's GPUs/CPUs")
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
+    add_profile_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the command."""
+    """Run the command (with --profile, the jobs inherit HPCR_PROFILE through sbatch --export)."""
+    with profile_request(args):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from hpc_runner.slurm.submission import submit_sweep
     from hpc_runner.slurm.sweep_spec import build_spec
 
@@ -80,6 +102,8 @@ def main(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         log=lambda m: print(m, flush=True),
         preflight=not args.no_preflight,
+        pack=args.pack,
+        pack_parallel=args.pack_parallel,
     )
     if res.dry_run:
         print(f"# dry run: profile {profile.name}; nothing submitted, nothing written")
@@ -96,12 +120,19 @@ def main(args: argparse.Namespace) -> int:
         print(f"hpc-runner: {done} of {len(res.job_ids)} points completed here; sweep dir {res.directory}")
         print(f"  results: hpc-runner collect {d}")
         return 1 if res.local_failures else 0
-    arrays = ", ".join(a["job_id"] for a in res.arrays)
+    arrays = ", ".join(a["job_id"] for a in res.arrays) or "none"
+    packed = f" in tasks of {args.pack} point(s)" if args.pack > 1 else ""
     print(
-        f"hpc-runner: {len(res.job_ids)} points checked ({res.notes[-1]}) and submitted as "
-        f"{len(res.arrays)} array(s): {arrays} ({len(res.arrays)} sbatch call(s), profile {profile.name}"
-        f"{', held' if args.hold else ''})"
+        f"hpc-runner: {len(res.job_ids) + len(res.waiting)} points checked ({res.notes[-1]}); "
+        f"{len(res.job_ids)} submitted now{packed} as {len(res.arrays)} array(s): {arrays} "
+        f"({len(res.arrays)} sbatch call(s), profile {profile.name}{', held' if args.hold else ''})"
     )
+    if res.waiting:
+        print(
+            f"  waiting:   {len(res.waiting)} point(s) wait in the sweep dir for a free submit slot "
+            f"({res.limits.describe() if res.limits else 'no slot free'}); each task that ends submits "
+            f"more, and `hpc-runner status`/`resume` top up"
+        )
     print(f"  sweep dir: {res.directory}")
     print(f"  status:    hpc-runner status {d}")
     print(f"  results:   hpc-runner collect {d}")

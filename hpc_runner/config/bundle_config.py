@@ -57,6 +57,7 @@ class BundleConfig:
     env_uses: list[EnvUse] = field(default_factory=list)
     trusted: bool = False  # run despite a MANIFEST mismatch (--trust); recorded so a job checks the same way
     safe: bool = False  # checked with --safe
+    tracking: dict | None = None  # --tracking: where MLflow runs go (hpc_runner/tracking/settings.py)
     recorded: bool = False  # loaded from a run dir's config.yaml (resume, rerun, jobs), not from bundle files
     logging_file: Path | None = None  # applied with logging.config.fileConfig before the run, as MONAI does
     config_root: Path | None = None  # without --bundle: MONAI's bundle root (the folder above configs/)

@@ -42,6 +42,7 @@ from monai.transforms import Compose, convert_to_contiguous, reset_ops_id
 from monai.utils import convert_to_tensor, optional_import
 
 from hpc_runner.data.cache_key import cache_split, describe, item_key, transform_key, transform_name
+from hpc_runner.data.transform_timing import timed
 from hpc_runner.data.workers import cache_fill_workers
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
@@ -399,7 +400,8 @@ class CachedDataset(Dataset):
         hash_files: bool = True,
         keep_in_memory: bool = False,
     ) -> None:
-        transform = _as_compose(transform)
+        # timed: summary.json's per-transform times (hpc_runner.data.transform_timing)
+        transform = timed(_as_compose(transform))
         if cache_dir is None or str(cache_dir).strip() in ("", "null", "None"):
             self.mode = "memory"
             # MONAI would take os.cpu_count() for None: the machine's cores, not this job's

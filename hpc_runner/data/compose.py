@@ -10,8 +10,11 @@ def chain(parts: Sequence[Sequence[Callable] | Callable]) -> object:
 
     In a bundle: ``{_target_: hpc_runner.data.compose.chain, parts: ["@preprocessing", "@augmentation"]}``.
     A nested Compose would hide the deterministic prefix from CacheDataset, so lists are concatenated.
+    The chain times each transform (``hpc_runner.data.transform_timing``) unless HPCR_TRANSFORM_TIMING=0.
     """
     from monai.transforms import Compose
+
+    from hpc_runner.data.transform_timing import timed
 
     transforms: list[Callable] = []
     for part in parts:
@@ -21,4 +24,4 @@ def chain(parts: Sequence[Sequence[Callable] | Callable]) -> object:
             transforms.extend(part)
         else:
             transforms.append(part)
-    return Compose(transforms)
+    return timed(Compose(transforms))

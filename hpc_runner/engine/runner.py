@@ -147,6 +147,9 @@ def prepare_run(
         kept = run_dir.read_yaml(OVERRIDES_FILE) or []
         entries = kept + [e for e in entries if e not in kept and e["source"] != "hpc-runner"]
     run_dir.write_yaml(OVERRIDES_FILE, entries)
+    from hpc_runner.tracking.session import record_for_run
+
+    record_for_run(run_dir.path, cfg)  # --tracking: kept in the run dir for jobs, requeues and resumes
     previous = run_dir.record()
     run_dir.write_yaml(
         "run.yaml",
@@ -217,6 +220,9 @@ def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
     apply_logging_file(cfg.logging_file)  # inside the log tee, so a handler on stdout also reaches log.txt
     with bundle_on_sys_path(cfg.code_dir):
         parser = build_parser(cfg, expanded)
+        from hpc_runner.tracking.session import patch_monai_workflow
+
+        patch_monai_workflow(parser)  # --tracking on an ignite bundle: MONAI's MLFlowHandler, into our run
         _seed_before_build(expanded)
         parser.parse(reset=True)
         try:
@@ -271,6 +277,9 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
         from hpc_runner.data.cache_plan import log_cache_summary
 
         log_cache_summary(cfg, expanded, logger)
+        from hpc_runner.tracking.session import finish_tracking, start_tracking
+
+        tracked = start_tracking(cfg, run_dir.path)  # None unless --tracking; never waits for the server
         try:
             _run_ids(cfg, expanded, run_id)
         except KeyboardInterrupt as exc:
@@ -283,17 +292,85 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
                 outcome = RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
                 write_text_atomic(run_dir.file(ERROR_FILE), "".join(traceback.format_exception(exc)))
                 logger.error("failed%s: %s", f" at id '{outcome.failing_id}'" if outcome.failing_id else "", exc)
+        finish_tracking(tracked, outcome.status)  # artefacts, status; at most a bounded wait for the server
     fields: dict[str, Any] = {"status": outcome.status, "ended": now_iso()}
     if outcome.status == "preempted":
         fields["checkpoint"] = outcome.error.checkpoint  # type: ignore[union-attr]
     elif outcome.error is not None:
-        fields["error"] = {
-            "type": type(outcome.error).__name__,
-            "message": str(outcome.error).strip().splitlines()[0] if str(outcome.error).strip() else "",
-            "id": outcome.failing_id,
-        }
+        fields["error"] = failure_record(outcome.error, outcome.failing_id, cfg)
     run_dir.update_record(**fields)
     return outcome
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from, outermost first (MONAI wraps what ``$`` raises)."""
+    out: list[BaseException] = []
+    while exc is not None and len(out) < 20 and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(
+        {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    )
+
+
+def error_location(exc: BaseException) -> str | None:
+    """Return "file:line" of the innermost frame of the root cause outside the standard library and
+    site-packages (the bundle's or hpc-runner's own code), else of the innermost frame."""
+    libs = _library_dirs()
+    for e in reversed(_chain(exc)):  # the root cause first: its frames are where it really happened
+        frames = traceback.extract_tb(e.__traceback__)
+        if not frames:
+            continue
+        for f in reversed(frames):
+            name = f.filename
+            if name.startswith("<") or "site-packages" in name or "dist-packages" in name:
+                continue
+            if os.path.realpath(name).startswith(libs):
+                continue
+            return f"{name}:{f.lineno}"
+        return f"{frames[-1].filename}:{frames[-1].lineno}"
+    return None
+
+
+def failure_record(exc: BaseException, failing: str | None, cfg: BundleConfig | None = None) -> dict[str, Any]:
+    """Return run.yaml's ``error``: type and message (of the root cause too), the config id, where it happened.
+
+    ``user_error`` marks a hpc-runner UserError anywhere in the chain (a bad config or a missing
+    input: ``status`` calls that BAD_INPUT); ``config_file`` is where the failing id (or the
+    UserError) was set, when that is known.
+    """
+    from hpc_runner.errors import UserError
+
+    chain = _chain(exc)
+    root = chain[-1]
+    user = next((e for e in chain if isinstance(e, UserError)), None)
+    config_file = None
+    if user is not None and user.where:
+        config_file = user.where
+    elif failing and cfg is not None:
+        config_file = cfg.locate(failing)
+    record: dict[str, Any] = {"type": type(exc).__name__, "message": _first_line(exc), "id": failing}
+    if root is not exc:
+        record["root_type"] = f"{type(root).__module__}.{type(root).__qualname__}".removeprefix("builtins.")
+        record["root_message"] = _first_line(root)[:500]
+    record["where"] = error_location(exc)
+    if config_file:
+        record["config_file"] = config_file
+    if user is not None:
+        record["user_error"] = True
+    return record
 
 
 def run_bundle(

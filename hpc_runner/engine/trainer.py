@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hpc_runner.data.prefetch import move_to_device
-from hpc_runner.engine import bottleneck
+from hpc_runner.engine import bottleneck, profiler
 from hpc_runner.engine.checkpoint import load_latest_checkpoint, save_checkpoint
 from hpc_runner.engine.distributed import (
     all_ranks_agree,
@@ -248,6 +248,7 @@ class Trainer:
         self._compute_s: list[float] = []
         self.metrics_lag = 2  # steps whose loss/timing may still be on the device (see StepLedger)
         self._control: Any = None
+        self._profiler: Any = profiler.NoProfiler()  # run() starts one when `hpc-runner run --profile` asked
 
     # ---- setup -------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -403,6 +404,7 @@ class Trainer:
                 batch = move_to_device(batch, self.device)
                 start = ledger.mark()
                 loss = self._train_step(batch)
+                self._profiler.step()
                 self.step += 1
                 self.batch_in_epoch += 1
                 record = {"kind": "iter", "step": self.step, "epoch": epoch, "batch": self.batch_in_epoch - 1,
@@ -479,7 +481,10 @@ class Trainer:
         metrics_path = self.output_dir / METRICS_FILE if self.output_dir and self.main else None
         if metrics_path is not None and resumed_from:
             truncate_after_step(metrics_path, self.step)
-        metrics = MetricsLog(metrics_path)
+        from hpc_runner.tracking.sinks import open_sinks
+
+        metrics = MetricsLog(metrics_path, sinks=open_sinks(self))  # TensorBoard, MLflow: rank 0 only
+        self._profiler = profiler.for_run(self.output_dir, self.main, cuda=self.device.type == "cuda")
         try:
             while self.epoch < self.max_epochs:
                 epoch = self.epoch
@@ -514,6 +519,7 @@ class Trainer:
                     raise Preempted(stop_requested() or "a stop request on another rank", str(path) if path else None)
         finally:
             metrics.close()
+            self._profiler.stop()
         return self._finish(time.perf_counter() - t_start, resumed_from)
 
     def _epoch_line(self, record: dict[str, Any]) -> str:
@@ -523,9 +529,12 @@ class Trainer:
         return text
 
     def _finish(self, wall_s: float, resumed_from: str | None) -> dict[str, Any]:
+        transforms = self._transform_times()
         report = bottleneck.analyse(
-            self._data_s, self._compute_s, num_workers=getattr(self.train_loader, "num_workers", None)
+            self._data_s, self._compute_s, num_workers=getattr(self.train_loader, "num_workers", None),
+            transforms=transforms, cpus=_cpu_budget(),
         )
+        profiled = self._profiler.result()
         losses = self.history["epoch_loss"]
         metric_values = self.history["metrics"]
         summary: dict[str, Any] = {
@@ -541,7 +550,10 @@ class Trainer:
             "best_epoch": (self.history["best_epoch"] + 1) if self.history["best_epoch"] is not None else None,
             "resumed_from": resumed_from,
             "bottleneck": report.to_dict(),
+            "transforms": transforms,
         }
+        if profiled is not None:
+            summary["profile"] = profiled.to_dict()
         if metric_values:
             summary[self.metric_name] = metric_values[-1][1]
         if self.output_dir is not None and self.main:
@@ -561,9 +573,36 @@ class Trainer:
                 flush=True,
             )
             print(f"hpc-runner: {report.line()}", flush=True)
+            if report.transforms_line():
+                print(f"hpc-runner: {report.transforms_line()}", flush=True)
+            if profiled is not None:
+                _print_profile(profiled)
             for tip in report.advice:
                 print(f"hpc-runner:   advice: {tip}", flush=True)
         return summary
+
+    def _transform_times(self) -> list[dict[str, Any]]:
+        """Return the per-transform times of this trainer's datasets (hpc_runner.data.transform_timing)."""
+        from hpc_runner.data.transform_timing import merged_rows, timers_in
+
+        return merged_rows(timers_in(self.train_loader, self.val_loader))
+
+
+def _cpu_budget() -> int | None:
+    with contextlib.suppress(Exception):  # advice only: a CPU count that cannot be read leaves it generic
+        from hpc_runner.data.workers import available_cpus
+
+        return available_cpus()
+    return None
+
+
+def _print_profile(result: profiler.ProfileResult) -> None:
+    if result.trace is None:
+        print(f"hpc-runner: profile: {result.note}", flush=True)
+        return
+    print(f"hpc-runner: profile of {result.steps} steps: trace {result.trace} (Perfetto/chrome://tracing, "
+          f"TensorBoard); top operators by self time ({result.table}):", flush=True)
+    print(result.table_text, flush=True)
 
 
 def fit(trainer: Trainer) -> dict[str, Any]:

@@ -128,6 +128,9 @@ def run_page(run: RunData, plots: list[tuple[Path, bytes, str]]) -> str:
     parts.append("<h2>Summary</h2>" + page.key_values(_summary_items(run), "summary"))
     parts.append(_error_html(run))
     parts.append("<h2>Where the time went</h2>" + _bottleneck_html(run))
+    from hpc_runner.report.transforms import transforms_html  # per-transform chart and table (issue 12)
+
+    parts.append(transforms_html(run))
     parts.append("<h2>Plots</h2>")
     parts += [page.image(png, path.stem, caption) for path, png, caption in plots]
     parts.append("<h2>Overrides</h2>" + _overrides_html(run))

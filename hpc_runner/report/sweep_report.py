@@ -67,7 +67,7 @@ def results_table(sweep: SweepData) -> str:
 
 def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
     """Return the HTML page of a sweep."""
-    from hpc_runner.slurm.tracking import counts
+    from hpc_runner.slurm.tracking import cause_counts, counts
 
     data = sweep.target.record.data
     title = f"sweep {sweep.path.name} of {sweep.bundle}"
@@ -81,6 +81,11 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
         f"created {page.esc(data.get('created'))}; profile {page.esc(profile)}; "
         f"states from {page.esc(getattr(sweep.answer, 'source', '?'))}: {page.esc(count_text)}.</p>",
     ]
+    causes = cause_counts(sweep.states)
+    if causes:
+        ordered = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts.append(f'<p class="warn">Failed points by cause: {page.esc(", ".join(f"{k} {n}" for k, n in ordered))}'
+                     "; the results table's cause and error columns say which and why.</p>")
     note = getattr(sweep.answer, "error", None)
     if note:
         parts.append(f'<p class="warn">Scheduler: {page.esc(note)}</p>')
@@ -99,6 +104,7 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
             f"hpc-runner status {d} --all     # states, errors of failed points\n"
             f"hpc-runner collect {d}          # results.csv and results.md\n"
             f"hpc-runner resume {d}           # resubmit failed and missing points\n"
+            f"hpc-runner resume {d} --cause TIMEOUT --slurm time=...  # only the timed-out ones, longer\n"
             f"hpc-runner rerun {d}/points/NNNN  # run one point again, exactly, in a new dir"
         )
         + "</pre>"

@@ -49,11 +49,11 @@ def affinity_cpus() -> tuple[int, str] | None:
     if not hasattr(os, "sched_getaffinity"):
         return None
     ids = sorted(os.sched_getaffinity(0))
-    return len(ids), _ranges(ids)
+    return len(ids), cpu_ranges(ids)
 
 
-def _ranges(ids: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+def cpu_ranges(ids: list[int]) -> str:
+    """Return CPU ids as a mask in taskset/SLURM style: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
     parts: list[str] = []
     start = prev = None
     for i in [*ids, None]:

@@ -13,8 +13,9 @@ from hpc_runner.records.rundir import SUMMARY_FILE
 from hpc_runner.slurm import sweep_record as sr
 from hpc_runner.slurm.sweep_spec import format_cell
 from hpc_runner.slurm.targets import Target
-from hpc_runner.slurm.tracking import DONE, PointState, error_line
+from hpc_runner.slurm.tracking import DONE, PointState, failure_text
 
+TEXT_COLUMNS = ("state", "cause", "job_id", "error", "resumed_with")  # left-aligned in results.md
 SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric", "best_epoch", "wall_s")
 
 
@@ -43,6 +44,7 @@ def result_rows(target: Target, states: list[PointState]) -> tuple[list[str], li
         if any_extra:
             row["resumed_with"] = " ".join(f"{k}={format_cell(v)}" for k, v in st.extra.items())
         row["state"] = st.state
+        row["cause"] = st.cause_kind
         for col in SUMMARY_COLUMNS:
             value = summary.get(col)
             if col in ("final_metric", "best_metric") and name:
@@ -51,17 +53,18 @@ def result_rows(target: Target, states: list[PointState]) -> tuple[list[str], li
                 row[col] = value
         row["elapsed"] = st.elapsed
         row["job_id"] = st.job_id
+        row["requeues"] = st.requeues
         row["run_dir"] = str(st.run_dir)
-        row["error"] = error_line(st, target.job_folder) if st.state != DONE and st.failed else None
+        row["error"] = (failure_text(st, target.job_folder) or None) if st.state != DONE and st.failed else None
         rows.append(row)
-    columns = ["point", *params, *(["resumed_with"] if any_extra else []), "state"]
+    columns = ["point", *params, *(["resumed_with"] if any_extra else []), "state", "cause"]
     for col in SUMMARY_COLUMNS:
         if col in ("final_metric", "best_metric"):
             names = metric_names or ["metric"]
             columns += [col.replace("metric", n).replace("final_", "") for n in names]
         else:
             columns.append(col)
-    columns += ["elapsed", "job_id", "run_dir", "error"]
+    columns += ["elapsed", "job_id", "requeues", "run_dir", "error"]
     for row in rows:
         for c in columns:
             row.setdefault(c, None)
@@ -103,7 +106,7 @@ def write_results(
     lines = [
         "| " + " | ".join(md_columns) + " |",
         "|"
-        + "|".join("---:" if c not in ("state", "job_id", "error", "resumed_with") else "---" for c in md_columns)
+        + "|".join("---" if c in TEXT_COLUMNS else "---:" for c in md_columns)
         + "|",
     ]
     lines += ["| " + " | ".join(_md_value(row[c]) for c in md_columns) + " |" for row in rows]

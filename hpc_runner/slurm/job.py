@@ -6,11 +6,14 @@ able to import hpc_runner; they import the runner lazily so the submitting side 
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.records.rundir import CONFIG_FILE, OVERRIDES_FILE, RunDir
+from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
 
 
 class RunFailed(RuntimeError):
@@ -49,7 +52,39 @@ def _log_paths() -> dict[str, str]:
         return {}
 
 
-def _finish(outcome: Any, extra_record: dict[str, Any]) -> dict[str, Any]:
+class _Tee:
+    """Write to the job's stream and to the point's log."""
+
+    def __init__(self, stream: TextIO, log: TextIO) -> None:
+        self._stream, self._log = stream, log
+
+    def write(self, text: str) -> int:
+        self._log.write(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._log.flush()
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stderr_into(log_file: Path) -> Iterator[None]:
+    """Copy stderr (tracebacks, warnings) into the run's log.txt too: the runner tees only stdout, and in
+    a packed task the job's stderr file mixes the points."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", encoding="utf-8", buffering=1) as log:
+        old = sys.stderr
+        sys.stderr = _Tee(old, log)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            sys.stderr = old
+
+
+def _finish(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
     from hpc_runner.engine.runner import describe_failure
     from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
 
@@ -61,6 +96,8 @@ def _finish(outcome: Any, extra_record: dict[str, Any]) -> dict[str, Any]:
     if outcome.status == "completed":
         return {"status": "completed", "run_dir": str(outcome.run_dir)}
     if outcome.status == "preempted":
+        if not requeue:  # a packed task requeues once, after all its running points have checkpointed
+            return {"status": "preempted", "run_dir": str(outcome.run_dir), "checkpoint": outcome.error.checkpoint}
         job = requeue_current_job()
         if job:
             return {"status": "preempted", "requeued": job, "run_dir": str(outcome.run_dir)}
@@ -102,14 +139,24 @@ def run_sweep_point(
     overrides: dict[str, Any],
     entry: str | None = None,
     job_record: dict[str, Any] | None = None,
+    pack: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run point ``index`` of a sweep in ``point_dir``; raise RunFailed unless it completes."""
+    """Run point ``index`` of a sweep in ``point_dir``; raise RunFailed unless it completes (or is preempted).
+
+    ``pack`` (a packed task's point: its task, slot and share) keeps a pending stop request (the task
+    stops), records the point's place in the task, and leaves the requeue to the task.
+    """
     from hpc_runner.engine.stop import clear_stop
+    from hpc_runner.records.environment import device_binding
 
     _use_cpu_budget()
     path = materialize_point(sweep_dir, point_dir, overrides, entry)
     print(f"hpc-runner: sweep point {index} runs in {path}", flush=True)
-    clear_stop()  # a stop request meant for the previous point of an in-process sweep is not for this one
-    outcome = _run_keeping_overrides(path, entry)
+    if pack is None:
+        clear_stop()  # a stop request meant for the previous point of an in-process sweep is not for this one
+    # which GPUs and CPUs this point ran on, before it runs (prepare_run keeps the fields it does not own)
+    RunDir(path).update_record(binding=device_binding(), **({"pack": pack} if pack else {}))
+    with _stderr_into(path / LOG_FILE):
+        outcome = _run_keeping_overrides(path, entry)
     record = {"sweep": {"dir": str(Path(sweep_dir).resolve()), "index": index, "overrides": overrides}}
-    return _finish(outcome, {**record, "job": job_record or {}})
+    return _finish(outcome, {**record, "job": job_record or {}}, requeue=pack is None)

@@ -52,6 +52,9 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "signal_delay_s": ((int,), "seconds before the time limit at which USR2 is sent"),
     "array_parallelism": ((int, type(None)), "how many tasks of an array may run at once"),
     "max_array_size": ((int, type(None)), "MaxArraySize when scontrol cannot tell"),
+    "max_submit_jobs": ((int, type(None)), "how many jobs (array tasks) this user may have queued at once"),
+    "point_minutes": ((int, float, type(None)), "how long one sweep point takes, in minutes (a packed task "
+                      "starts no point it cannot finish before its time limit)"),
     "python": ((str, type(None)), "the command that starts python in the job"),
     "srun_args": ((list,), "extra srun arguments"),
     "sbatch": ((dict,), "extra sbatch options, e.g. {reservation: r1, mail-type: END}"),
@@ -198,9 +201,14 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
     for key in ("setup", "srun_args", "partitions"):
         if key in settings and not all(isinstance(x, str) for x in settings[key]):
             raise ClusterError(f"{key}: every item must be a string", where=where, expected=_KEYS[key][1])
-    for key in ("nodes", "signal_delay_s", "array_parallelism", "max_array_size", "cpus_per_task", "gpus_per_node"):
+    for key in ("nodes", "signal_delay_s", "array_parallelism", "max_array_size", "max_submit_jobs", "cpus_per_task",
+                "gpus_per_node"):
         if isinstance(settings.get(key), int) and settings[key] < (0 if key == "gpus_per_node" else 1):
             raise ClusterError(f"{key}: {settings[key]} is too small", where=where, expected=_KEYS[key][1])
+    minutes = settings.get("point_minutes")
+    if minutes is not None and (isinstance(minutes, bool) or minutes <= 0):
+        raise ClusterError(f"point_minutes: {minutes} is not a positive number", where=where,
+                           expected=_KEYS["point_minutes"][1])
 
 
 def _unknown_profile(name: str, environ: Mapping[str, str] | None) -> ClusterError:

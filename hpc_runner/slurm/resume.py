@@ -13,6 +13,7 @@ from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import now_iso
 from hpc_runner.slurm import sweep_record as sr
 from hpc_runner.slurm import tracking
+from hpc_runner.slurm.governor import waiting_indices
 from hpc_runner.slurm.profiles import ClusterProfile
 from hpc_runner.slurm.submission import Submitted, submit_points
 from hpc_runner.slurm.targets import Target
@@ -99,26 +100,69 @@ def resume_sweep(
     log: Callable[[str], None] = print,
     preflight: bool = True,
 ) -> Submitted:
-    """Submit the planned points again (as new arrays); with ``extra`` fixes their old run dirs go to attempts/."""
-    record = target.record
-    assert record is not None
-    indices = [s.index for s in plan.resubmit]
+    """Submit the planned points again, and the points still waiting for a slot, through the governor.
+
+    With ``extra`` fixes the planned points' old run dirs go to attempts/. The sweep's lock is held from
+    the first sbatch until the record is saved, so no task of the sweep tops up in between.
+    """
+    assert target.record is not None
+    planned = {s.index: s.job_id for s in plan.resubmit}
     fixes = {o.spelling(): o.value for o in extra}
     if preflight:  # the recorded base config plus each point's values and fixes, before any sbatch
         from hpc_runner.config.preflight import check_points
         from hpc_runner.config.recorded import load_recorded_config
         from hpc_runner.slurm.sweep_check import make_override
 
+        record = target.record
         base, _ = load_recorded_config(record.base_dir)
         cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
         check_points(base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]),
-                                                                **fixes}.items()] for i in indices],
+                                                                **fixes}.items()] for i in planned],
                      cwd=Path(cwd) if cwd else None)
+    with sr.locked(target.path) as record:
+        target.record, target.points = record, record.points
+        # a point a task submitted since the plan was made (it was waiting) is not sent twice
+        indices = [i for i, job in planned.items() if record.points[i].get("job_id") == job]
+        fixed = set(indices)
+        waiting = [i for i in waiting_indices(record) if i not in fixed]
+        try:
+            out = submit_points(
+                record,
+                indices + waiting,
+                profile,
+                entry=record.data.get("entry"),
+                reason="resume",
+                hold=hold,
+                array_parallelism=array_parallelism,
+                before_chunk=_apply_fixes(record, fixes, fixed),
+                log=log,
+                preflight=preflight,
+            )
+        finally:
+            record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
+            if all(p.get("job_id") for p in record.points):
+                record.data["state"] = "submitted"
+            record.save()  # also when an sbatch failed (the lock saves only on success)
+    return out
+
+
+def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:
+    """Submit the sweep's waiting points into the free submit slots (``resume`` with nothing to resubmit)."""
+    from hpc_runner.slurm.governor import top_up
+
+    return top_up(target.path, log) if target.record is not None else 0
+
+
+def _apply_fixes(
+    record: sr.SweepRecord, fixes: dict[str, Any], fixed: set[int]
+) -> Callable[[list[int]], Callable[[], None]]:
+    """Return the governor's ``before_chunk``: put the fixes on the resumed points, undone if sbatch fails."""
     saved: dict[int, dict[str, Any]] = {}
 
     def before(idx: list[int]) -> Callable[[], None]:
         moved: list[tuple[int, Path, Path]] = []
-        for i in idx:
+        mine = [i for i in idx if i in fixed]
+        for i in mine:
             p = record.points[i]
             saved[i] = dict(p.get("extra", {}))
             if fixes:
@@ -132,32 +176,14 @@ def resume_sweep(
             for i, src, dst in moved:
                 dst.rename(src)
                 record.points[i]["attempts"].pop()
-            for i in idx:
+            for i in mine:
                 record.points[i]["extra"] = saved[i]
                 if not saved[i]:
                     record.points[i].pop("extra")
 
         return undo
 
-    try:
-        out = submit_points(
-            record,
-            indices,
-            profile,
-            entry=record.data.get("entry"),
-            reason="resume",
-            hold=hold,
-            array_parallelism=array_parallelism,
-            before_chunk=before,
-            log=log,
-            preflight=preflight,
-        )
-    finally:
-        record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
-        if all(p.get("job_id") for p in record.points):
-            record.data["state"] = "submitted"
-        record.save()
-    return out
+    return before
 
 
 def resume_run(

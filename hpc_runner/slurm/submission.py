@@ -47,6 +47,9 @@ class Submitted:
     dry_run: bool = False
     local_failures: int = 0
     logs: dict[int, dict[str, str]] = field(default_factory=dict)
+    waiting: list[int] = field(default_factory=list)  # points that wait for a free submit slot
+    limits: Any = None  # the SubmitLimits the governor read (slurm/limits.py)
+    pack: tuple[int, int] = (1, 1)  # points per task, points at once per task
 
 
 def chunk(indices: Sequence[int], size: int) -> list[list[int]]:
@@ -207,88 +210,30 @@ def submit_points(
     log: Log = print,
     preflight: bool = True,
 ) -> Submitted:
-    """Submit ``indices`` of a recorded sweep as arrays of at most MaxArraySize; record job ids as they come.
+    """Submit ``indices`` of a recorded sweep as tasks of K points, never more tasks than there are free
+    submit slots (the rest wait, slurm/governor.py), in arrays of at most MaxArraySize; record job ids.
 
     ``before_chunk(indices)`` runs before each sbatch and returns an undo for when that sbatch fails.
     """
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_array
-    from hpc_runner.slurm.job import run_sweep_point
+    from hpc_runner.slurm.governor import pack_of, send_points
 
-    out = Submitted(record.path)
-    job_record = {"cluster": profile.name, "sweep": str(record.path.resolve())}
-    submission: dict[str, Any] = {"at": now_iso(), "reason": reason, "profile": profile.to_record(), "arrays": []}
-    record.submissions().append(submission)
+    out = Submitted(record.path, pack=pack_of(record))
     if profile.executor == "local":
+        job_record = {"cluster": profile.name, "sweep": str(record.path.resolve())}
+        submission: dict[str, Any] = {"at": now_iso(), "reason": reason, "profile": profile.to_record(), "arrays": []}
+        record.submissions().append(submission)
         if before_chunk:
             before_chunk(list(indices))
         return _run_points_here(record, indices, entry, job_record, submission, out, log)
-    max_size, source = _max_array(profile)
-    chunks = chunk(list(indices), max_size)
-    if len(chunks) > 1:
-        log(f"hpc-runner: {len(indices)} points > MaxArraySize {max_size} ({source}): {len(chunks)} arrays")
-    params = slurm_parameters(
-        profile,
-        job_name=_job_name(record.data.get("bundle", "sweep"), "sweep"),
-        hold=hold,
-        array_parallelism=array_parallelism,
-        chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
-    )
-    if preflight:  # one sbatch --test-only for the largest array: nothing is queued if it could never start
-        from hpc_runner.slurm.scheduler_check import check_resources
-
-        try:
-            check_resources(profile, record.job_folder, params, map_count=max(len(c) for c in chunks),
-                            what=f"the sweep's job array ({len(indices)} points)")
-        except ClusterError:
-            record.submissions().remove(submission)  # nothing was submitted: no trace in sweep.yaml
-            raise
-    executor = make_executor(profile, record.job_folder, params)
-    sweep_dir = str(record.path.resolve())
-    for n, idx in enumerate(chunks):
-        undo = before_chunk(idx) if before_chunk else None
-        points = [record.points[i] for i in idx]
-        args = [
-            [sweep_dir] * len(idx),
-            idx,
-            [f"{sweep_dir}/{p['dir']}" for p in points],
-            [record.effective_overrides(p) for p in points],
-            [entry] * len(idx),
-            [job_record] * len(idx),
-        ]
-        try:
-            jobs = submit_array(executor, run_sweep_point, args)
-        except BaseException as exc:
-            if undo:
-                undo()
-            _record_failure(record, chunks[n:], exc, submitted_any=bool(out.job_ids))
-            if out.job_ids and isinstance(exc, Exception):
-                raise _partial_error(record, exc, out, sum(len(c) for c in chunks[n:])) from None
-            raise
-        array_id = jobs[0].job_id.split("_")[0]
-        for i, job in zip(idx, jobs):
-            p = record.points[i]
-            p["job_id"] = job.job_id
-            p.setdefault("jobs", []).append(job.job_id)
-            p["submit"] = sr.SUBMITTED
-            out.job_ids[i] = job.job_id
-        entry_ = {"job_id": array_id, "size": len(idx), "first": idx[0], "last": idx[-1]}
-        submission["arrays"].append(entry_)
-        out.arrays.append(entry_)
-    submission["sbatch_calls"] = len(chunks)
+    try:
+        send_points(record, indices, profile, entry=entry, reason=reason, out=out, hold=hold,
+                    array_parallelism=array_parallelism, before_chunk=before_chunk, log=log, preflight=preflight)
+    except BaseException as exc:
+        if out.job_ids and isinstance(exc, Exception):
+            left = sum(1 for p in record.points if p.get("submit") == sr.NOT_SUBMITTED)
+            raise _partial_error(record, exc, out, left) from None
+        raise
     return out
-
-
-def _record_failure(record: sr.SweepRecord, rest: list[list[int]], exc: BaseException, submitted_any: bool) -> None:
-    for idx in rest:
-        for i in idx:
-            p = record.points[i]
-            if not p.get("job_id"):
-                p["submit"] = sr.NOT_SUBMITTED
-    record.data["error"] = {
-        "at": now_iso(),
-        "message": (exc.paragraph() if isinstance(exc, UserError) else str(exc))[:800],
-    }
-    record.data["state"] = "partially-submitted" if submitted_any else sr.NOT_SUBMITTED
 
 
 def _partial_error(record: sr.SweepRecord, exc: BaseException, out: Submitted, left: int) -> ClusterError:
@@ -391,11 +336,14 @@ def submit_sweep(
     dry_run: bool = False,
     log: Log = print,
     preflight: bool = True,
+    pack: int = 1,
+    pack_parallel: int = 1,
 ) -> Submitted:
-    """Check every point, write the sweep dir and submit all points as job arrays."""
+    """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.slurm.sweep_check import check_points
 
+    check_pack(pack, pack_parallel)
     check_entry(cfg, entry)
     points = spec.points()
     note = check_points(cfg, points)
@@ -407,36 +355,54 @@ def submit_sweep(
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
-        return _dry_run_sweep(cfg, directory, points, profile, hold, array_parallelism, note)
+        return _dry_run_sweep(cfg, directory, points, profile, hold, array_parallelism, note, pack)
     created = _fresh_dir(directory, "the sweep dir")
     record = new_sweep_record(directory, cfg, entry, spec, points, profile, argv, note)
+    if pack > 1 or pack_parallel > 1:
+        record.data["pack"] = {"points": pack, "parallel": pack_parallel}
     try:
         base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
         base.update_record(status="sweep-base", note="the shared config of the sweep; points/NNNN are its runs")
         record.save()
-        out = submit_points(
-            record,
-            range(len(points)),
-            profile,
-            entry=entry,
-            reason="sweep",
-            hold=hold,
-            array_parallelism=array_parallelism,
-            log=log,
-            preflight=preflight,
-        )
+        # Held from the first sbatch until the waiting points are recorded: a task that ends at once
+        # must find them, or no one would top them up (slurm/governor.py).
+        with sr.locked(directory) as record:
+            try:
+                out = submit_points(
+                    record,
+                    range(len(points)),
+                    profile,
+                    entry=entry,
+                    reason="sweep",
+                    hold=hold,
+                    array_parallelism=array_parallelism,
+                    log=log,
+                    preflight=preflight,
+                )
+            except BaseException:
+                if any(p.get("job_id") for p in record.points):
+                    record.save()
+                raise
+            record.data["state"] = "submitted"  # waiting points are a per-point state
     except BaseException as exc:
         if not any(p.get("job_id") for p in record.points):
             _remove_sweep(directory, created)  # nothing is queued: leave nothing behind
-        else:
-            record.save()
         if isinstance(exc, Exception) and not isinstance(exc, UserError):
             raise ClusterError(f"submitting the sweep failed: {exc}") from exc
         raise
-    record.data["state"] = "submitted"
-    record.save()
     out.notes.append(note)
     return out
+
+
+def check_pack(points: int, parallel: int) -> None:
+    """Raise UserError unless 1 <= parallel <= points (``--pack K --pack-parallel P``)."""
+    if points < 1:
+        raise UserError(f"--pack {points} is not a number of points per task", expected="--pack K with K >= 1")
+    if not 1 <= parallel <= points:
+        raise UserError(
+            f"--pack-parallel {parallel} does not fit --pack {points}",
+            expected="1 <= --pack-parallel <= --pack (a task cannot run more points at once than it has)",
+        )
 
 
 def _remove_sweep(directory: Path, created: bool) -> None:
@@ -455,18 +421,25 @@ def _dry_run_sweep(
     hold: bool,
     array_parallelism: int | None,
     note: str,
+    pack: int = 1,
 ) -> Submitted:
     from hpc_runner.config.display import to_plain
     from hpc_runner.records.rundir import dump_yaml
     from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
+    from hpc_runner.slurm.governor import group_tasks, plan_arrays
     from hpc_runner.slurm.sweep_spec import describe_point
 
-    out = Submitted(directory, dry_run=True)
+    out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
     if profile.executor == "local":
         out.notes.append(f"profile '{profile.name}' runs the points here, one after another (no sbatch script)")
     else:
-        max_size, source = _max_array(profile)
+        from hpc_runner.slurm.limits import read_limits
+
+        limits = read_limits(profile.settings)
+        out.limits = limits
+        tasks = group_tasks(range(len(points)), pack)
+        sizes, waiting_tasks = plan_arrays(len(tasks), limits.free_slots, limits.max_array_size)
         params = slurm_parameters(
             profile,
             job_name=_job_name(cfg.name, "sweep"),
@@ -474,11 +447,20 @@ def _dry_run_sweep(
             array_parallelism=array_parallelism,
             chdir=os.getcwd(),
         )
-        chunks = chunk(list(range(len(points))), max_size)
-        out.notes.append(f"{len(chunks)} array(s) of at most {max_size} tasks (MaxArraySize from {source})")
-        sizes = sorted({len(c) for c in chunks})
-        for size in sizes:
-            covered = [f"{c[0]}-{c[-1]}" for c in chunks if len(c) == size]
+        now = tasks[: len(tasks) - waiting_tasks]
+        waiting = [i for t in tasks[len(now):] for i in t]
+        out.notes.append(
+            f"{len(sizes)} array(s) of at most {limits.max_array_size} tasks (MaxArraySize from "
+            f"{limits.max_array_source}): {len(tasks)} task(s) of {pack} point(s), {len(now)} submitted now, "
+            f"{len(waiting)} point(s) would wait for a free slot ({limits.describe()})"
+        )
+        out.waiting = waiting
+        arrays, start = [], 0
+        for size in sizes:  # the point indices each array would run
+            arrays.append((size, now[start][0], now[start + size - 1][-1]))
+            start += size
+        for size in sorted(set(sizes)):
+            covered = [f"{a}-{b}" for n, a, b in arrays if n == size]
             script = sbatch_script(
                 profile, directory / sr.SWEEP_JOB_FOLDER, params, map_count=size if size > 1 else None
             )

@@ -16,7 +16,10 @@ sweep.yaml is written as JSON (a subset of YAML 1.2), one point a line: at 5,000
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,9 @@ KIND = "hpc-runner sweep"
 # per-point submission states that no scheduler knows about
 NOT_SUBMITTED = "not-submitted"
 SUBMITTED = "submitted"
+# waits in the sweep dir for a free submit slot (the governor sends it; see slurm/governor.py)
+WAITING = "waiting"
+LOCK_FILE = "sweep.lock"
 
 
 def point_dir_name(index: int, count: int) -> str:
@@ -124,3 +130,44 @@ class SweepRecord:
     def effective_overrides(self, point: dict[str, Any]) -> dict[str, Any]:
         """Return the point's swept values with the fixes given on resume on top."""
         return {**point.get("params", {}), **point.get("extra", {})}
+
+
+@contextlib.contextmanager
+def locked(path: str | Path, timeout: float = 600.0) -> Iterator[SweepRecord]:
+    """Load sweep.yaml under an exclusive lock on ``sweep.lock``; save it on a normal exit.
+
+    Every writer of sweep.yaml after the first submission (the submitting CLI, ``resume``,
+    ``status``/``cancel`` top-ups, and the jobs themselves when they return points or submit the next
+    ones) goes through here, so no update is lost between a read and a write.
+    """
+    import time
+
+    path = Path(path)
+    deadline = time.monotonic() + timeout
+    with open(path / LOCK_FILE, "a+b") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"another hpc-runner process has held {path / LOCK_FILE} for {timeout:g} s",
+                        expected="the other command (or a job of this sweep) to finish first",
+                    ) from None
+                time.sleep(0.05)
+        try:
+            record = SweepRecord.load(path)
+            yield record
+            record.save()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def return_to_waiting(record: SweepRecord, indices: list[int]) -> None:
+    """Put points back in the sweep's queue (their task could not start them): no job id, state waiting."""
+    for i in indices:
+        p = record.points[i]
+        p["job_id"] = None
+        p["submit"] = WAITING
+        p["returned"] = int(p.get("returned", 0)) + 1

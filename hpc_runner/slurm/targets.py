@@ -43,12 +43,30 @@ class Target:
         job = (self.run_record or {}).get("job") or {}
         return [job.get("submitted") or (self.run_record or {}).get("created")]
 
+    def shared_job_ids(self) -> set[str]:
+        """Return the job ids that several points share (packed: one array task runs K points)."""
+        seen: set[str] = set()
+        shared: set[str] = set()
+        for p in self.points:
+            job = p.get("job_id")
+            if job and job != "local":
+                (shared if job in seen else seen).add(job)
+        return shared
+
     def states(self) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
-        """Return every point's state from one scheduler call."""
+        """Return every point's state from one scheduler call, with the cause of each failed one."""
         answer = tracking.query_scheduler(
             [p.get("job_id") for p in self.points], since=tracking._since(self.submitted_dates())
         )
-        return [tracking.combine(p, self.run_dir(p), answer) for p in self.points], answer
+        shared = self.shared_job_ids()
+        packed_sweep = int(((self.record.data.get("pack") if self.record else None) or {}).get("points", 1)) > 1
+        states = [
+            tracking.combine(p, self.run_dir(p), answer, packed=packed_sweep or p.get("job_id") in shared)
+            for p in self.points
+        ]
+        tracking.recheck_requeued(states, answer)
+        tracking.explain_failures(states, self.job_folder)
+        return states, answer
 
 
 def _job_id_of_run(rec: dict[str, Any]) -> str | None:

@@ -1,9 +1,16 @@
 """Where every point of a sweep (or a single submitted run) stands, from ONE scheduler call.
 
-``sacct -X --parsable2 -j id1,id2,...`` once for all arrays, parsed by submitit's own
-``SlurmInfoWatcher.read_info`` (it expands ``123_[5-999%32]`` ranges); ``squeue`` once when sacct
-does not answer. The run dirs are read only where the scheduler cannot tell (no record yet, purged,
-local runs) and for the error line of failed points, so status stays fast at thousands of points.
+``sacct -X -D --parsable2 -j id1,id2,...`` once for all arrays, parsed by submitit's own
+``SlurmInfoWatcher.read_info`` (it expands ``123_[5-999%32]`` ranges; with ``-D`` a requeued job has
+one record per attempt, oldest first, so the last one read is the current one and the others count
+its requeues); ``squeue`` once when sacct does not answer. The run dirs are read only where the
+scheduler cannot tell (no record yet, purged, local runs, packed points) and for the cause of failed
+points, so status stays fast at thousands of points.
+
+Packed points (``--pack K``: K points share one array task's job id) take their state from their
+own run.yaml when it says completed or failed, else from the task: queued or running -> PENDING
+(RUNNING for the point the task is running), ended with a failure -> that failure, COMPLETED
+without running the point -> NOT-STARTED (resume sends it again).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ FAILED_STATES = frozenset(
 )
 DONE = "COMPLETED"
 NOT_SUBMITTED = "NOT-SUBMITTED"
-NOT_STARTED = "NOT-STARTED"  # local run that never started
+NOT_STARTED = "NOT-STARTED"  # local run, or packed point, that never started
+WAITING = "WAITING"  # waits in the sweep dir for a free submit slot (sweep_record.WAITING, no job id)
 UNKNOWN = "UNKNOWN"  # the scheduler has no record (yet: sacct lags a few seconds; or purged)
 # run.yaml status -> state, for runs the scheduler cannot tell about
 RUN_STATUS_STATES = {
@@ -65,6 +73,15 @@ class PointState:
     elapsed: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    requeues: int = 0  # how many times the scheduler requeued its job (sacct -D records, run.yaml)
+    scheduler_state: str | None = None  # sacct's whole State ("CANCELLED by 1000")
+    exit_code: str | None = None  # sacct's ExitCode ("2:0")
+    cause: Any = None  # hpc_runner.slurm.causes.Cause of a failed point (see explain_failures)
+
+    @property
+    def cause_kind(self) -> str | None:
+        """Return the cause of a failed point (OUT_OF_MEMORY, TIMEOUT, ..., ERROR), None otherwise."""
+        return self.cause.kind if self.cause is not None else None
 
     @property
     def failed(self) -> bool:
@@ -85,6 +102,11 @@ class SchedulerAnswer:
     source: str  # "sacct", "squeue" or "none"
     calls: int = 0
     error: str | None = None
+    records: dict[str, int] = field(default_factory=dict)  # sacct records per job id (2 and more: requeued)
+
+    def requeues(self, job_id: str | None) -> int:
+        """Return how many times the job was requeued (its sacct records beyond the first)."""
+        return max(0, self.records.get(job_id, 0) - 1) if job_id else 0
 
 
 def array_ids(job_ids: Iterable[str | None]) -> list[str]:
@@ -96,6 +118,23 @@ def _first_word(state: str) -> str:
     return state.split()[0].rstrip("+") if state.strip() else ""
 
 
+def count_records(text: str) -> dict[str, int]:
+    """Return how many sacct records each job id has (``sacct -D``: one per attempt of a requeued job)."""
+    out: Counter = Counter()
+    for line in text.splitlines()[1:]:
+        job_id = line.split("|", 1)[0].strip()
+        if job_id and "." not in job_id and "[" not in job_id:
+            out[job_id] += 1
+    return dict(out)
+
+
+def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
+    """Return the answer of ``sacct -X -D --parsable2 -o JobID,State,...`` (header line first)."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    return SchedulerAnswer(SlurmInfoWatcher().read_info(text), "sacct", calls, records=count_records(text))
+
+
 def query_scheduler(job_ids: Sequence[str], since: str | None = None, timeout: float = 60) -> SchedulerAnswer:
     """Ask sacct once about ``job_ids`` (squeue once if sacct fails); return submitit-parsed info per job id."""
     from submitit.slurm.slurm import SlurmInfoWatcher
@@ -104,14 +143,14 @@ def query_scheduler(job_ids: Sequence[str], since: str | None = None, timeout: f
     if not ids:
         return SchedulerAnswer({}, "none")
     parse = SlurmInfoWatcher().read_info
-    command = ["sacct", "-X", "--parsable2", "-o", SACCT_FIELDS, "-j", ",".join(ids)]
+    command = ["sacct", "-X", "-D", "--parsable2", "-o", SACCT_FIELDS, "-j", ",".join(ids)]
     if since:
         command += ["-S", since]
     errors = []
     try:
         res = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         if res.returncode == 0:
-            return SchedulerAnswer(parse(res.stdout), "sacct", 1)
+            return parse_sacct(res.stdout)
         errors.append(f"sacct: {res.stderr.strip()[:300]}")
     except (OSError, subprocess.SubprocessError) as exc:
         errors.append(f"sacct: {exc}")
@@ -128,6 +167,33 @@ def query_scheduler(job_ids: Sequence[str], since: str | None = None, timeout: f
         return SchedulerAnswer({}, "none", 2, "; ".join([*errors, f"squeue: {res.stderr.strip()[:300]}"]))
     text = "JobID|State\n" + (res.stdout if res.returncode == 0 else "")
     return SchedulerAnswer(parse(text), "squeue", 2, "; ".join(errors))
+
+
+# failures after which SLURM itself may requeue the job (JobRequeue=1 / --requeue); sacct records the
+# new attempt only once it is eligible to start (~10 s later), so until then the job looks failed
+REQUEUABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED"})
+
+
+def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, timeout: float = 30) -> None:
+    """Ask squeue once (only when some point ended NODE_FAIL/PREEMPTED) whether SLURM requeued those jobs;
+    a requeued one is shown as squeue says (PENDING, RUNNING), one requeue more than sacct counts."""
+    suspects = [s for s in states if s.state in REQUEUABLE_STATES and s.source == "sacct" and s.job_id]
+    if not suspects:
+        return
+    ids = array_ids(s.job_id for s in suspects)
+    try:
+        res = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T"],
+                             capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return
+    answer.calls += 1
+    if res.returncode != 0:
+        return
+    queued = dict(line.split("|", 1) for line in res.stdout.split() if "|" in line)
+    for s in suspects:
+        now = queued.get(s.job_id) or queued.get(f"{s.job_id}_0" if "_" not in s.job_id else "")
+        if now and now not in FAILED_STATES and now != DONE:
+            s.state, s.source, s.requeues = now, "squeue", s.requeues + 1
 
 
 def _since(dates: Iterable[str | None]) -> str | None:
@@ -158,17 +224,55 @@ def _state_from_record(run_dir: Path, local: bool) -> tuple[str, str]:
     return (NOT_STARTED if local else UNKNOWN), "record"
 
 
-def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer) -> PointState:
-    """Return one point's state: the scheduler's, except that a completed run.yaml always wins."""
+_STATUS_LINE = re.compile(r"^status: *['\"]?([\w-]+)", re.M)
+
+
+def run_status(run_dir: Path) -> str | None:
+    """Return run.yaml's top-level ``status`` without parsing the whole file (a packed sweep reads them all)."""
+    try:
+        text = (run_dir / "run.yaml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    m = _STATUS_LINE.search(text)
+    return m.group(1) if m else None
+
+
+def _packed_state(ps: PointState, task: str, status: str | None) -> tuple[str, str]:
+    """Return (state, source) of a point that shares its array task with others."""
+    if status == "completed":
+        return DONE, "run.yaml"
+    if status == "failed":
+        return "FAILED", "run.yaml"
+    if task == DONE:  # the task ended well but this point did not end: it never ran (or was stopped)
+        return ("PREEMPTED", "run.yaml") if status == "preempted" else (NOT_STARTED, "run.yaml")
+    if task in FAILED_STATES:
+        if status == "preempted" and task == "FAILED":
+            return "PREEMPTED", "run.yaml"
+        return task, ps.source
+    # queued or running: only the point the task is running runs
+    return ("RUNNING", "run.yaml") if task == "RUNNING" and status == "running" else ("PENDING", ps.source)
+
+
+def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packed: bool = False) -> PointState:
+    """Return one point's state: the scheduler's, except that a completed run.yaml always wins.
+
+    ``packed``: the point shares its job id with other points (``--pack K``), so the job's state is
+    the task's, and the point's own run.yaml decides first.
+    """
     job_id = point.get("job_id")
     params = point.get("params", {})
     ps = PointState(point["index"], run_dir, params, job_id, UNKNOWN, "record", extra=point.get("extra", {}))
     if not job_id:
-        ps.state = NOT_SUBMITTED
+        ps.state = WAITING if point.get("submit") == sr.WAITING else NOT_SUBMITTED
         return ps
     info = answer.info.get(job_id) if job_id[0].isdigit() else None
     if info and _first_word(info.get("State", "")):
         ps.state, ps.source, ps.elapsed = _first_word(info["State"]), answer.source, info.get("Elapsed")
+        ps.scheduler_state, ps.exit_code = info["State"], info.get("ExitCode")
+        ps.requeues = answer.requeues(job_id)
+        if packed:
+            ps.state, ps.source = _packed_state(ps, ps.state, run_status(run_dir))
+            return ps
         if ps.state in FAILED_STATES and (run_dir / "summary.json").is_file():
             # a job killed after the run finished (e.g. while saving submitit's result) still has results
             state, src = _state_from_record(run_dir, False)
@@ -234,6 +338,57 @@ def error_line(ps: PointState, job_folder: Path | None) -> str | None:
     return None
 
 
+def failure_text(state: PointState, job_folder: Path | None) -> str:
+    """Return the line that says why a failed point failed: its cause's text, else the error line."""
+    cause = state.cause
+    if cause is None:
+        return error_line(state, job_folder) or ""
+    if cause.kind in ("ERROR", "BAD_INPUT", "OUT_OF_MEMORY") and not cause.where:
+        # an error run.yaml does not place (an older record, or a job that died before writing it):
+        # error.txt's root cause or the job log says more
+        return error_line(state, job_folder) or cause.text()
+    return cause.text()
+
+
 def counts(states: Sequence[PointState]) -> Counter:
     """Return how many points are in each state."""
     return Counter(s.state for s in states)
+
+
+def cause_counts(states: Sequence[PointState]) -> Counter:
+    """Return how many failed points have each cause."""
+    return Counter(s.cause_kind for s in states if s.cause_kind)
+
+
+def _requeue_counter(rec: dict[str, Any]) -> int:
+    """run.yaml's requeue counter: SLURM_RESTART_COUNT of the attempt that wrote it."""
+    try:
+        return int((rec.get("slurm") or {}).get("SLURM_RESTART_COUNT") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> None:
+    """Set ``cause`` (and run.yaml's requeue count) on every failed point; reads only failed points' files."""
+    from hpc_runner.slurm.causes import decide
+
+    for ps in states:
+        if ps.state not in FAILED_STATES:
+            continue
+        rec = _read_record(ps.run_dir) if ps.run_dir.is_dir() else {}
+        ps.requeues = max(ps.requeues, _requeue_counter(rec))
+        ps.cause = decide(ps.state, ps.scheduler_state, ps.exit_code, rec, lambda p=ps: _log_line(p, job_folder))
+
+
+def _log_line(ps: PointState, job_folder: Path | None) -> str | None:
+    """The job log's verdict line (slurmstepd's, else the last exception), for a point run.yaml cannot explain."""
+    if not (ps.job_id and job_folder is not None and ps.job_id[0].isdigit()):
+        return None
+    from submitit.core.utils import JobPaths
+
+    paths = JobPaths(job_folder, job_id=ps.job_id)
+    for log in (paths.stderr, paths.stdout):
+        line = _tail_error(log)
+        if line:
+            return line
+    return None

@@ -90,7 +90,6 @@ def test_free_text_name_loads_with_a_warning_while_verify_reports_the_stricter_c
 @pytest.mark.parametrize(
     ("flag", "value", "says"),
     [
-        ("--tracking", "mlflow", "hpc-runner does not do experiment tracking yet"),
         ("--init_id", "setup", "--init_id is not supported"),
         ("--final_id", "teardown", "--final_id is not supported"),
     ],
@@ -104,10 +103,12 @@ def test_monai_run_flags_hpc_runner_does_not_do_exit_2_with_one_paragraph(cli, b
     assert not (bundle / "runs").exists()  # refused before anything is created
 
 
-def test_tracking_set_in_an_args_file_is_refused_like_the_flag(cli, bundle: Path) -> None:
-    (bundle / "args.json").write_text(json.dumps({"config_file": "configs/train.json", "tracking": "mlflow"}))
+def test_an_unknown_tracking_kind_in_an_args_file_is_refused_like_the_flag(cli, bundle: Path) -> None:
+    (bundle / "args.json").write_text(json.dumps({"config_file": "configs/train.json", "tracking": "wandb"}))
     proc = cli("run", "--args_file", "args.json", cwd=bundle)
-    assert proc.returncode == 2 and "args.json: --tracking mlflow: hpc-runner does not do experiment" in proc.stderr
+    assert proc.returncode == 2, out(proc)
+    assert "neither a tracking kind nor an existing settings file" in proc.stderr, proc.stderr
+    assert not (bundle / "runs").exists()
 
 
 def test_a_missing_logging_file_exits_2_naming_it(cli, bundle: Path) -> None:

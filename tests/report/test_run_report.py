@@ -30,7 +30,7 @@ def test_run_report_plots_and_page(report_run: Path) -> None:
     for png in report.pngs:
         assert_png(png, (900, 300))
     text = report.html.read_text(encoding="utf-8")
-    assert text.count("data:image/png;base64,") == 2
+    assert text.count("data:image/png;base64,") == 3
     assert not re.search(r"""(src|href)=["']https?://""", text), "the page must not load anything from outside"
     summary = json.loads((report_run / "summary.json").read_text())
     assert html.escape(summary["bottleneck"]["verdict"]) in text
@@ -95,7 +95,7 @@ def test_chromium_renders_and_sorts_the_run_page(report_run: Path, chromium, tmp
     assert "dataset_dir" in ids and "output_dir" in ids
     # #sort=-id clicks the "id" header twice: descending; the DOM is dumped after the page's script ran
     dom = chromium.dom(page, "#sort=-id")
-    assert dom.count("<img") == 2 and "data:image/png;base64," in dom
+    assert dom.count("<img") == 3 and "data:image/png;base64," in dom
     got = [re.sub(r"<.*?>", "", row[0]) for row in _rows(dom, "overrides")]
     assert got == sorted(ids, reverse=True) and got != ids
     assert 'aria-sort="descending"' in dom

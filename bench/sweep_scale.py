@@ -1,0 +1,259 @@
+"""A 10,000-point sweep on the real local SLURM, under a MaxSubmitJobs limit: submit, status, collect.
+
+Each step runs in its own fresh process (imports before the clock, as in bench/sweep_submit.py):
+
+  check      `hpc-runner sweep --dry-run`: load the bundle, expand the grid, check every point.
+  sweep      `hpc-runner sweep`: the same, plus write the sweep dir and submit. The QOS
+             `hpcr-limited` of the local cluster is set to MaxSubmitJobsPerUser=LIMIT for the run, so
+             the governor submits LIMIT tasks (arrays split at MaxArraySize 1001) and leaves the rest
+             waiting in the sweep dir. Jobs are held (--hold) and cancelled after timing.
+  submitit   submitit's bare `map_array` of a trivial function for the same array sizes the sweep
+             submitted (the peer: what the same sbatch work costs without any checking or records).
+  status     `hpc-runner status DIR` once sacct lists every task (in-process, and as a new process).
+  collect    `hpc-runner collect DIR` after every point was given a completed run dir (run.yaml and
+             summary.json copied from a template of realistic size: collect reads both per point).
+
+Each child reports its peak RSS. Goals (issue 11): sweep within 1.5x of submitit for the same arrays,
+status <= 1 s with one sacct call, collect <= 2 s, memory <= 200 MB.
+
+    source /tmp/hpcr-slurm/env.sh
+    .venv/bin/python bench/sweep_scale.py                  # 10,000 points, limit 2,000
+    .venv/bin/python bench/sweep_scale.py --points 1000 --limit 300   # a quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep_submit import (
+    BUNDLE,
+    ROOT,
+    _calls,
+    _peak_mb,
+    _trivial,
+    cancel,
+    grid,
+    make_room,
+    make_shims,
+    run_command,
+    wait_for_sacct,
+)
+
+QOS = "hpcr-limited"
+GOALS = {"ratio": 1.5, "status_s": 1.0, "collect_s": 2.0, "peak_mb": 200.0}
+
+
+def _sweep_argv(folder: Path, n: int) -> list[str]:
+    argv = ["training", "--bundle", str(BUNDLE), "--cluster", "slurm", "--slurm", "time=5",
+            "--slurm", f"qos={QOS}", "--hold", "--output_dir", str(folder)]
+    for s in grid(n):
+        argv += ["--sweep", s]
+    return argv
+
+
+def _warm(name: str, argv: list[str]) -> None:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            contextlib.suppress(SystemExit):
+        run_command(name, argv)
+
+
+def child_check(n: int, folder: Path) -> dict:
+    """Time `hpc-runner sweep --dry-run` of n points: load, expand, check (nothing written)."""
+    _warm("sweep", [*_sweep_argv(folder, 1), "--dry-run"])
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        rc = run_command("sweep", [*_sweep_argv(folder, n), "--dry-run"])
+    return {"seconds": time.perf_counter() - t0, "rc": rc, "peak_mb": _peak_mb()}
+
+
+def child_sweep(n: int, folder: Path) -> dict:
+    """Time `hpc-runner sweep` of n points under the QOS limit; return time, arrays, waiting points."""
+    from hpc_runner.slurm import cluster_info
+    from hpc_runner.slurm.sweep_record import WAITING, SweepRecord
+
+    _warm("sweep", [*_sweep_argv(folder, 1), "--dry-run"])
+    cluster_info._CACHE.clear()  # scontrol is asked again inside the clock
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        rc = run_command("sweep", _sweep_argv(folder, n))
+    seconds = time.perf_counter() - t0
+    if rc != 0:
+        raise SystemExit(f"hpc-runner sweep exited {rc}:\n{out.getvalue()}")
+    record = SweepRecord.load(folder)
+    arrays = [a for s in record.submissions() for a in s["arrays"]]
+    return {
+        "seconds": seconds,
+        "arrays": [a["job_id"] for a in arrays],
+        "sizes": [a["size"] for a in arrays],
+        "waiting": sum(1 for p in record.points if p.get("submit") == WAITING),
+        "points": len(record.points),
+        "peak_mb": _peak_mb(),
+        "said": [ln for ln in out.getvalue().splitlines() if ln.strip()][-3:],
+    }
+
+
+def child_submitit(sizes: list[int], folder: Path) -> dict:
+    """Time bare map_array calls of the given array sizes (trivial function, held jobs)."""
+    import submitit
+
+    ex = submitit.SlurmExecutor(folder=folder / "%j")
+    ex.update_parameters(time=5, cpus_per_task=1, qos=QOS, additional_parameters={"hold": True})
+    t0 = time.perf_counter()
+    arrays = [ex.map_array(_trivial, range(size))[0].job_id.split("_")[0] for size in sizes]
+    return {"seconds": time.perf_counter() - t0, "arrays": arrays, "peak_mb": _peak_mb()}
+
+
+def child_command(name: str, folder: Path) -> dict:
+    """Time one `hpc-runner status|collect DIR` in-process (warmed up on the same dir first)."""
+    if name == "collect":
+        _warm("status", [str(folder), "--json"])  # imports the tracking side without writing results
+    else:
+        _warm(name, [str(folder)])
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        rc = run_command(name, [str(folder)])
+    lines = out.getvalue().splitlines()
+    return {"seconds": time.perf_counter() - t0, "rc": rc, "head": lines[:3], "peak_mb": _peak_mb()}
+
+
+def run_child(args: list[str], env: dict[str, str], calls: Path) -> dict:
+    """Run one measurement in a fresh process; add the counted scheduler calls."""
+    calls.unlink(missing_ok=True)
+    res = subprocess.run([sys.executable, __file__, "--child", *args], env={**env, "HPCR_BENCH_CALLS": str(calls)},
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"child {args[0]} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    data["calls"] = _calls(calls)
+    return data
+
+
+def set_qos_limit(limit: int | None, env: dict[str, str]) -> None:
+    """Set (or clear, with None) MaxSubmitJobsPerUser of the local cluster's limited QOS."""
+    value = str(limit) if limit is not None else "-1"
+    res = subprocess.run(["sacctmgr", "-i", "modify", "qos", QOS, "set", f"MaxSubmitJobsPerUser={value}"],
+                         env=env, capture_output=True, text=True)
+    if res.returncode != 0 and "Nothing modified" not in res.stdout + res.stderr:
+        raise SystemExit(f"sacctmgr could not set the QOS limit (is the local cluster's QOS there?): {res.stderr}")
+
+
+def complete_every_point(folder: Path) -> None:
+    """Give every point a completed run dir: run.yaml and summary.json of realistic size (for collect)."""
+    from hpc_runner.records.rundir import dump_yaml
+    from hpc_runner.slurm.sweep_record import SweepRecord
+
+    record = SweepRecord.load(folder)
+    for p in record.points:
+        d = folder / p["dir"]
+        d.mkdir(parents=True, exist_ok=True)
+        run = {"status": "completed", "entry": "training", "bundle": {"name": "synthetic_seg"},
+               "started": "2026-11-23T10:00:00", "ended": "2026-11-23T10:00:24",
+               "sweep": {"dir": str(folder), "index": p["index"], "overrides": p["params"]},
+               "job": {"id": p.get("job_id") or "0_0", "cluster": "slurm"},
+               "environment": {"python": sys.version.split()[0], "torch": "2.13.0", "monai": "1.6.1"}}
+        (d / "run.yaml").write_text(dump_yaml(run))
+        summary = {"epochs": 2, "steps": 16, "final_loss": 0.1 + p["index"] * 1e-6, "metric_name": "dice",
+                   "final_metric": 0.9, "best_metric": 0.91, "best_epoch": 2, "wall_s": 24.0,
+                   "data_wait_s": 1.0, "compute_s": 22.0, "per_epoch": [{"loss": 0.2, "dice": 0.8}] * 2}
+        (d / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def _verdict(value: float, goal: float) -> str:
+    return f"goal <= {goal:g}: {'met' if value <= goal else 'NOT met'}"
+
+
+def main() -> int:
+    """Run the benchmark and print one line per step with its goal."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--points", type=int, default=10_000, help="sweep size (a multiple of 100)")
+    p.add_argument("--limit", type=int, default=2_000, help=f"MaxSubmitJobsPerUser of QOS {QOS} during the run")
+    p.add_argument("--workdir", type=Path, help="where the sweep dir goes (default: a temp dir, removed)")
+    p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.child:
+        kind, *rest = args.child
+        if kind == "check":
+            data = child_check(int(rest[0]), Path(rest[1]))
+        elif kind == "sweep":
+            data = child_sweep(int(rest[0]), Path(rest[1]))
+        elif kind == "submitit":
+            data = child_submitit([int(s) for s in rest[0].split(",")], Path(rest[1]))
+        else:
+            data = child_command(kind, Path(rest[0]))
+        print(json.dumps(data))
+        return 0
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="hpcr-scale-"))
+    shims = make_shims(work / "bin")
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    calls = work / "calls.txt"
+    from hpc_runner.slurm import cluster_info
+
+    config = cluster_info.scheduler_config()
+    max_jobs = int(config.get("MaxJobCount", "10000").split()[0])
+    min_age = int(config.get("MinJobAge", "300 sec").split()[0])
+    n, folder = args.points, work / "sweep"
+    print(f"sweep_scale: {n} points, QOS {QOS} MaxSubmitJobsPerUser={args.limit}, MaxArraySize "
+          f"{config.get('MaxArraySize')}; held jobs, cancelled after timing; {os.cpu_count()} CPUs")
+    make_room(2 * args.limit, env, max_jobs, min_age)
+    set_qos_limit(args.limit, env)
+    submitted: list[str] = []
+    try:
+        check = run_child(["check", str(n), str(work / "dry")], env, calls)
+        os.sync()
+        sweep = run_child(["sweep", str(n), str(folder)], env, calls)
+        submitted += sweep["arrays"]
+        os.sync()
+        peer = run_child(["submitit", ",".join(map(str, sweep["sizes"])), str(work / "submitit")], env, calls)
+        cancel(peer["arrays"], env)
+        wait_for_sacct(sweep["arrays"], sum(sweep["sizes"]), env)
+        status = run_child(["status", str(folder)], env, calls)
+        t0 = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "hpc_runner", "status", str(folder)], env=env,
+                             capture_output=True, text=True)
+        status_cli = time.perf_counter() - t0 if res.returncode == 0 else float("nan")
+    finally:
+        cancel(submitted, env)
+        set_qos_limit(None, env)
+    complete_every_point(folder)
+    os.sync()
+    collect = run_child(["collect", str(folder)], env, calls)
+    ratio = sweep["seconds"] / peer["seconds"]
+    peak = max(d["peak_mb"] for d in (check, sweep, status, collect))
+    print(f"check     {check['seconds']:.2f} s  (expand + check {n} points, --dry-run)")
+    print(f"sweep     {sweep['seconds']:.2f} s  submitted {sum(sweep['sizes'])} in {len(sweep['sizes'])} array(s), "
+          f"{sweep['waiting']} waiting; sbatch calls {sweep['calls']['sbatch']}; peak RSS {sweep['peak_mb']:.0f} MB")
+    print(f"submitit  {peer['seconds']:.2f} s  map_array x{len(peer['arrays'])} of the same sizes; "
+          f"sbatch calls {peer['calls']['sbatch']}")
+    print(f"          ratio sweep / submitit {ratio:.2f}x ({_verdict(ratio, GOALS['ratio'])})")
+    print(f"status    {status['seconds']:.3f} s in-process ({status_cli:.2f} s as a new process), sacct calls "
+          f"{status['calls']['sacct']}, squeue calls {status['calls']['squeue']} "
+          f"({_verdict(status['seconds'], GOALS['status_s'])}); {status['head'][1:2]}")
+    print(f"collect   {collect['seconds']:.3f} s  ({_verdict(collect['seconds'], GOALS['collect_s'])}), sacct calls "
+          f"{collect['calls']['sacct']}")
+    print(f"memory    peak RSS {peak:.0f} MB over the steps ({_verdict(peak, GOALS['peak_mb'])})")
+    ok = (ratio <= GOALS["ratio"] and status["seconds"] <= GOALS["status_s"]
+          and collect["seconds"] <= GOALS["collect_s"] and peak <= GOALS["peak_mb"])
+    print(f"sweep_scale: {n} points: submit {ratio:.2f}x submitit, status {status['seconds']:.2f} s, collect "
+          f"{collect['seconds']:.2f} s, peak {peak:.0f} MB -> goals {'met' if ok else 'NOT met'}")
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""The submission governor: never ask sbatch for more jobs than the cluster lets this user queue.
+
+A sweep's points are grouped into tasks of K points (``--pack K``, index order); each array task runs
+one task (``pack_runner.run_sweep_task``). ``send_points`` reads the limits (slurm/limits.py),
+submits the first ``free_slots`` tasks as arrays of at most MaxArraySize, and marks the points of the
+other tasks ``waiting`` (no job id) in sweep.yaml.
+
+Waiting points are submitted later with no process of ours left on the login node (``top_up``):
+
+- every array task, when it ends, takes the sweep's lock, counts the free slots and submits waiting
+  points into them (``top_up_after_task``, called by pack_runner in a ``finally``). The caller's own
+  job still counts in the queue until it exits, so SLURM would refuse a job in "its" slot; the slot it
+  frees is used by the next task that ends. The lock serialises the top-ups and squeue shows an sbatch
+  at once, so two tasks never fill the same slot. So that the last two tasks of a wave do not each
+  count the other and leave with no one to submit the rest, a task records its job id under
+  ``leaving`` when its top-up is done, and a later top-up that finds too few free slots waits (up to
+  30 s, polling squeue) for the leaving jobs to leave the queue, then counts again. It never waits for
+  a task that has not done its top-up (that one needs the lock), so the wait cannot deadlock.
+- ``hpc-runner status DIR`` and ``hpc-runner resume DIR`` top up too (the sweep's last tasks may have
+  found no free slot, e.g. when other jobs of the user filled the queue).
+
+A refused sbatch whose message names a limit (QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit,
+MaxJobCount, a socket time-out) is retried after 1, 2, 4 and 8 s, re-counting the free slots each time,
+and is never recorded as submitted. When the limits are known and no slot is free the rest wait; when
+sbatch still refuses after the back-off, the CLI reports a partial submission (the points are marked
+not-submitted, as for any other sbatch error) and a top-up leaves them waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.records.rundir import now_iso
+from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.slurm.limits import SubmitLimits, is_limit_refusal, read_limits
+from hpc_runner.slurm.profiles import ClusterProfile
+
+Log = Callable[[str], None]
+DEFAULT_BACKOFF = (1.0, 2.0, 4.0, 8.0)  # seconds before each retry of a limit refusal: 15 s at most in all
+LEAVING_WAIT_S = 30.0  # how long a top-up waits for tasks that are ending to leave the queue
+# variables that describe the running job: kept, they would give the job submitted from inside it the
+# old job's settings (sbatch reads none of them, but --export=ALL hands them on, and srun reads many)
+_KEEP_SLURM = ("SLURM_CONF",)
+
+
+@dataclass
+class Backoff:
+    """How long to wait before each retry of a refused sbatch (``sleep`` injectable for tests)."""
+
+    delays: Sequence[float] = DEFAULT_BACKOFF
+    sleep: Callable[[float], None] = time.sleep
+
+
+def pack_of(record: sr.SweepRecord) -> tuple[int, int]:
+    """Return the sweep's (points per task, points run at once per task); absent means (1, 1)."""
+    pack = record.data.get("pack") or {}
+    return int(pack.get("points", 1)), int(pack.get("parallel", 1))
+
+
+def group_tasks(indices: Sequence[int], points_per_task: int) -> list[list[int]]:
+    """Split point indices, in order, into tasks of at most ``points_per_task`` points."""
+    idx = list(indices)
+    return [idx[i : i + points_per_task] for i in range(0, len(idx), points_per_task)]
+
+
+def plan_arrays(n_tasks: int, free: int | None, max_array: int) -> tuple[list[int], int]:
+    """Return the sizes of the arrays submitted now and how many tasks wait."""
+    now = n_tasks if free is None else min(free, n_tasks)
+    sizes = [min(max_array, now - i) for i in range(0, now, max_array)]
+    return sizes, n_tasks - now
+
+
+def own_job_id() -> str | None:
+    """Return this process's SLURM job id as squeue -r prints it (``123_4`` for an array task)."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")
+
+
+@contextlib.contextmanager
+def outside_the_job() -> Iterator[None]:
+    """Hide the current job's SLURM_* variables from sbatch (kept: SLURM_CONF, and the user's own SBATCH_*)."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SLURMD_")) and k not in _KEEP_SLURM}
+    for k in saved:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def profile_from_record(record: sr.SweepRecord) -> ClusterProfile:
+    """Rebuild the cluster profile of the sweep's latest submission (else the one recorded at creation)."""
+    from hpc_runner.slurm.profiles import check_settings
+
+    recorded = next((s["profile"] for s in reversed(record.submissions()) if s.get("profile")), None)
+    recorded = recorded or record.data.get("cluster") or {}
+    name = recorded.get("profile") or "recorded"
+    settings = dict(recorded.get("settings") or {})
+    check_settings(settings, f"the profile recorded in {record.file} ({name})")
+    return ClusterProfile(name, [Path(recorded.get("file") or name)], settings)
+
+
+def _wait_for_leaving(
+    limits: SubmitLimits, record: sr.SweepRecord, me: str | None, wanted: int, backoff: Backoff,
+    reader: Callable[[dict[str, Any]], SubmitLimits], settings: dict[str, Any],
+) -> SubmitLimits:
+    """When fewer slots are free than ``wanted``, wait (up to ``LEAVING_WAIT_S``) for the sweep's tasks that
+    have done their last top-up to leave the queue, then count again: their slots are about to free up."""
+    free = limits.free_slots
+    if free is None or free >= wanted:
+        return limits
+    leaving = (set(record.data.get("leaving") or []) & {j for j, _, _ in limits.jobs}) - {me}
+    if not leaving:
+        return limits
+    from hpc_runner.slurm.limits import queued_jobs
+
+    deadline = time.monotonic() + LEAVING_WAIT_S
+    while time.monotonic() < deadline:
+        backoff.sleep(0.2)
+        if not leaving & {j for j, _, _ in queued_jobs(limits.user)}:
+            break
+    return reader(settings)
+
+
+def send_points(
+    record: sr.SweepRecord,
+    indices: Sequence[int],
+    profile: ClusterProfile,
+    *,
+    entry: str | None,
+    reason: str,
+    out: Any,
+    hold: bool = False,
+    array_parallelism: int | None = None,
+    before_chunk: Callable[[list[int]], Callable[[], None] | None] | None = None,
+    log: Log = print,
+    preflight: bool = True,
+    give_up: str = "error",
+    backoff: Backoff | None = None,
+    limits_reader: Callable[[dict[str, Any]], SubmitLimits] | None = None,
+) -> None:
+    """Submit as many tasks of ``indices`` as there are free slots; mark the rest waiting; fill ``out``.
+
+    ``give_up``: what a limit refusal that outlasts the back-off does: ``error`` (mark the rest
+    not-submitted and raise, as any sbatch error does) or ``wait`` (leave them waiting: a top-up).
+    """
+    from hpc_runner.slurm.executor import make_executor, slurm_parameters
+
+    backoff = backoff or Backoff()
+    reader = limits_reader or read_limits
+    me = own_job_id()
+    k, parallel = pack_of(record)
+    tasks = group_tasks(indices, k)
+    sweep_dir = str(record.path.resolve())
+    job_record = {"cluster": profile.name, "sweep": sweep_dir}
+    submission: dict[str, Any] = {"at": now_iso(), "reason": reason, "arrays": []}
+    if reason != "top-up":  # a top-up uses the profile of the submission before it (profile_from_record)
+        submission["profile"] = profile.to_record()
+    if array_parallelism:
+        submission["array_parallelism"] = array_parallelism
+    record.submissions().append(submission)
+    limits = _wait_for_leaving(reader(profile.settings), record, me, len(tasks), backoff, reader, profile.settings)
+    out.limits = limits
+    params = slurm_parameters(
+        profile,
+        job_name=f"hpcr-sweep-{record.data.get('bundle', 'sweep')}"[:64],
+        hold=hold,
+        array_parallelism=array_parallelism,
+        chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
+    )
+    sizes, _ = plan_arrays(len(tasks), limits.free_slots, limits.max_array_size)
+    if len(sizes) > 1:
+        log(f"hpc-runner: {len(tasks)} tasks > MaxArraySize {limits.max_array_size} ({limits.max_array_source}): "
+            f"{len(sizes)} arrays")
+    if preflight and sizes:
+        _preflight(profile, record, params, max(sizes), len(indices), submission)
+    executor = make_executor(profile, record.job_folder, params)
+    pending = list(tasks)
+    retries = sbatch_calls = 0
+    while pending:
+        free = limits.free_slots
+        n = min(len(pending), limits.max_array_size, len(pending) if free is None else free)
+        if n <= 0:
+            break
+        batch = pending[:n]
+        idx = [i for t in batch for i in t]
+        undo = before_chunk(idx) if before_chunk else None
+        sbatch_calls += 1
+        try:
+            jobs = _sbatch(executor, record, batch, sweep_dir, entry, job_record, parallel)
+        except BaseException as exc:
+            if undo:
+                undo()
+            message = exc.message if isinstance(exc, UserError) else str(exc)
+            limited = isinstance(exc, Exception) and is_limit_refusal(message)
+            if limited and retries < len(backoff.delays):
+                delay = backoff.delays[retries]
+                retries += 1
+                submission.setdefault("refused", []).append({"at": now_iso(), "tasks": n, "message": message[:300]})
+                log(f"hpc-runner: sbatch refused {n} task(s) ({message[:160]}); "
+                    f"retry {retries}/{len(backoff.delays)} in {delay:g} s")
+                backoff.sleep(delay)
+                limits = reader(profile.settings)
+                out.limits = limits
+                continue
+            if limited and give_up == "wait":
+                log(f"hpc-runner: sbatch still refuses after {retries} retries; {len(pending)} task(s) keep waiting")
+                break
+            submission["sbatch_calls"] = sbatch_calls
+            _record_failure(record, pending, exc, submitted_any=bool(out.job_ids))
+            raise
+        for task, job in zip(batch, jobs):
+            for i in task:
+                p = record.points[i]
+                p["job_id"] = job.job_id
+                p.setdefault("jobs", []).append(job.job_id)
+                p["submit"] = sr.SUBMITTED
+                out.job_ids[i] = job.job_id
+        entry_ = {"job_id": jobs[0].job_id.split("_")[0], "size": n, "points": len(idx), "first": idx[0],
+                  "last": idx[-1]}
+        submission["arrays"].append(entry_)
+        out.arrays.append(entry_)
+        limits.consume(n)
+        pending = pending[n:]
+    waiting = [i for t in pending for i in t]
+    for i in waiting:
+        p = record.points[i]
+        p["job_id"] = None
+        p["submit"] = sr.WAITING
+    if waiting and before_chunk:
+        before_chunk(waiting)  # fixes given on resume apply to the points that wait, too
+    out.waiting = waiting
+    submission["sbatch_calls"] = sbatch_calls
+    if reason == "top-up" and not sbatch_calls:
+        record.submissions().remove(submission)  # one task's "no slot free" is not worth a line
+        return
+    if waiting:
+        submission["waiting"] = len(waiting)
+        submission["limit"] = limits.describe()
+
+
+def _preflight(profile: ClusterProfile, record: sr.SweepRecord, params: dict[str, Any], size: int, points: int,
+               submission: dict[str, Any]) -> None:
+    """sbatch --test-only for the largest array sent now; a limit refusal is not a reason to stop here."""
+    from hpc_runner.slurm.scheduler_check import check_resources
+
+    try:
+        check_resources(profile, record.job_folder, params, map_count=size if size > 1 else None,
+                        what=f"the sweep's job array ({points} points)")
+    except ClusterError as exc:
+        if is_limit_refusal(exc.message):  # --test-only counts the queue too; the governor handles that
+            return
+        record.submissions().remove(submission)  # nothing was submitted: no trace in sweep.yaml
+        raise
+
+
+def _sbatch(executor: Any, record: sr.SweepRecord, batch: list[list[int]], sweep_dir: str, entry: str | None,
+            job_record: dict[str, Any], parallel: int) -> list[Any]:
+    """One sbatch: an array of ``len(batch)`` tasks, each running its points with pack_runner."""
+    from hpc_runner.slurm.executor import submit_array
+    from hpc_runner.slurm.pack_runner import run_sweep_task
+
+    n = len(batch)
+    points = [
+        [{"index": i, "dir": record.points[i]["dir"], "overrides": record.effective_overrides(record.points[i])}
+         for i in task]
+        for task in batch
+    ]
+    with outside_the_job():
+        return submit_array(executor, run_sweep_task, [[sweep_dir] * n, points, [entry] * n, [job_record] * n,
+                                                       [parallel] * n])
+
+
+def _record_failure(record: sr.SweepRecord, rest: list[list[int]], exc: BaseException, submitted_any: bool) -> None:
+    for task in rest:
+        for i in task:
+            p = record.points[i]
+            if not p.get("job_id") or p.get("submit") == sr.WAITING:
+                p["job_id"] = None
+                p["submit"] = sr.NOT_SUBMITTED
+    record.data["error"] = {
+        "at": now_iso(),
+        "message": (exc.paragraph() if isinstance(exc, UserError) else str(exc))[:800],
+    }
+    record.data["state"] = "partially-submitted" if submitted_any else sr.NOT_SUBMITTED
+
+
+def waiting_indices(record: sr.SweepRecord) -> list[int]:
+    """Return the indices of the points that wait for a free submit slot."""
+    return [n for n, p in enumerate(record.points) if p.get("submit") == sr.WAITING]
+
+
+def top_up(
+    sweep_dir: str | Path,
+    log: Log = print,
+    *,
+    leaving: bool = False,
+    backoff: Backoff | None = None,
+    limits_reader: Callable[[dict[str, Any]], SubmitLimits] | None = None,
+) -> int:
+    """Submit the sweep's waiting points into the free submit slots; return how many points were submitted.
+
+    ``leaving``: the caller is an array task of this sweep that is about to end (see the module doc).
+    """
+    from hpc_runner.slurm.submission import Submitted
+
+    path = Path(sweep_dir)
+    if not (path / sr.SWEEP_FILE).is_file():
+        return 0
+    if not waiting_indices(sr.SweepRecord.load(path)):
+        return 0  # the common case: nothing to send, so no lock and no write of sweep.yaml
+    me = own_job_id() if leaving else None
+    submitted = 0
+    with sr.locked(path) as record:
+        waiting = waiting_indices(record)
+        if not waiting:
+            return 0
+        profile = profile_from_record(record)
+        last = next((s for s in reversed(record.submissions()) if s.get("reason") != "top-up"), {})
+        out = Submitted(record.path)
+        try:
+            send_points(record, waiting, profile, entry=record.data.get("entry"), reason="top-up", out=out,
+                        array_parallelism=last.get("array_parallelism"), log=log, preflight=False,
+                        give_up="wait", backoff=backoff, limits_reader=limits_reader)
+        except Exception as exc:  # not a limit: the points keep waiting; status/resume try again
+            for i in waiting:
+                if not record.points[i].get("job_id"):
+                    record.points[i]["submit"] = sr.WAITING
+            record.data["error"] = {"at": now_iso(), "message": f"top-up: {exc}"[:800]}
+            log(f"hpc-runner: could not submit {len(waiting)} waiting point(s): {exc}")
+            out.job_ids.clear()
+        if not waiting_indices(record) and all(p.get("job_id") for p in record.points):
+            record.data["state"] = "submitted"
+        submitted = len(out.job_ids)
+        if submitted:
+            log(f"hpc-runner: submitted {submitted} waiting point(s) as "
+                f"{', '.join(a['job_id'] for a in out.arrays)}; {len(out.waiting)} still wait")
+        if me:  # later top-ups count this job as gone (see the module doc); forget the ones that left
+            queued = {j for j, _, _ in out.limits.jobs} if out.limits is not None else set()
+            record.data["leaving"] = sorted({j for j in record.data.get("leaving") or [] if j in queued} | {me})
+    return submitted
+
+
+def top_up_after_task(sweep_dir: Path) -> int:
+    """Submit waiting points into the slot the calling task frees; return how many were submitted."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return top_up(sweep_dir)
+    return top_up(sweep_dir, leaving=True)
+
+
+def cancel_waiting(record: sr.SweepRecord) -> int:
+    """Turn the sweep's waiting points into not-submitted (call under the lock); return how many."""
+    waiting = waiting_indices(record)
+    for i in waiting:
+        record.points[i]["submit"] = sr.NOT_SUBMITTED
+        record.points[i]["job_id"] = None
+    return len(waiting)

@@ -1,0 +1,125 @@
+"""When a packed task's job ends, and whether it still has time for one more point.
+
+The task asks SLURM once, when it starts, for its job's end time (``SLURM_JOB_END_TIME`` where SLURM
+sets it, else ``squeue -h -j ID -o %e``, else ``scontrol show job -o ID``). Before each point it asks
+`JobClock.can_start`: a point is started only if ``now + estimate + margin <= end``, where the estimate
+is the longest point this task has run so far (or the profile's ``point_minutes`` before the first one
+ends) and the margin is the profile's ``signal_delay_s`` plus ``SIGNAL_EARLY_S``: SLURM sends the stop
+signal that long before the end, or up to 60 s earlier (its time-limit check runs every 30 s; SLURM's
+sbatch manual says "up to 60 seconds"; on the local cluster a 20 s delay came 28 s before the end), and
+a point started after it would only be stopped again. A point that is not started goes back to the
+sweep as waiting (see pack_runner), so it is never lost.
+
+The decisions are pure functions of the given clock so they are tested without waiting for a job.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+UNKNOWN_TIMES = ("", "unknown", "n/a", "none", "invalid")
+SIGNAL_EARLY_S = 60.0  # how much earlier than --signal=USR2@N SLURM may send it (sbatch(1), --signal)
+
+
+def stop_margin_s(signal_delay_s: float | None) -> float:
+    """Return how long before the job's end a point must be done: the signal delay plus SLURM's slack."""
+    return max(0.0, float(signal_delay_s or 0)) + SIGNAL_EARLY_S
+
+
+def parse_slurm_time(text: str | None) -> float | None:
+    """Return a SLURM timestamp (``2026-11-23T17:05:00``, local time) as epoch seconds, None if unknown."""
+    text = (text or "").strip()
+    if text.lower() in UNKNOWN_TIMES:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text).timestamp()  # naive: the controller's (= the node's) local time
+    except ValueError:
+        return None
+
+
+def _end_from_scontrol(line: str) -> float | None:
+    for word in line.split():
+        key, _, value = word.partition("=")
+        if key == "EndTime":
+            return parse_slurm_time(value)
+    return None
+
+
+Runner = Callable[[list[str]], str]
+
+
+def _run(cmd: list[str]) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    return res.stdout if res.returncode == 0 else ""
+
+
+def job_end_time(job_id: str | None, environ: Mapping[str, str] | None = None, run: Runner = _run) -> float | None:
+    """Return the epoch second at which SLURM ends this job, or None (no job, no limit, or no answer)."""
+    env = os.environ if environ is None else environ
+    raw = env.get("SLURM_JOB_END_TIME", "").strip()  # SLURM >= 23.02 sets it: no call needed
+    if raw.isdigit() and int(raw) > 0:
+        return float(raw)
+    if not job_id:
+        return None
+    try:
+        end = parse_slurm_time(run(["squeue", "-h", "-j", job_id, "-o", "%e"]).strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, IndexError):
+        end = None
+    if end is not None:
+        return end
+    try:
+        return _end_from_scontrol(run(["scontrol", "show", "job", "-o", job_id]))
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def point_estimate_s(durations: list[float], hint_s: float | None = None) -> float | None:
+    """Return how long the next point may take: the longest so far, else the profile's hint, else None."""
+    if durations:
+        return max(durations)
+    return hint_s
+
+
+def can_start(now: float, end: float | None, estimate_s: float | None, margin_s: float) -> bool:
+    """Whether a point started at ``now`` ends (estimate) before the stop signal at ``end - margin``.
+
+    No end time (no limit, or SLURM did not answer): yes. No estimate yet: yes while the stop signal has
+    not come due, since the point checkpoints on the signal like any run.
+    """
+    if end is None:
+        return True
+    return now + (estimate_s or 0.0) + max(0.0, margin_s) <= end
+
+
+@dataclass
+class JobClock:
+    """The job's end, the stop margin, and the durations of the points this task ran so far."""
+
+    end: float | None
+    margin_s: float = 0.0
+    hint_s: float | None = None
+    durations: list[float] = field(default_factory=list)
+
+    def can_start(self, now: float) -> bool:
+        """Whether one more point fits before the end (see `can_start`)."""
+        return can_start(now, self.end, point_estimate_s(self.durations, self.hint_s), self.margin_s)
+
+    def ran(self, seconds: float) -> None:
+        """Record how long a point took (its wall time in this task)."""
+        self.durations.append(float(seconds))
+
+    def why_not(self, now: float) -> str:
+        """Say why no more point starts (for the task's log and the returned points)."""
+        est = point_estimate_s(self.durations, self.hint_s) or 0.0
+        left = (self.end or now) - now
+        return (f"{left:.0f} s left before the job's end, a point takes up to {est:.0f} s "
+                f"and the stop signal comes {self.margin_s:.0f} s before the end")
+
+    def record(self) -> dict[str, object]:
+        """Return what the task records about its clock."""
+        end = _dt.datetime.fromtimestamp(self.end).astimezone().isoformat(timespec="seconds") if self.end else None
+        return {"end": end, "margin_s": self.margin_s, "point_hint_s": self.hint_s}

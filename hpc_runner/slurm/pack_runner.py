@@ -1,0 +1,357 @@
+"""What one array task of a sweep runs: its K points, one after another (or P at a time).
+
+A task with one point is the unpacked case. Each point keeps its own run dir, run.yaml, log and
+records; a point that fails does not stop the others. When the task ends it asks the governor to
+submit the sweep's waiting points into the slot it frees (slurm/governor.py).
+
+Order of events in a task (see docs/packing.md):
+
+1. Read sweep.yaml once (under the sweep lock, shared): a point whose run.yaml says completed is
+   skipped (the task was requeued after running it), and so is a point that no longer belongs to this
+   job (the task returned it to the sweep, and the governor sent it elsewhere).
+2. Ask SLURM once for the job's end time (slurm/job_clock.py).
+3. Run the points: sequentially in this process (``parallel=1``: the imports and the data caches are
+   paid once), or in P spawned worker processes, each pinned to its share of the job's GPUs and CPUs
+   (resources/shares.py) before torch is imported. SIGUSR2/SIGTERM are stop requests for the whole
+   task: running points checkpoint, no new point starts.
+4. Points the clock says cannot finish before the end go back to the sweep as waiting.
+5. If a point was stopped (or points were left unstarted by a stop), the task asks SLURM to requeue it
+   once, after every running point has checkpointed; the requeued task skips what is done.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import signal
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+# per-point outcomes of a task (what run_sweep_task returns under "points")
+COMPLETED, FAILED, PREEMPTED = "completed", "failed", "preempted"
+SKIPPED = "skipped"  # completed before (the task was requeued), or now another job's
+NOT_STARTED = "not-started"  # a stop request came first: the requeued task runs it
+RETURNED = "returned"  # not enough time left in the job: back to the sweep as waiting
+
+
+def run_sweep_task(
+    sweep_dir: str,
+    points: list[dict[str, Any]],
+    entry: str | None = None,
+    job_record: dict[str, Any] | None = None,
+    parallel: int = 1,
+) -> dict[str, Any]:
+    """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
+    from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+    from hpc_runner.slurm.job import RunFailed
+    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+
+    task = current_job_id()
+    outcomes: dict[int, str] = {}
+    messages: dict[int, str] = {}
+    requeued = None
+    clear_stop()
+    restore = install_stop_handlers()  # a stop between two points must not kill the task
+    try:
+        record = _read_sweep(sweep_dir)
+        todo = []
+        for p in points:
+            why = _skip_reason(sweep_dir, p, record, task)
+            if why is None:
+                todo.append(p)
+            else:
+                outcomes[p["index"]], messages[p["index"]] = why
+        clock = _task_clock(record, task)
+        pack = {"task": task or "local", "points": [p["index"] for p in points], "parallel": max(1, parallel)}
+        print(f"hpc-runner: task {task or 'local'} runs {len(todo)} of {len(points)} point(s)"
+              f"{f', {parallel} at a time' if parallel > 1 else ''}", flush=True)
+        if parallel > 1 and len(todo) > 1:
+            run = _run_concurrent(sweep_dir, todo, entry, job_record, min(parallel, len(todo)), clock, pack)
+        else:
+            run = _run_sequential(sweep_dir, todo, entry, job_record, clock, pack)
+        for index, (status, message) in run.items():
+            outcomes[index], messages[index] = status, message
+        returned = [i for i, s in outcomes.items() if s == RETURNED]
+        if returned:
+            _return_points(sweep_dir, returned, task, clock.why_not(time.time()))
+        stopped = [i for i, s in outcomes.items() if s in (PREEMPTED, NOT_STARTED)]
+        if stopped:
+            requeued = requeue_current_job()
+            if not requeued:
+                reason = stop_requested() or "a stop request"
+                for i in stopped:
+                    outcomes[i], messages[i] = FAILED, f"stopped by {reason} and not requeued"
+    finally:
+        if task is None:
+            restore()  # in a job the flag-only handlers stay: a stop signal that comes while the finished
+            # task exits must not kill it (submitit's USR2 handler would, and the job would end FAILED)
+        _top_up(sweep_dir)
+    failed = [f"point {i}: {messages[i]}" for i, s in outcomes.items() if s == FAILED]
+    if failed and not requeued:
+        raise RunFailed(f"{len(failed)} of {len(points)} point(s) failed: " + "; ".join(failed)[:2000])
+    status = PREEMPTED if requeued else COMPLETED
+    out: dict[str, Any] = {"status": status, "points": outcomes}
+    if requeued:
+        out["requeued"] = requeued
+    return out
+
+
+def _read_sweep(sweep_dir: str) -> Any:
+    """sweep.yaml as it is once no writer holds the lock (the submitter records job ids under it)."""
+    from hpc_runner.slurm.sweep_record import LOCK_FILE, SweepRecord
+
+    lock = Path(sweep_dir) / LOCK_FILE
+    try:
+        with open(lock, "a+b") as fh:
+            fcntl.flock(fh, fcntl.LOCK_SH)  # waits while a submitter writes this task's job id
+            try:
+                return SweepRecord.load(sweep_dir)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:
+        return SweepRecord.load(sweep_dir)
+
+
+def _skip_reason(sweep_dir: str, point: dict[str, Any], record: Any, task: str | None) -> tuple[str, str] | None:
+    """Why this task must not run ``point`` (an outcome and a message), or None to run it."""
+    from hpc_runner.records.rundir import RunDir
+    from hpc_runner.slurm.sweep_record import WAITING
+
+    run = RunDir(Path(sweep_dir) / point["dir"]).record()
+    if run.get("status") == COMPLETED:
+        return SKIPPED, "completed before"
+    if run.get("status") == FAILED and task and (run.get("job") or {}).get("id") == task:
+        return FAILED, "failed earlier in this job (see its error.txt)"  # a requeued task does not retry it
+    index = point["index"]
+    if task is None or not 0 <= index < len(record.points):
+        return None
+    owner = record.points[index].get("job_id")
+    if owner not in (None, task):
+        return SKIPPED, f"now belongs to job {owner}"
+    if owner is None and record.points[index].get("submit") == WAITING:
+        return SKIPPED, "returned to the sweep (waiting)"
+    return None
+
+
+def _task_clock(record: Any, task: str | None) -> Any:
+    """The job's end (one scheduler call) and the margin and hint from the sweep's latest profile."""
+    from hpc_runner.slurm.job_clock import JobClock, job_end_time, stop_margin_s
+
+    settings = dict((record.data.get("cluster") or {}).get("settings") or {})
+    for sub in record.data.get("submissions") or []:
+        settings.update(((sub.get("profile") or {}).get("settings")) or {})
+    margin = stop_margin_s(settings.get("signal_delay_s"))
+    minutes = settings.get("point_minutes")
+    hint = float(minutes) * 60 if isinstance(minutes, (int, float)) and minutes > 0 else None
+    return JobClock(job_end_time(task) if task else None, margin, hint)
+
+
+def _return_points(sweep_dir: str, indices: list[int], task: str | None, why: str) -> None:
+    """Put the points this task could not start back in the sweep's queue (only those still ours)."""
+    from hpc_runner.slurm import sweep_record as sr
+
+    with sr.locked(sweep_dir) as record:
+        ours = [i for i in indices if record.points[i].get("job_id") in (None, task)]
+        sr.return_to_waiting(record, ours)
+    print(f"hpc-runner: {len(ours)} point(s) go back to the sweep as waiting ({why}): "
+          f"{', '.join(map(str, ours))}", flush=True)
+
+
+def _run_one(
+    sweep_dir: str, p: dict[str, Any], entry: str | None, job_record: dict[str, Any] | None, pack: dict[str, Any]
+) -> tuple[str, str]:
+    """Run one point in this process; return (outcome, message)."""
+    from hpc_runner.slurm.job import run_sweep_point
+
+    try:
+        res = run_sweep_point(sweep_dir, p["index"], f"{sweep_dir}/{p['dir']}", p["overrides"], entry,
+                              job_record, pack=pack)
+    except Exception as exc:  # the point's run.yaml and error.txt say why; go on with the next
+        return FAILED, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (PREEMPTED, "checkpointed") if res.get("status") == PREEMPTED else (COMPLETED, "")
+
+
+def _run_sequential(
+    sweep_dir: str,
+    todo: list[dict[str, Any]],
+    entry: str | None,
+    job_record: dict[str, Any] | None,
+    clock: Any,
+    pack: dict[str, Any],
+) -> dict[int, tuple[str, str]]:
+    """Run the points one after another in this process."""
+    from hpc_runner.engine.stop import stop_requested
+
+    out: dict[int, tuple[str, str]] = {}
+    for p in todo:
+        if stop_requested():
+            out[p["index"]] = NOT_STARTED, f"{stop_requested()} came before it started"
+            continue
+        if not clock.can_start(time.time()):
+            out[p["index"]] = RETURNED, clock.why_not(time.time())
+            continue
+        t0 = time.monotonic()
+        out[p["index"]] = _run_one(sweep_dir, p, entry, job_record, {**pack, "slot": 0})
+        clock.ran(time.monotonic() - t0)
+    return out
+
+
+# ---------------------------------------------------------------- concurrent packing
+
+
+def _worker_main(
+    slot: int, share: dict[str, Any], gpus: list[str], cpus: list[int], sweep_dir: str, entry: str | None,
+    job_record: dict[str, Any] | None, pack: dict[str, Any], inbox: Any, outbox: Any,
+) -> None:
+    """One slot's process: pin to its GPUs and CPUs before torch loads, then run the points it is given."""
+    _pin(gpus, cpus)
+    from hpc_runner.engine.stop import install_stop_handlers, stop_requested
+
+    install_stop_handlers()  # for the process's whole life: an idle worker must not die of SIGUSR2
+    try:
+        import monai  # noqa: F401 - paid once per worker, before its first point
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    while True:
+        p = inbox.get()
+        if p is None:
+            return
+        if stop_requested():
+            outbox.put((slot, p["index"], NOT_STARTED, f"{stop_requested()} came before it started", 0.0))
+            continue
+        t0 = time.monotonic()
+        status, message = _run_one(sweep_dir, p, entry, job_record, {**pack, **share})
+        outbox.put((slot, p["index"], status, message, time.monotonic() - t0))
+
+
+def _pin(gpus: list[str], cpus: list[int]) -> None:
+    """Give this process its share: CUDA_VISIBLE_DEVICES, the affinity mask and the CPU count that
+    resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger thread counts inherited from the job."""
+    if gpus or "CUDA_VISIBLE_DEVICES" in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    if cpus:
+        os.environ["SLURM_CPUS_PER_TASK"] = str(len(cpus))
+        os.environ.pop("SLURM_TRES_PER_TASK", None)
+        from hpc_runner.resources.threads import THREAD_VARIABLES
+
+        for name in THREAD_VARIABLES:
+            raw = os.environ.get(name, "").split(",")[0].strip()
+            if raw.isdigit() and int(raw) > len(cpus):
+                os.environ[name] = str(len(cpus))
+
+
+class _Slot:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, ctx: Any, slot: int, share: Any, args: tuple, outbox: Any) -> None:
+        self.slot, self.share = slot, share
+        self.inbox = ctx.Queue()
+        self.process = ctx.Process(
+            target=_worker_main, name=f"hpcr-slot-{slot}",
+            args=(slot, share.record(), list(share.gpus), list(share.cpus), *args, self.inbox, outbox),
+        )
+        self.process.start()
+        self.point: dict[str, Any] | None = None
+        self.since = 0.0
+
+
+def _run_concurrent(
+    sweep_dir: str,
+    todo: list[dict[str, Any]],
+    entry: str | None,
+    job_record: dict[str, Any] | None,
+    parallel: int,
+    clock: Any,
+    pack: dict[str, Any],
+) -> dict[int, tuple[str, str]]:
+    """Run the points ``parallel`` at a time, each slot in its own spawned process with its share."""
+    import multiprocessing
+
+    from hpc_runner.engine.stop import stop_requested
+    from hpc_runner.resources.shares import describe_shares, job_cpus, job_gpus, slot_shares
+
+    ctx = multiprocessing.get_context("spawn")  # CUDA_VISIBLE_DEVICES must be set before CUDA starts
+    shares = slot_shares(job_gpus(), job_cpus(), parallel)
+    print(f"hpc-runner: {parallel} slots: {describe_shares(shares)}", flush=True)
+    outbox = ctx.Queue()
+    args = (sweep_dir, entry, job_record, pack)
+    slots = [_Slot(ctx, s, shares[s], args, outbox) for s in range(parallel)]
+    pending = deque(todo)
+    out: dict[int, tuple[str, str]] = {}
+    forwarded = False
+
+    def feed(slot: _Slot) -> None:
+        if pending and not stop_requested() and clock.can_start(time.time()):
+            slot.point, slot.since = pending.popleft(), time.monotonic()
+            slot.inbox.put(slot.point)
+        else:
+            slot.point = None
+            slot.inbox.put(None)
+
+    try:
+        for slot in slots:
+            feed(slot)
+        while any(s.point is not None for s in slots):
+            if stop_requested() and not forwarded:  # the workers may not have got SLURM's signal
+                forwarded = True
+                for s in slots:
+                    if s.process.is_alive() and s.process.pid:
+                        os.kill(s.process.pid, signal.SIGUSR2)
+            try:
+                n, index, status, message, seconds = outbox.get(timeout=0.5)
+            except queue.Empty:
+                for s in slots:
+                    if s.point is not None and not s.process.is_alive():
+                        out[s.point["index"]] = _worker_died(sweep_dir, s)
+                        slots[s.slot] = s = _Slot(ctx, s.slot, s.share, args, outbox)
+                        feed(s)
+                continue
+            out[index] = status, message
+            slot = slots[n]
+            if status != NOT_STARTED:
+                clock.ran(seconds)
+            feed(slot)
+    finally:
+        for s in slots:
+            if s.process.is_alive() and s.point is not None:
+                s.process.terminate()  # an exception in the parent: do not leave workers behind
+            s.process.join(timeout=30)
+            if s.process.is_alive():
+                s.process.kill()
+    stop = stop_requested()
+    for p in pending:
+        out[p["index"]] = (NOT_STARTED, f"{stop} came before it started") if stop else \
+            (RETURNED, clock.why_not(time.time()))
+    return out
+
+
+def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
+    """Record the point a dead worker was running as failed (a kill -9, e.g. the OOM killer, leaves
+    run.yaml at running)."""
+    from hpc_runner.records.rundir import RunDir, now_iso
+
+    code = slot.process.exitcode
+    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    message = f"the worker process of slot {slot.slot} ended with {how} while running the point"
+    assert slot.point is not None
+    rd = RunDir(Path(sweep_dir) / slot.point["dir"])
+    if rd.record().get("status") in (None, "prepared", "running"):
+        rd.update_record(status=FAILED, ended=now_iso(),
+                         error={"type": "WorkerDied", "message": message, "id": None, "exit_code": code})
+    return FAILED, message
+
+
+def _top_up(sweep_dir: str) -> None:
+    """Let the governor fill the slot this task is about to free (never fails the task)."""
+    from hpc_runner.slurm.governor import top_up_after_task
+
+    try:
+        top_up_after_task(Path(sweep_dir))
+    except Exception as exc:  # a failed top-up leaves the points waiting: `status`/`resume` send them
+        print(f"hpc-runner: could not submit the sweep's waiting points: {exc}", flush=True)

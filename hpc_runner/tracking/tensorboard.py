@@ -1,0 +1,43 @@
+"""TensorBoard event files of a run: ``RUN_DIR/tb/`` (a sweep point: ``points/NNNN/tb/<its overrides>/``).
+
+``tensorboard --logdir RUN_DIR`` shows one run; ``tensorboard --logdir SWEEP_DIR`` lists each point as
+``points/0007/tb/lr=0.001,batch_size=4``, so the points compare side by side. The ``tensorboard`` package is
+optional (the ``tracking`` extra); without it the run says once that TensorBoard logging is off.
+``HPCR_TENSORBOARD=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.tracking.settings import EXTRA, overrides_label, point_overrides
+
+TB_DIR = "tb"
+OFF_VAR = "HPCR_TENSORBOARD"
+_said_off = False
+
+
+def event_dir(run_dir: Path) -> Path:
+    """Return the folder of the run's event files (named by its overrides for a sweep point)."""
+    run_dir = Path(run_dir)
+    values = point_overrides(run_dir)
+    return run_dir / TB_DIR / overrides_label(values) if values is not None else run_dir / TB_DIR
+
+
+def open_writer(run_dir: Path, purge_step: int | None = None) -> Any:
+    """Return a SummaryWriter for the run (events after ``purge_step`` from before a resume are dropped), or None."""
+    global _said_off
+    if os.environ.get(OFF_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        if not _said_off:
+            _said_off = True
+            print(f"hpc-runner: TensorBoard logging is off (the tensorboard package is not installed); "
+                  f"turn it on with: {EXTRA}  (or pip install tensorboard)", file=sys.stderr, flush=True)
+        return None
+    return SummaryWriter(log_dir=str(event_dir(run_dir)), purge_step=purge_step or None, flush_secs=20)

@@ -128,9 +128,11 @@ class RunDir:
     def read_yaml(self, name: str) -> Any:
         """Read a YAML file of the run dir (None when absent)."""
         try:
-            return yaml.safe_load(self.file(name).read_text(encoding="utf-8"))
+            text = self.file(name).read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+        # libyaml when PyYAML has it: status/collect read run.yaml of every point (10,000 at ~2 ms each in pure Python)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
     def record(self) -> dict:
         """Return run.yaml (empty when absent)."""

@@ -79,3 +79,15 @@ def test_a_run_that_ends_inside_the_window_writes_what_it_recorded(tmp_path: Pat
     assert result is not None and result.steps == 2 and result.trace is not None
     names = {e.get("name") for e in json.loads(Path(result.trace).read_text())["traceEvents"]}
     assert "aten::addmm" in names or "aten::linear" in names
+
+
+def test_sweep_profile_reaches_every_point(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    """`sweep --profile`: each point's run is profiled (jobs get HPCR_PROFILE through sbatch --export, here too)."""
+    res = cli("sweep", "--bundle", str(tiny_bundle), "--cluster", "local", "--output_dir", "sw", "--max_epochs", "1",
+              "--sweep", "seed=1,2", "--profile", "--profile-steps", "1", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    points = sorted((tmp_path / "sw" / "points").iterdir())
+    assert len(points) == 2
+    for point in points:
+        trace = json.loads((point / "profile" / "rank0.pt.trace.json").read_text())
+        assert sum(1 for e in trace["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#")) == 1

@@ -12,7 +12,9 @@ from typing import TextIO
 LOGGER_NAME = "hpc_runner"
 
 
-class _Tee:
+class Tee:
+    """Write to a stream and to a log file (the run's log.txt)."""
+
     def __init__(self, stream: TextIO, log: TextIO) -> None:
         self._stream = stream
         self._log = log
@@ -41,7 +43,7 @@ def tee_to_log(path: Path) -> Iterator[logging.Logger]:
     old_level = logger.level
     logger.setLevel(logging.INFO)  # the log file keeps INFO; the terminal still shows only what is printed
     old_stdout = sys.stdout
-    sys.stdout = _Tee(old_stdout, log)  # type: ignore[assignment]
+    sys.stdout = Tee(old_stdout, log)  # type: ignore[assignment]
     try:
         yield logger
     finally:

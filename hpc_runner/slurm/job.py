@@ -10,9 +10,10 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.logtee import Tee
 from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
 
 
@@ -52,24 +53,6 @@ def _log_paths() -> dict[str, str]:
         return {}
 
 
-class _Tee:
-    """Write to the job's stream and to the point's log."""
-
-    def __init__(self, stream: TextIO, log: TextIO) -> None:
-        self._stream, self._log = stream, log
-
-    def write(self, text: str) -> int:
-        self._log.write(text)
-        return self._stream.write(text)
-
-    def flush(self) -> None:
-        self._log.flush()
-        self._stream.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
 @contextlib.contextmanager
 def _stderr_into(log_file: Path) -> Iterator[None]:
     """Copy stderr (tracebacks, warnings) into the run's log.txt too: the runner tees only stdout, and in
@@ -77,7 +60,7 @@ def _stderr_into(log_file: Path) -> Iterator[None]:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "a", encoding="utf-8", buffering=1) as log:
         old = sys.stderr
-        sys.stderr = _Tee(old, log)  # type: ignore[assignment]
+        sys.stderr = Tee(old, log)  # type: ignore[assignment]
         try:
             yield
         finally:

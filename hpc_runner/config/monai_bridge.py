@@ -35,10 +35,30 @@ def _tracking_resolver() -> Any:
     return TrackingResolver()
 
 
+def _snapshot_module_names(locator: Any) -> list[str]:
+    """MONAI's ComponentLocator._find_module_names over a copy of sys.modules."""
+    excludes = locator.excludes
+    return [m for m in list(sys.modules) if m.startswith(locator.MOD_START) and all(s not in m for s in excludes)]
+
+
+def _guard_component_locator() -> None:
+    """Make MONAI's first `_target_` lookup safe while other threads import modules.
+
+    ComponentLocator iterates ``sys.modules`` in Python; a thread that imports meanwhile (the MLflow
+    sender, a prefetch worker's first transform) makes it fail with "dictionary changed size during
+    iteration" at a random id. ``list(sys.modules)`` is copied in one step under the GIL.
+    """
+    from monai.bundle.config_item import ComponentLocator
+
+    if ComponentLocator._find_module_names is not _snapshot_module_names:
+        ComponentLocator._find_module_names = _snapshot_module_names
+
+
 def build_parser(cfg: BundleConfig, expanded: dict | None = None) -> ConfigParser:
     """Return a MONAI ConfigParser holding ``cfg`` (macros expanded), as ``ConfigWorkflow`` builds it."""
     from monai.bundle import ConfigParser
 
+    _guard_component_locator()
     content = dict(expanded if expanded is not None else cfg.expanded())
     meta = content.pop(META_KEY, {})
     parser = ConfigParser()

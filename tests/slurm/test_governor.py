@@ -56,6 +56,14 @@ def _queued(cluster) -> list[str]:
     return cluster.run("squeue", "-h", "-r", "-q", QOS, "-u", read_limits({}).user, "-o", "%i").stdout.split()
 
 
+def _wait_for_empty_qos(cluster, timeout: float = 120) -> None:
+    """Wait until no job of the user is in the QOS: an earlier test's last tasks may still be ending."""
+    deadline = time.monotonic() + timeout
+    while _queued(cluster):
+        assert time.monotonic() < deadline, f"jobs of another test stay in the QOS: {_queued(cluster)}"
+        time.sleep(0.5)
+
+
 def _refusals_in_ctld_log() -> int:
     return CTLD_LOG.read_text(errors="replace").count("QOSMaxSubmitJobPerUserLimit") if CTLD_LOG.is_file() else 0
 
@@ -150,7 +158,7 @@ def _sweep_300_under_max_submit_50(slurm_cluster, qos_limit, cli, pack: int) -> 
     """The issue's test: 300 points, MaxSubmitJobsPerUser=50; the sweep's tasks top up the queue as they end."""
     tasks = -(-300 // pack)
     qos_limit(50)
-    assert _queued(slurm_cluster) == [], "jobs of another test are in the QOS"
+    _wait_for_empty_qos(slurm_cluster)
     refusals_before = _refusals_in_ctld_log()
     sampler = QueueSampler(slurm_cluster)
     sampler.start()
@@ -206,7 +214,7 @@ def test_300_unpacked_points_with_max_submit_50_all_complete_and_never_more_than
 @pytest.mark.slurm
 def test_packed_sweep_with_a_small_limit_completes_and_records_the_pack(slurm_cluster, qos_limit, cli):
     qos_limit(4)
-    assert _queued(slurm_cluster) == [], "jobs of another test are in the QOS"
+    _wait_for_empty_qos(slurm_cluster)
     sampler = QueueSampler(slurm_cluster)
     sampler.start()
     t0 = time.monotonic()
@@ -237,8 +245,12 @@ def test_a_refused_sbatch_backs_off_and_submits_when_a_slot_frees_then_cancel_st
     the back-off that job goes, and the retry is accepted. Then cancel turns the still waiting points into
     not-submitted, so no task of the sweep submits them later."""
     qos_limit(2)
-    held = slurm_cluster.run("sbatch", "--parsable", "-H", f"--qos={QOS}", "--array=0-1", "-o", "/dev/null",
-                             f"--chdir={cli.cwd}", "--wrap", "true").stdout.strip()
+    _wait_for_empty_qos(slurm_cluster)
+    res = slurm_cluster.run("sbatch", "--parsable", "-H", f"--qos={QOS}", "--array=0-1", "-o", "/dev/null",
+                            f"--chdir={cli.cwd}", "--wrap", "true")
+    assert res.returncode == 0, res.stderr
+    held = res.stdout.strip()
+    assert len(_queued(slurm_cluster)) == 2  # both slots taken before the sweep
     extra: list[str] = []
     try:
         out = cli("sweep", "--bundle", TINY, "--cluster", "testcluster", "--slurm", f"qos={QOS}",

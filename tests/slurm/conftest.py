@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,3 +137,37 @@ def tiny(dataset_dir: Path) -> list[str]:
 def cli_factory():
     """``make_cli(folder)`` for module-scoped fixtures (test modules cannot import from conftest)."""
     return make_cli
+
+
+LIMITED_QOS = "hpcr-limited"
+
+
+def _user_limits_shown(cluster) -> str:
+    """slurmctld's view of the QOS's per-user limits (``MaxSubmitJobsPU=<limit>(<used>)`` per user)."""
+    return cluster.run("scontrol", "show", "assoc_mgr", "flags=qos", f"qos={LIMITED_QOS}").stdout
+
+
+@pytest.fixture
+def qos_limit(slurm_cluster):
+    """``qos_limit(n)`` sets MaxSubmitJobsPerUser=n on hpcr-limited (and waits until slurmctld knows); reset after."""
+    if LIMITED_QOS not in slurm_cluster.run("sacctmgr", "-nP", "show", "qos", "format=Name").stdout.split():
+        pytest.skip(f"no QOS {LIMITED_QOS}: restart the cluster with the current scripts/local-slurm.sh")
+    if "No Users" in _user_limits_shown(slurm_cluster):
+        # slurmctld prints per-user QOS limits only for users who have submitted in the QOS; on a fresh
+        # cluster nobody has, so one held job (cancelled at once) makes the limit observable.
+        job = slurm_cluster.run("sbatch", "--parsable", "--hold", f"--qos={LIMITED_QOS}", "-o", "/dev/null",
+                                "--wrap", "true").stdout.strip()
+        slurm_cluster.run("scancel", job)
+
+    def set_limit(n: int) -> None:
+        res = slurm_cluster.run("sacctmgr", "-i", "modify", "qos", LIMITED_QOS, "set", f"MaxSubmitJobsPerUser={n}")
+        assert res.returncode == 0 or "Nothing modified" in res.stdout + res.stderr, res.stderr
+        want = f"MaxSubmitJobsPU={'N' if n < 0 else n}("
+        deadline = time.monotonic() + 20
+        while want not in (text := _user_limits_shown(slurm_cluster)):
+            if time.monotonic() > deadline:
+                pytest.fail(f"slurmctld did not take MaxSubmitJobsPerUser={n} on {LIMITED_QOS}: {text}")
+            time.sleep(0.2)
+
+    yield set_limit
+    set_limit(-1)

@@ -25,28 +25,6 @@ QOS = "hpcr-limited"
 CTLD_LOG = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/hpcr-slurm")) / "log" / "slurmctld.log"
 
 
-@pytest.fixture
-def qos_limit(slurm_cluster):
-    """``qos_limit(n)`` sets MaxSubmitJobsPerUser=n on hpcr-limited (and waits until slurmctld knows); reset after."""
-
-    def set_limit(n: int) -> None:
-        res = slurm_cluster.run("sacctmgr", "-i", "modify", "qos", QOS, "set", f"MaxSubmitJobsPerUser={n}")
-        assert res.returncode == 0 or "Nothing modified" in res.stdout + res.stderr, res.stderr
-        want = "N" if n < 0 else str(n)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            text = slurm_cluster.run("scontrol", "show", "assoc_mgr", "flags=qos", f"qos={QOS}").stdout
-            if re.search(rf"MaxSubmitJobsPU={want}\(", text):
-                return
-            time.sleep(0.2)
-        pytest.fail(f"slurmctld did not take MaxSubmitJobsPerUser={n} on {QOS}: {text}")
-
-    if QOS not in slurm_cluster.run("sacctmgr", "-nP", "show", "qos", "format=Name").stdout.split():
-        pytest.skip(f"no QOS {QOS}: restart the cluster with the current scripts/local-slurm.sh")
-    yield set_limit
-    set_limit(-1)
-
-
 def _record(sweep: Path) -> dict:
     return json.loads((sweep / "sweep.yaml").read_text())
 

@@ -67,22 +67,6 @@ def test_the_binding_limit_is_the_submit_limit_with_fewest_free_slots():
     assert SubmitLimits("root").free_slots is None and not SubmitLimits("root").known
 
 
-@pytest.fixture
-def qos_limit(slurm_cluster):
-    """``qos_limit(n)``: MaxSubmitJobsPerUser=n on the local cluster's QOS hpcr-limited until the test ends."""
-
-    def set_limit(n: int) -> None:
-        slurm_cluster.run("sacctmgr", "-i", "modify", "qos", "hpcr-limited", "set", f"MaxSubmitJobsPerUser={n}")
-        deadline = time.monotonic() + 20
-        while f"MaxSubmitJobsPU={'N' if n < 0 else n}(" not in slurm_cluster.run(
-                "scontrol", "show", "assoc_mgr", "flags=qos", "qos=hpcr-limited").stdout:
-            assert time.monotonic() < deadline, f"slurmctld did not take MaxSubmitJobsPerUser={n}"
-            time.sleep(0.2)
-
-    yield set_limit
-    set_limit(-1)
-
-
 def _fake(outputs: dict[str, str]):
     """A runner for read_limits that answers sacctmgr/squeue with captured text (scontrol is the real one)."""
     calls = []

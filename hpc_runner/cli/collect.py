@@ -8,7 +8,9 @@ HELP = "write results.csv and results.md: one row per point (params, state, caus
 DESCRIPTION = """Collect every point of a sweep dir (or one run dir) into results.csv and results.md
 (a Markdown table): the swept parameters, the state and, for failed points, the cause (one sacct
 call; see `hpc-runner status`), the final metrics from the point's summary.json, wall time, job id,
-how many times its job was requeued and, for failed points, the error line."""
+how many times its job was requeued and, for failed points, the error line.
+For `submit --shards` (inference, evaluation) it also merges the shards' per-case tables into
+cases.csv and cases.md, names every shard without one, and prints the mean of each metric."""
 EPILOG = """examples:
   hpc-runner collect runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner collect runs/synthetic_seg/sweep-2026-11-21_10-00-00 --out reports/ --quiet"""
@@ -37,4 +39,27 @@ def main(args: argparse.Namespace) -> int:
         if len(text) > MAX_PRINTED_ROWS + 2:
             print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")
     print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
+    if target.record and target.record.data.get("shards"):
+        return _collect_cases(target, states, args.out)
     return 0
+
+
+def _collect_cases(target, states, out: str | None) -> int:
+    """Merge the shards' cases.csv into one table; 1 when a shard has none or a case is in two shards."""
+    from pathlib import Path
+
+    from hpc_runner.slurm.shards import merge_cases, write_cases
+
+    merged = merge_cases([(int(s.params.get("shard_index", s.index)), s.run_dir) for s in states])
+    csv_path, _ = write_cases(merged, Path(out) if out else target.path)
+    means = ", ".join(f"{k} {v:.4g}" for k, v in merged.means().items())
+    print(f"hpc-runner: {len(merged.rows)} cases from {len(states) - len(merged.missing)} of {len(states)} shards "
+          f"-> {csv_path}{'; mean ' + means if means else ''}")
+    by_index = {s.run_dir: s for s in states}
+    for shard, run_dir in merged.missing:
+        st = by_index.get(run_dir)
+        print(f"  shard {shard} has no cases yet ({run_dir}; state {st.state if st else '?'}): "
+              f"`hpc-runner resume {target.path}` runs it again, skipping its finished outputs")
+    for case, shards in merged.repeated:
+        print(f"  case {case} is in shards {', '.join(map(str, shards))}: the shards did not split the inputs")
+    return 1 if merged.missing or merged.repeated else 0

@@ -156,6 +156,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         args_file=args.args_file,
         cli_overrides=parse_cli_overrides(getattr(args, "override_tokens", [])),
         logging_file=getattr(args, "logging_file", None),
+        entry=getattr(args, "entry", None),
         **kwargs,
     )
     if getattr(args, "safe", False):

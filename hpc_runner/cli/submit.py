@@ -14,14 +14,20 @@ from hpc_runner.cli.common import (
     profile_request,
 )
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args
+from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
 one job that runs it, print the job id and return. The job runs `run_recorded` on the run dir, so
-the config that runs is exactly the one recorded now. run.yaml records the job id and profile."""
+the config that runs is exactly the one recorded now. run.yaml records the job id and profile.
+
+  --shards N   split the inputs into N shards, one array task each (the config's ids shard_index and
+               num_shards; every shard writes into DIR/predictions). DIR is then a sweep dir:
+               `status`, `resume` (a killed shard skips the outputs already complete), `cancel`, and
+               `collect`, which also merges the shards' per-case metrics into DIR/cases.csv."""
 EPILOG = """examples:
   hpc-runner submit training --bundle bundles/synthetic_seg --cluster jade --trainer::max_epochs 20
+  hpc-runner submit inference --bundle bundles/synthetic_seg --shards 8 --cluster jade --ckpt runs/synthetic_seg/RUN
   hpc-runner submit --bundle bundles/synthetic_seg --cluster slurm --slurm partition=gpu --wait
   hpc-runner submit --bundle bundles/synthetic_seg --cluster jade --dry-run
 exit codes: 0 submitted (with --wait: the run completed), 1 the run failed (--wait), 2 bad input or sbatch refused"""
@@ -38,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cpus_argument(parser, submits=True)
     add_profile_arguments(parser)
     parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
+    parser.add_argument("--shards", type=positive_int, metavar="N",
+                        help="split the inputs into N shards run as one job array (inference, evaluation)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,6 +61,8 @@ def _main(args: argparse.Namespace) -> int:
     profile = load_profile_from_args(args)
     apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
+    if args.shards:
+        return _submit_shards(args, cfg, profile)
     res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run,
                      preflight=not args.no_preflight)
     if res.dry_run:
@@ -85,3 +95,29 @@ def _main(args: argparse.Namespace) -> int:
     status = RunDir(res.directory).record().get("status")
     print(f"hpc-runner: job {job_id} ended: {state}; run status {status}; run dir {res.directory}")
     return 0 if status == "completed" else 1
+
+
+def _submit_shards(args: argparse.Namespace, cfg, profile) -> int:
+    """Submit the run as ``--shards N`` array tasks (a sweep over shard_index); print what to do next."""
+    from pathlib import Path
+
+    from hpc_runner.cli.sweep import report_submitted
+    from hpc_runner.slurm.shards import check_shardable, shard_overrides
+    from hpc_runner.slurm.submission import default_sweep_dir, submit_sweep
+    from hpc_runner.slurm.sweep_spec import build_spec
+
+    if args.wait:
+        print("hpc-runner: --wait follows one job; with --shards use `hpc-runner status DIR --watch`", file=sys.stderr)
+        return 2
+    check_shardable(cfg, args.shards)
+    directory = Path(args.output_dir) if args.output_dir else default_sweep_dir(cfg.name, prefix=args.entry or "run")
+    values = shard_overrides(cfg, args.shards, directory)
+    res = submit_sweep(
+        cfg, args.entry, build_spec([f"shard_index=range(0,{args.shards})"]), profile, directory,
+        argv=sys.argv, hold=args.hold, dry_run=args.dry_run, log=lambda m: print(m, flush=True),
+        preflight=not args.no_preflight, record_extra={"shards": values},
+    )
+    code = report_submitted(res, profile, hold=args.hold, what="shards")
+    if not res.dry_run and "predictions_dir" in values:
+        print(f"  outputs:   {values['predictions_dir']}")
+    return code

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import Any
 
 from hpc_runner.cli.common import (
     add_bundle_arguments,
@@ -105,6 +106,11 @@ def _main(args: argparse.Namespace) -> int:
         pack=args.pack,
         pack_parallel=args.pack_parallel,
     )
+    return report_submitted(res, profile, args.pack, args.hold)
+
+
+def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, what: str = "points") -> int:
+    """Print what a sweep submission did (or would do, dry run) and the commands that follow it; return 0/1."""
     if res.dry_run:
         print(f"# dry run: profile {profile.name}; nothing submitted, nothing written")
         for note in res.notes[:2]:
@@ -117,15 +123,15 @@ def _main(args: argparse.Namespace) -> int:
     d = shlex.quote(str(res.directory))
     if profile.executor == "local":
         done = len(res.job_ids) - res.local_failures
-        print(f"hpc-runner: {done} of {len(res.job_ids)} points completed here; sweep dir {res.directory}")
+        print(f"hpc-runner: {done} of {len(res.job_ids)} {what} completed here; sweep dir {res.directory}")
         print(f"  results: hpc-runner collect {d}")
         return 1 if res.local_failures else 0
     arrays = ", ".join(a["job_id"] for a in res.arrays) or "none"
-    packed = f" in tasks of {args.pack} point(s)" if args.pack > 1 else ""
+    packed = f" in tasks of {pack} point(s)" if pack > 1 else ""
     print(
-        f"hpc-runner: {len(res.job_ids) + len(res.waiting)} points checked ({res.notes[-1]}); "
+        f"hpc-runner: {len(res.job_ids) + len(res.waiting)} {what} checked ({res.notes[-1]}); "
         f"{len(res.job_ids)} submitted now{packed} as {len(res.arrays)} array(s): {arrays} "
-        f"({len(res.arrays)} sbatch call(s), profile {profile.name}{', held' if args.hold else ''})"
+        f"({len(res.arrays)} sbatch call(s), profile {profile.name}{', held' if hold else ''})"
     )
     if res.waiting:
         print(

@@ -95,9 +95,11 @@ class BundleConfig:
         check_references(expanded, self.where, lambda ref: suggest_ids(ref, expanded))
 
 
-def find_default_config(bundle_dir: Path) -> Path:
-    """Return ``configs/train.{yaml,yml,json}`` of a bundle."""
-    for stem in DEFAULT_CONFIG_STEMS:
+def find_default_config(bundle_dir: Path, entry: str | None = None) -> Path:
+    """Return ``configs/<entry>.*`` when the bundle has it (``run inference``), else ``configs/train.*``."""
+    # zoo bundles ship inference.json and evaluate.json beside train.json; naming the entry picks its file
+    stems = ([entry] if entry and "/" not in entry and "::" not in entry else []) + list(DEFAULT_CONFIG_STEMS)
+    for stem in stems:
         for suffix in (".yaml", ".yml", ".json"):
             candidate = bundle_dir / "configs" / f"{stem}{suffix}"
             if candidate.is_file():
@@ -223,8 +225,12 @@ def load_bundle_config(
     environ: Mapping[str, str] | None = None,
     check: bool = True,
     logging_file: str | Path | None = None,
+    entry: str | None = None,
 ) -> BundleConfig:
-    """Load, merge, override (files < args_file < env < CLI) and check a bundle's config."""
+    """Load, merge, override (files < args_file < env < CLI) and check a bundle's config.
+
+    Without config files, ``--bundle B`` loads ``configs/<entry>.*`` when it exists, else ``configs/train.*``.
+    """
     from hpc_runner.registry.metadata import check_metadata
     from hpc_runner.registry.search import resolve_bundle
 
@@ -241,7 +247,7 @@ def load_bundle_config(
     if not files:
         if bundle_dir is None:
             raise ConfigError("no config given", expected="--bundle DIR or --config_file FILE[,FILE...]")
-        files = [find_default_config(bundle_dir)]
+        files = [find_default_config(bundle_dir, entry)]
     elif bundle_dir is not None:
         # relative --config_file names are tried inside the bundle, as `run --bundle B --config_file configs/x.json`
         files = [f if f.exists() or f.is_absolute() else bundle_dir / f for f in files]

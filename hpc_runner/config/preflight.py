@@ -11,8 +11,9 @@ Three checks, none of which builds a component or runs a ``$`` expression:
   ``import``/``from ... import`` line parses, any other line compiles as an expression (MONAI
   ``eval()``s it). Nothing is evaluated; a missing module in an import line is left to
   ``hpc-runner verify`` (MONAI's ``optional_import`` fails only when the module is used).
-- input paths exist. Only ids whose last key is in ``INPUT_DIRS`` (a folder) or ``INPUT_FILES`` (a
-  ``.json``/``.yaml``/``.yml``/``.csv`` file) are looked at, and only when the value is a plain string or a
+- input paths exist. Only ids whose last key is in ``INPUT_DIRS`` (a folder), ``INPUT_FILES`` (a
+  ``.json``/``.yaml``/``.yml``/``.csv`` file) or ``INPUT_PATHS`` (either: weights, inference inputs)
+  are looked at, and only when the value is a plain string or a
   chain of pure ``@id`` references ending in one (``bundle_root`` counts as the bundle folder, as
   ``hpc-runner run`` sets it). A path is *produced*, not an input, and is never refused, when anything
   under ``initialize`` refers to it (``dataset_dir: "@dataset_dir"`` handed to a generator, or
@@ -39,6 +40,8 @@ from hpc_runner.registry.problems import Problem
 
 INPUT_DIRS = ("dataset_dir", "data_dir", "data_root")
 INPUT_FILES = ("datalist", "datalist_file", "datalist_path", "data_list_file_path")
+# a file or a folder: trained weights (a checkpoint or a run dir) and inference inputs
+INPUT_PATHS = ("ckpt", "ckpt_path", "images", "labels")
 FILE_SUFFIXES = (".json", ".yaml", ".yml", ".csv")
 PRODUCER_ID = "initialize"
 BUNDLE_ROOT_ID = "bundle_root"
@@ -166,6 +169,8 @@ def _input_problem(key: str, path: str, cwd: Path | None) -> str | None:
     p = Path(path).expanduser()
     if cwd is not None and not p.is_absolute():
         p = cwd / p
+    if key in INPUT_PATHS:
+        return None if p.exists() else f"the input '{path}' does not exist"
     if key in INPUT_DIRS:
         if not p.is_dir():
             return f"the input folder '{path}' does not exist" if not p.exists() else f"'{path}' is not a folder"
@@ -210,7 +215,7 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
             if why:
                 problems.append(Problem(cfg.locate(id_path), id_path, why))
         key = id_path.rsplit("::", 1)[-1]
-        if key in INPUT_DIRS or key in INPUT_FILES:
+        if key in INPUT_DIRS or key in INPUT_FILES or key in INPUT_PATHS:
             path, chain = _path_value(body, id_path, bundle_root)
             if path is None or path in seen_paths or _produced(body, chain, path):
                 continue

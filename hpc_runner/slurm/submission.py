@@ -57,12 +57,12 @@ def chunk(indices: Sequence[int], size: int) -> list[list[int]]:
     return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
 
 
-def default_sweep_dir(bundle_name: str, root: Path = Path("runs")) -> Path:
-    """Return ``runs/<bundle>/sweep-<timestamp>``, made unique with a suffix."""
+def default_sweep_dir(bundle_name: str, root: Path = Path("runs"), prefix: str = "sweep") -> Path:
+    """Return ``runs/<bundle>/<prefix>-<timestamp>``, made unique with a suffix."""
     import re
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", bundle_name) or "bundle"
-    base = root / safe / f"sweep-{timestamp_name()}"
+    base = root / safe / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prefix)}-{timestamp_name()}"
     path, n = base, 1
     while path.exists():
         n += 1
@@ -338,6 +338,7 @@ def submit_sweep(
     preflight: bool = True,
     pack: int = 1,
     pack_parallel: int = 1,
+    record_extra: dict[str, Any] | None = None,
 ) -> Submitted:
     """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays."""
     from hpc_runner.engine.runner import check_entry, prepare_run
@@ -360,6 +361,7 @@ def submit_sweep(
     record = new_sweep_record(directory, cfg, entry, spec, points, profile, argv, note)
     if pack > 1 or pack_parallel > 1:
         record.data["pack"] = {"points": pack, "parallel": pack_parallel}
+    record.data.update(record_extra or {})
     try:
         base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
         base.update_record(status="sweep-base", note="the shared config of the sweep; points/NNNN are its runs")

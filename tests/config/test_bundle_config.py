@@ -18,6 +18,16 @@ def test_bundle_dir_picks_train_config_and_metadata(bundle: Path) -> None:
     assert cfg.name == "tiny"
 
 
+def test_an_entry_with_its_own_config_file_loads_that_file(bundle: Path) -> None:
+    """`run inference --bundle B` loads configs/inference.json (the zoo's layout); other entries train.yaml."""
+    (bundle / "configs" / "inference.json").write_text(json.dumps({"lr": 0.5, "inference": ["$print(1)"]}))
+    cfg = load_bundle_config(bundle, entry="inference", environ={})
+    assert [f.name for f in cfg.config_files] == ["inference.json"] and cfg.config["lr"] == 0.5
+    assert [f.name for f in load_bundle_config(bundle, entry="training", environ={}).config_files] == ["train.yaml"]
+    explicit = load_bundle_config(bundle, ["configs/train.yaml"], entry="inference", environ={}, check=False)
+    assert [f.name for f in explicit.config_files] == ["train.yaml"]  # --config_file wins over the entry
+
+
 def test_several_config_files_merge_in_order(bundle: Path) -> None:
     extra = bundle / "configs" / "fast.json"
     extra.write_text(json.dumps({"epochs": 1, "network_def#channels": [4, 8]}))

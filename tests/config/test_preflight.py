@@ -98,6 +98,13 @@ def test_missing_dataset_dir_is_refused(tmp_path):
     assert f"the input folder '{tmp_path / 'nope'}' does not exist" in err.value.paragraph()
 
 
+def test_missing_weights_or_inference_inputs_are_refused_file_or_folder(tmp_path):
+    (tmp_path / "model.pt").write_bytes(b"x")
+    b = make_bundle(tmp_path / "b", f"ckpt: {tmp_path / 'model.pt'}\nimages: {tmp_path}\nlabels: {tmp_path / 'gone'}\n")
+    problems = config_problems(load_bundle_config(b))
+    assert [(p.id_path, p.message) for p in problems] == [("labels", f"the input '{tmp_path / 'gone'}' does not exist")]
+
+
 def test_dataset_dir_that_initialize_produces_is_not_an_input(tmp_path):
     b = make_bundle(tmp_path / "b", f"""\
 dataset_dir: {tmp_path / 'made-later'}

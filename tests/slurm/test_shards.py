@@ -169,6 +169,7 @@ def test_sharded_evaluation_here_merges_the_per_case_metrics_like_one_process(cl
     assert sub.returncode == 0, sub.stderr[-3000:]
     col = cli("collect", str(tmp_path / "sharded"), "--quiet")
     assert col.returncode == 0 and "6 cases from 3 of 3 shards" in col.stdout, col.stdout
-    merged = {r.split(",")[0]: r.split(",")[2:] for r in (tmp_path / "sharded" / "cases.csv").read_text().splitlines()[1:]}
+    sharded = (tmp_path / "sharded" / "cases.csv").read_text().splitlines()[1:]
+    merged = {r.split(",")[0]: r.split(",")[2:] for r in sharded}
     single = {r.split(",")[0]: r.split(",")[1:] for r in (tmp_path / "one" / "cases.csv").read_text().splitlines()[1:]}
     assert merged == single

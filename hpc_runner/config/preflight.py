@@ -17,7 +17,9 @@ Three checks, none of which builds a component or runs a ``$`` expression:
   chain of pure ``@id`` references ending in one (``bundle_root`` counts as the bundle folder, as
   ``hpc-runner run`` sets it). A path is *produced*, not an input, and is never refused, when anything
   under ``initialize`` refers to it (``dataset_dir: "@dataset_dir"`` handed to a generator, or
-  ``@dataset_dir`` inside a ``$`` line) or repeats its value. Paths built by ``$`` code (globs,
+  ``@dataset_dir`` inside a ``$`` line) or repeats its value. A path that nothing which runs refers to
+  (an entry, ``initialize``, ``finalize``, or what they refer to, directly or not) is not an input of
+  this run and is not checked (``--images DIR`` makes the default dataset unused). Paths built by ``$`` code (globs,
   ``@bundle_root + '/x'``) cannot be known without running code and are not checked.
 """
 
@@ -150,6 +152,36 @@ def _path_value(body: dict, id_path: str, bundle_root: str | None) -> tuple[str 
     return None, chain
 
 
+def _top_refs(value: Any) -> set[str]:
+    """The top-level ids that ``@`` references anywhere in ``value`` name."""
+    found: set[str] = set()
+    for _, v in [("", value), *(iter_ids(value) if isinstance(value, dict | list) else [])]:
+        if isinstance(v, str) and "@" in v:
+            found.update(m[1:].split("::")[0] for m in _REF.findall(normalize_id(v)) if len(m) > 1)
+    return found
+
+
+def _used_top_ids(body: dict) -> set[str] | None:
+    """Top-level ids that what runs (entries, initialize, finalize) refers to, directly or not.
+
+    None when the config has none of the usual entry names (run, training, inference, ...): then every
+    id counts as used, since what runs cannot be known.
+    """
+    from hpc_runner.engine.runner import USUAL_ENTRIES
+
+    entries = [k for k in body if k in USUAL_ENTRIES]
+    if not entries:
+        return None
+    roots = entries + [k for k in (PRODUCER_ID, "finalize") if k in body]
+    used, todo = set(roots), list(roots)
+    while todo:
+        for ref in _top_refs(body.get(todo.pop())):
+            if ref in body and ref not in used:
+                used.add(ref)
+                todo.append(ref)
+    return used
+
+
 def _produced(body: dict, chain: list[str], value: str) -> bool:
     """True when the ``initialize`` steps refer to any id of ``chain`` or repeat the value."""
     if PRODUCER_ID not in body:
@@ -197,6 +229,7 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
     problems: list[Problem] = []
     disabled: list[str] = []
     seen_paths: set[str] = set()
+    used = _used_top_ids(body)
     for id_path, value in [("", body), *iter_ids(body)]:
         if any(id_path == d or id_path.startswith(d + "::") for d in disabled):
             continue  # MONAI never builds a disabled component, nor anything inside it
@@ -215,7 +248,9 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
             if why:
                 problems.append(Problem(cfg.locate(id_path), id_path, why))
         key = id_path.rsplit("::", 1)[-1]
-        if key in INPUT_DIRS or key in INPUT_FILES or key in INPUT_PATHS:
+        if (key in INPUT_DIRS or key in INPUT_FILES or key in INPUT_PATHS) and (
+            used is None or id_path.split("::")[0] in used
+        ):
             path, chain = _path_value(body, id_path, bundle_root)
             if path is None or path in seen_paths or _produced(body, chain, path):
                 continue

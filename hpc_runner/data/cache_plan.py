@@ -597,6 +597,16 @@ def _node(config: dict, ds_id: str) -> dict:
     return get_by_id(config, ds_id)
 
 
+EPOCH_KEYS = ("max_epochs", "epochs", "num_epochs", "n_epochs")
+
+
+def _has_epochs(config: Any) -> bool:
+    """True when any id of the config is an epoch count (the data is read more than once)."""
+    if isinstance(config, dict):
+        return any(k in EPOCH_KEYS or _has_epochs(v) for k, v in config.items())
+    return isinstance(config, list) and any(_has_epochs(v) for v in config)
+
+
 def log_cache_summary(cfg: BundleConfig, expanded: dict, logger: logging.Logger | None = None) -> CachePlan | None:
     """Print the one-line cache summary and the plan's warnings at run start; never raise (returns the plan).
 
@@ -611,6 +621,11 @@ def log_cache_summary(cfg: BundleConfig, expanded: dict, logger: logging.Logger 
     except Exception as exc:  # the summary is advice; a run must not fail because of it
         logger.debug("no cache summary: %s", exc)
         return None
+    if not _has_epochs(expanded):
+        # inference and evaluation read each item once: a missing cache costs nothing there
+        for d in plan.datasets:
+            if d.kind == "none":
+                d.warnings = []
     print(f"hpc-runner: {plan.summary_line()}", flush=True)
     for w in plan.warnings:
         print(f"hpc-runner: warning: cache: {w} (hpc-runner config --cache-plan measures it)", flush=True)

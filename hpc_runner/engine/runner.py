@@ -60,14 +60,14 @@ def _preemption_in(exc: BaseException) -> BaseException | None:
     return None
 
 
-_USUAL_ENTRIES = ("run", "training", "train", "evaluating", "evaluate", "inferring", "infer")
+USUAL_ENTRIES = ("run", "training", "train", "evaluating", "evaluate", "inferring", "infer", "inference")
 
 
 def _looks_like_entry(key: object, value: Any) -> bool:
     """An id that does something when run: a usual entry name, a ``$`` expression, or a list of them."""
     if str(key) in (INIT_ID, FINAL_ID) or str(key).startswith("_"):
         return False
-    if str(key) in _USUAL_ENTRIES:
+    if str(key) in USUAL_ENTRIES:
         return True
     items = value if isinstance(value, list) else [value]
     return bool(items) and all(isinstance(v, str) and v.startswith("$") and not v.startswith("$import") for v in items)

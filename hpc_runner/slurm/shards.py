@@ -25,6 +25,7 @@ PREDICTIONS_ID = "predictions_dir"
 PREDICTIONS_FOLDER = "predictions"
 CASES_CSV = "cases.csv"  # a shard's per-case table in its run dir (written by hpc_runner.inference)
 CASES_MD = "cases.md"
+NOT_METRICS = ("case", "shard", "file", "size", "sha256")  # the other columns of cases.csv are metrics
 SOURCE = "submit --shards"
 
 
@@ -48,7 +49,8 @@ _MISSING = object()
 
 def shard_overrides(cfg: BundleConfig, shards: int, sweep_dir: Path) -> dict[str, Any]:
     """Set ``num_shards`` (and a shared ``predictions_dir`` when the config has one) on the base config."""
-    from hpc_runner.config.overrides import Override, apply_overrides
+    from hpc_runner.config.bundle_config import apply_overrides
+    from hpc_runner.config.overrides import Override
 
     values: dict[str, Any] = {"num_shards": shards}
     if config_value(cfg, PREDICTIONS_ID, _MISSING) is not _MISSING:
@@ -73,7 +75,7 @@ class MergedCases:
         for col in self.columns:
             values = [_number(r.get(col)) for r in self.rows]
             numbers = [v for v in values if v is not None]
-            if col not in ("case", "shard", "file") and numbers:
+            if col not in NOT_METRICS and numbers:
                 out[col] = statistics.fmean(numbers)
         return out
 

@@ -105,6 +105,20 @@ def test_missing_weights_or_inference_inputs_are_refused_file_or_folder(tmp_path
     assert [(p.id_path, p.message) for p in problems] == [("labels", f"the input '{tmp_path / 'gone'}' does not exist")]
 
 
+def test_a_path_that_nothing_which_runs_refers_to_is_not_checked(tmp_path):
+    """`--images DIR` leaves the default dataset unused: its missing folder must not stop the run."""
+    b = make_bundle(tmp_path / "b", f"""\
+dataset_dir: {tmp_path / 'no-data'}
+default_images: {{_target_: builtins.dict, folder: "@dataset_dir"}}
+images: "@default_images"
+run: ["$print(@images)"]
+""")
+    cfg = load_bundle_config(b)
+    assert [p.id_path for p in config_problems(cfg)] == ["dataset_dir"]
+    elsewhere = cfg.with_overrides([Override("images", str(tmp_path), "cli", "--images")])
+    assert config_problems(elsewhere) == []
+
+
 def test_dataset_dir_that_initialize_produces_is_not_an_input(tmp_path):
     b = make_bundle(tmp_path / "b", f"""\
 dataset_dir: {tmp_path / 'made-later'}

@@ -35,16 +35,16 @@ def _broken_bundle(tmp_path: Path) -> tuple[Path, list[tuple[str, str]]]:
     del meta["authors"]
     meta["network_data_format"]["inputs"]["image"]["num_channels"] = 0
     meta_path.write_text(json.dumps(meta, indent=4))
-    (bundle / "configs" / "inference.yaml").write_text("network_def: [1, 2\n")  # YAML syntax error
+    (bundle / "configs" / "extra.yaml").write_text("network_def: [1, 2\n")  # YAML syntax error
     channels_line = _line_of(meta_path, '"num_channels": 0')
     return bundle, [
         (f"{bundle}/MANIFEST", "'configs/train.yaml' changed since the bundle was packed"),
         (f"{bundle}/MANIFEST", "'configs/metadata.json' changed since the bundle was packed"),
-        (f"{bundle}/MANIFEST", "'configs/inference.yaml' was added after the bundle was packed"),
+        (f"{bundle}/MANIFEST", "'configs/extra.yaml' was added after the bundle was packed"),
         (f"{meta_path}:1", "id 'authors': required field 'authors' is missing"),
         (f"{meta_path}:{channels_line}", "id 'network_data_format::inputs::image::num_channels': 0 is less than the "
          "minimum of 1"),
-        (f"{bundle}/configs/inference.yaml:2", "YAML syntax error"),
+        (f"{bundle}/configs/extra.yaml:2", "YAML syntax error"),
         (f"{train}:{_line_of(train, '@learning_rat')}", "id 'optimizer::lr': '@learning_rat' refers to an id that "
          "is not in the config; did you mean @learning_rate"),
         (f"{train}:{_line_of(train, 'UNetz')}", "id 'network_def::_target_': _target_ 'UNetz' cannot be imported"),

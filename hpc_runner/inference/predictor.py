@@ -147,7 +147,8 @@ class Predictor:
         self.predictions_dir.mkdir(parents=True, exist_ok=True)
         manifest = OutputManifest(self.predictions_dir, name=manifest_name(self.shard_index, self.num_shards))
         what = "evaluation" if self.label_key else "inference"
-        print(f"hpc-runner: {what} of shard_index {self.shard_index} of {self.num_shards} with weights {weights}, "
+        part = f" of shard_index {self.shard_index} (of {self.num_shards})" if self.num_shards > 1 else ""
+        print(f"hpc-runner: {what}{part} with weights {weights}, "
               f"{cpus.get('torch_threads', '?')} torch threads; outputs in {self.predictions_dir}", flush=True)
         cases: list[str] = []
         skipped = processed = 0

@@ -169,6 +169,9 @@ def execute_and_report(
             then = f"continue with: hpc-runner run --resume {run_dir.path}"
         print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; {then}", file=sys.stderr)
         return EXIT_PREEMPTED
+    if outcome.status == "pruned":  # only when a validation listener (tune) is installed in this process
+        print(f"hpc-runner: {outcome.error}; results in {run_dir.path}", flush=True)
+        return 0
     if outcome.status == "interrupted":
         print(f"hpc-runner {command}: interrupted; run dir {run_dir.path}", file=sys.stderr)
         return 130

@@ -42,7 +42,7 @@ class RunOutcome:
     """How a run ended."""
 
     run_dir: Path
-    status: str  # "completed", "failed", "preempted" or "interrupted"
+    status: str  # "completed", "failed", "preempted", "pruned" (tune stopped it early) or "interrupted"
     error: BaseException | None = None
     failing_id: str | None = None
 
@@ -51,9 +51,20 @@ def _preemption_in(exc: BaseException) -> BaseException | None:
     """Return the Preempted inside ``exc``: MONAI wraps what an expression raises in a RuntimeError."""
     from hpc_runner.engine.stop import Preempted
 
+    return _found_in(exc, Preempted)
+
+
+def _pruning_in(exc: BaseException) -> BaseException | None:
+    """Return the Pruned inside ``exc`` (a validation listener stopped the run early)."""
+    from hpc_runner.engine.stop import Pruned
+
+    return _found_in(exc, Pruned)
+
+
+def _found_in(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     seen = 0
     while exc is not None and seen < 20:
-        if isinstance(exc, Preempted):
+        if isinstance(exc, kind):
             return exc
         exc = exc.__cause__ or exc.__context__
         seen += 1
@@ -246,6 +257,8 @@ def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: 
     except Exception as exc:
         if (stop := _preemption_in(exc)) is not None:
             return RunOutcome(run_dir.path, "preempted", stop)
+        if (pruned := _pruning_in(exc)) is not None:
+            return RunOutcome(run_dir.path, "pruned", pruned)
         traceback.print_exception(exc)
         return RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
     finally:
@@ -288,6 +301,9 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
             if (stop := _preemption_in(exc)) is not None:
                 outcome = RunOutcome(run_dir.path, "preempted", stop)
                 logger.warning("preempted (%s); checkpoint %s", stop.reason, stop.checkpoint)
+            elif (pruned := _pruning_in(exc)) is not None:  # not a failure: no error.txt
+                outcome = RunOutcome(run_dir.path, "pruned", pruned)
+                logger.info("%s", pruned)
             else:
                 outcome = RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
                 write_text_atomic(run_dir.file(ERROR_FILE), "".join(traceback.format_exception(exc)))
@@ -296,6 +312,9 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
     fields: dict[str, Any] = {"status": outcome.status, "ended": now_iso()}
     if outcome.status == "preempted":
         fields["checkpoint"] = outcome.error.checkpoint  # type: ignore[union-attr]
+    elif outcome.status == "pruned":
+        p = outcome.error
+        fields["pruned"] = {"epoch": p.epoch + 1, "metric": p.metric_name, "value": p.value}  # type: ignore[union-attr]
     elif outcome.error is not None:
         fields["error"] = failure_record(outcome.error, outcome.failing_id, cfg)
     run_dir.update_record(**fields)

@@ -19,6 +19,17 @@ class Preempted(Exception):
         self.checkpoint = checkpoint
 
 
+class Pruned(Exception):
+    """Raised by a validation listener (``tune``'s pruner): the trainer stops at once, no checkpoint needed."""
+
+    def __init__(self, epoch: int, metric_name: str, value: float, reason: str = "pruned") -> None:
+        super().__init__(f"{reason} after epoch {epoch + 1} ({metric_name} {value:.4g})")
+        self.epoch = epoch
+        self.metric_name = metric_name
+        self.value = value
+        self.reason = reason
+
+
 def request_stop(reason: str) -> None:
     """Ask the running trainer to checkpoint at the end of its current step and stop."""
     _reason.append(reason)

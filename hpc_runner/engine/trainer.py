@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hpc_runner.data.prefetch import move_to_device
-from hpc_runner.engine import bottleneck, profiler
+from hpc_runner.engine import bottleneck, profiler, validation_hooks
 from hpc_runner.engine.checkpoint import load_latest_checkpoint, save_checkpoint
 from hpc_runner.engine.distributed import (
     all_ranks_agree,
@@ -33,7 +33,7 @@ from hpc_runner.engine.distributed import (
 )
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, seed_everything
-from hpc_runner.engine.stop import Preempted, stop_requested
+from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
@@ -507,6 +507,11 @@ class Trainer:
                         if best is None or value > best:
                             self.history["best_metric"], self.history["best_epoch"] = value, epoch
                         metrics.write({"kind": "val", "step": self.step, "epoch": epoch, self.metric_name: value})
+                        try:  # listeners (tune's pruner) see each value; Pruned ends the run after this record
+                            validation_hooks.notify(epoch, self.metric_name, value)
+                        except Pruned:
+                            metrics.write(record)
+                            raise
                 if self.lr_scheduler is not None and self.scheduler_interval == "epoch":
                     self.lr_scheduler.step()
                 metrics.write(record)

@@ -78,6 +78,8 @@ def _finish(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) ->
     rd.update_record(**fields)
     if outcome.status == "completed":
         return {"status": "completed", "run_dir": str(outcome.run_dir)}
+    if outcome.status == "pruned":  # stopped early by tune's pruner: a result, not a failure
+        return {"status": "pruned", "run_dir": str(outcome.run_dir), "epoch": outcome.error.epoch + 1}
     if outcome.status == "preempted":
         if not requeue:  # a packed task requeues once, after all its running points have checkpointed
             return {"status": "preempted", "run_dir": str(outcome.run_dir), "checkpoint": outcome.error.checkpoint}

@@ -52,6 +52,7 @@ RUN_STATUS_STATES = {
     "failed": "FAILED",
     "preempted": "PREEMPTED",
     "interrupted": "CANCELLED",
+    "pruned": "PRUNED",  # a tune trial stopped early by its pruner (the job went on)
     "running": "RUNNING",
     "prepared": "PENDING",
     "submitted": "PENDING",

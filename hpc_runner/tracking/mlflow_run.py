@@ -32,7 +32,8 @@ from hpc_runner.tracking.settings import (
 # a dead server must fail a call in seconds, not after MLflow's default 7 retries with 2**n s back-off
 QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-STATUS = {"completed": "FINISHED", "failed": "FAILED", "preempted": "KILLED", "interrupted": "KILLED"}
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "preempted": "KILLED", "interrupted": "KILLED",
+          "pruned": "KILLED"}
 
 
 def param_key(id_path: str) -> str:

@@ -1,0 +1,109 @@
+"""The Optuna study of a tune: a journal file in the sweep dir, and the samplers and pruners by name.
+
+The journal backend appends one JSON line per operation under a file lock (a symlink or an
+``O_CREAT|O_EXCL`` lock file), which works on NFS/Lustre where SQLite locks or corrupts; there is no
+server. Samplers and pruners are not stored in the journal: every worker builds its own from the
+names recorded in sweep.yaml. Pruners see one step per validation: the number of epochs trained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import UserError
+
+JOURNAL_FILE = "optuna.journal"
+STUDY_NAME = "tune"
+SAMPLERS = ("tpe", "random", "qmc")
+PRUNERS = ("asha", "hyperband", "median", "none")
+DIRECTIONS = ("maximize", "minimize")
+
+
+def _check(kind: str, name: str, known: tuple[str, ...]) -> None:
+    if name not in known:
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=1)
+        raise UserError(f"unknown {kind} '{name}'", expected=f"--{kind} {'|'.join(known)}",
+                        hint=f"Did you mean '{close[0]}'?" if close else None)
+
+
+def stream_seed(seed: int | None, *parts: Any) -> int | None:
+    """Return a seed for one worker attempt: workers (and a requeued worker) must not replay one random stream."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def make_sampler(name: str, seed: int | None = None, stream: tuple[Any, ...] = ()) -> Any:
+    """Return the Optuna sampler called ``name`` (tpe, random, qmc)."""
+    import optuna
+
+    _check("sampler", name, SAMPLERS)
+    if name == "qmc":
+        # every worker must draw from the same sequence: QMCSampler keeps its position in the study
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.0: not the user's concern
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(seed=seed, scramble=seed is not None, warn_independent_sampling=False,
+                                              warn_asynchronous_seeding=False)
+    own = stream_seed(seed, *stream) if stream else seed
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=own)
+    # constant_liar: trials running in other workers count as bad guesses, so parallel workers spread out
+    return optuna.samplers.TPESampler(seed=own, constant_liar=True)
+
+
+def make_pruner(name: str, **options: Any) -> Any:
+    """Return the Optuna pruner called ``name`` (asha, hyperband, median, none), with its options."""
+    import optuna
+
+    _check("pruner", name, PRUNERS)
+    factories = {
+        "asha": optuna.pruners.SuccessiveHalvingPruner,
+        "hyperband": optuna.pruners.HyperbandPruner,
+        "median": optuna.pruners.MedianPruner,
+        "none": optuna.pruners.NopPruner,
+    }
+    try:
+        return factories[name](**options)
+    except TypeError as exc:
+        raise UserError(f"bad options for the {name} pruner: {exc}", expected="options of its Optuna class") from None
+
+
+def journal_path(sweep_dir: str | Path) -> Path:
+    """Return the study's journal file in the sweep dir."""
+    return Path(sweep_dir) / JOURNAL_FILE
+
+
+def open_study(
+    sweep_dir: str | Path,
+    direction: str = "maximize",
+    sampler: str = "tpe",
+    pruner: str = "asha",
+    seed: int | None = None,
+    *,
+    pruner_options: dict[str, Any] | None = None,
+    stream: tuple[Any, ...] = (),
+) -> Any:
+    """Create or load the study of ``sweep_dir`` (journal file ``optuna.journal``, study name ``tune``)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    _check("direction", direction, DIRECTIONS)
+    path = journal_path(sweep_dir)
+    # the open-lock (O_CREAT|O_EXCL) works where symlinks are not allowed (some shared filesystems)
+    storage = JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        storage=storage,
+        study_name=STUDY_NAME,
+        direction=direction,  # type: ignore[arg-type]
+        sampler=make_sampler(sampler, seed, stream),
+        pruner=make_pruner(pruner, **(pruner_options or {})),
+        load_if_exists=True,
+    )

@@ -1,0 +1,76 @@
+"""Write a tune's sweep dir: the shared base config and sweep.yaml with its ``tune`` section, no points yet.
+
+Points are appended by the workers, one per trial they ask for (worker.py). The space is checked
+before anything is written: its corners (each bound, each choice) against the config's ids and
+types, and through the pre-flight (paths, references), so no worker meets a config error that could
+have been seen before queueing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.tune.settings import TUNE_KEY, TuneSettings
+
+
+def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str:
+    """Raise a UserError when a corner of the space is not a valid config; return what was checked."""
+    from hpc_runner.slurm.sweep_check import check_points, make_override
+    from hpc_runner.tune.space import parse_space, space_corners
+
+    settings.check()
+    corners = space_corners(parse_space(settings.space))
+    note = f"{len(corners)} corner point(s) of the space: " + check_points(cfg, corners)
+    if preflight:
+        from hpc_runner.config.preflight import check_points as preflight_points
+
+        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in corners])
+    return note
+
+
+def create_tune_dir(
+    cfg: Any,
+    directory: str | Path,
+    entry: str | None,
+    settings: TuneSettings,
+    *,
+    argv: Sequence[str] | None = None,
+    cluster: dict[str, Any] | None = None,
+    preflight: bool = True,
+) -> Any:
+    """Check the space, then write ``directory`` (base/ and sweep.yaml); return the SweepRecord."""
+    from hpc_runner.engine.runner import check_entry, prepare_run
+    from hpc_runner.records.rundir import command_line, now_iso
+    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.tune.space import parse_space
+
+    check_entry(cfg, entry)
+    note = check_space(cfg, settings, preflight)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    data = {
+        "kind": sr.KIND,
+        "version": 1,
+        "created": now_iso(),
+        "bundle": cfg.name,
+        "bundle_dir": str(cfg.bundle_dir.resolve()) if cfg.bundle_dir else None,
+        "entry": entry,
+        "command": command_line(argv),
+        "spec": [],
+        "params": parse_space(settings.space).ids,
+        "checked": note,
+        "cluster": cluster,
+        "base": sr.BASE_DIR,
+        "job_folder": sr.SWEEP_JOB_FOLDER,
+        "state": "tune",
+        "error": None,
+        "submissions": [],
+        TUNE_KEY: settings.to_record(),
+    }
+    base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
+    base.update_record(status="sweep-base", note="the shared config of the tune; points/NNNN are its trials")
+    record = sr.SweepRecord(directory, data, [])
+    record.save()
+    return record

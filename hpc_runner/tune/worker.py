@@ -1,0 +1,254 @@
+"""What one worker of a tune runs (one array task, or a local process): ask, run, report, tell, repeat.
+
+Order of events in a worker:
+
+1. Under the sweep lock: a trial this worker left running (it was preempted, requeued or killed) is
+   taken up again; otherwise, while fewer than ``trials`` have started, ``study.ask()`` gives a new
+   one and its point (index, run dir, typed params, trial number and id, worker, state running) is
+   appended to sweep.yaml. Asking under the lock keeps the count exact, and means any Optuna trial
+   still running that sweep.yaml does not know was asked by a worker killed before it could record
+   it: it is told FAIL (it never ran).
+2. The trial runs in this process in its point dir (the sweep's base + its params; an existing run
+   dir with checkpoints resumes exactly). A validation listener reports the metric at each
+   validation with step = epochs trained, and raises Pruned when the pruner says so.
+3. ``study.tell``: the last validation value, or PRUNED (Optuna keeps the last reported value), or
+   FAIL; then the point's state in sweep.yaml. A worker killed between the two finds the trial
+   finished in Optuna and only records it; one killed after the run ended but before the tell
+   tells from the run dir (run.yaml status, metrics.jsonl). So no trial is lost or run twice.
+4. A stop request (SIGUSR2/SIGTERM) checkpoints the running trial and leaves it running in
+   sweep.yaml; the worker asks SLURM to requeue it and the requeued worker continues that trial.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RUNNING, COMPLETED, PRUNED, FAILED = "running", "completed", "pruned", "failed"
+PREEMPTED = "preempted"  # the worker's outcome when a stop request checkpointed its trial
+FINISHED = (COMPLETED, PRUNED, FAILED)
+
+
+def run_tune_worker(
+    sweep_dir: str | Path, worker_index: int, job_record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run trials of the tune in ``sweep_dir`` until its budget is started; return this worker's counts."""
+    from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+    from hpc_runner.slurm.job import _use_cpu_budget
+    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.tune.settings import TuneSettings
+    from hpc_runner.tune.space import parse_space
+    from hpc_runner.tune.study import open_study
+
+    sweep_dir = str(Path(sweep_dir).resolve())
+    record = SweepRecord.load(sweep_dir)
+    settings = TuneSettings.from_record(record.data.get("tune"), str(record.file))
+    space = parse_space(settings.space)
+    entry = record.data.get("entry")
+    task = current_job_id()
+    # its own random stream per worker and per start (a requeued worker must not replay its first asks)
+    study = open_study(sweep_dir, settings.direction, settings.sampler, settings.pruner, settings.seed,
+                       pruner_options=settings.pruner_options, stream=(worker_index, len(record.points)))
+    _use_cpu_budget()
+    clear_stop()
+    restore = install_stop_handlers()  # a stop between two trials must not kill the worker
+    counts = {COMPLETED: 0, PRUNED: 0, FAILED: 0}
+    stopped = False
+    try:
+        while True:
+            if stop_requested():
+                stopped = True
+                break
+            point = _claim_trial(sweep_dir, study, space, settings.trials, worker_index, task)
+            if point is None:
+                break
+            state = _finish_trial(sweep_dir, study, point, settings, entry, job_record, worker_index)
+            if state == PREEMPTED:
+                stopped = True
+                break
+            counts[state] += 1
+    finally:
+        if task is None:
+            restore()
+    out: dict[str, Any] = {"status": COMPLETED, "worker": worker_index, "trials": counts}
+    if stopped:
+        out["status"] = PREEMPTED
+        requeued = requeue_current_job() if task else None
+        if requeued:
+            out["requeued"] = requeued
+    print(f"hpc-runner: tune worker {worker_index} {out['status']}: {counts[COMPLETED]} completed, "
+          f"{counts[PRUNED]} pruned, {counts[FAILED]} failed", flush=True)
+    return out
+
+
+def _claim_trial(
+    sweep_dir: str, study: Any, space: Any, budget: int, worker_index: int, task: str | None
+) -> dict[str, Any] | None:
+    """Return the trial this worker must run next (its unfinished one first), or None when the budget is spent."""
+    from hpc_runner.records.rundir import now_iso
+    from hpc_runner.slurm import sweep_record as sr
+
+    with sr.locked(sweep_dir) as record:
+        for p in record.points:
+            if p.get("worker") == worker_index and p.get("state") == RUNNING:
+                p["job_id"] = task or "local"
+                p["resumed"] = int(p.get("resumed", 0)) + 1
+                return dict(p)
+        _fail_orphans(study, record.points)
+        if len(record.points) >= budget:
+            return None
+        trial = study.ask(space.distributions())
+        index = len(record.points)
+        point = {
+            "index": index,
+            "dir": sr.point_dir_name(index, budget),
+            "params": space.typed(trial.params),
+            "trial": trial.number,
+            "trial_id": trial._trial_id,  # Trial(study, id) takes the trial up again after a requeue
+            "worker": worker_index,
+            "state": RUNNING,
+            "job_id": task or "local",
+            "submit": sr.SUBMITTED,
+            "started": now_iso(),
+        }
+        record.points.append(point)
+        return dict(point)
+
+
+def _fail_orphans(study: Any, points: list[dict[str, Any]]) -> None:
+    """Tell FAIL for running Optuna trials that sweep.yaml does not know (their worker died between ask and record)."""
+    from optuna.trial import TrialState
+
+    known = {p.get("trial") for p in points}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number not in known:
+            study.tell(t.number, state=TrialState.FAIL)
+
+
+def _finish_trial(
+    sweep_dir: str, study: Any, point: dict[str, Any], settings: Any, entry: str | None,
+    job_record: dict[str, Any] | None, worker_index: int,
+) -> str:
+    """Run (or continue) one trial, tell Optuna how it ended and record it; return its state or PREEMPTED."""
+    from hpc_runner.records.rundir import RunDir
+
+    frozen = study._storage.get_trial(point["trial_id"])
+    if frozen.state.is_finished():  # told before the worker was killed: only sweep.yaml is behind
+        state = {"COMPLETE": COMPLETED, "PRUNED": PRUNED}.get(frozen.state.name, FAILED)
+        _record(sweep_dir, point, state, frozen.value, _epochs(sweep_dir, point), None)
+        return state
+    run_dir = Path(sweep_dir) / point["dir"]
+    ended = RunDir(run_dir).record().get("status") if run_dir.is_dir() else None
+    error = None
+    if ended in FINISHED:  # the run ended before the worker could tell: tell from the run dir
+        state = ended
+        if state == FAILED:
+            error = ((RunDir(run_dir).record().get("error") or {}).get("message")) or "the run failed"
+    else:
+        state, error = _run_trial(sweep_dir, study, point, settings, entry, job_record, worker_index)
+        if state == PREEMPTED:
+            return state
+    value = _last_value(run_dir, settings.metric)
+    if state == COMPLETED and value is None:
+        state, error = FAILED, f"the run reported no validation '{settings.metric}' (the trainer's metric_name)"
+    _tell(study, point["trial"], state, value)
+    _record(sweep_dir, point, state, value, _epochs(sweep_dir, point), error)
+    return state
+
+
+def _run_trial(
+    sweep_dir: str, study: Any, point: dict[str, Any], settings: Any, entry: str | None,
+    job_record: dict[str, Any] | None, worker_index: int,
+) -> tuple[str, str | None]:
+    """Run the trial's point dir in this process with the pruning listener; return (state, error)."""
+    import optuna
+
+    from hpc_runner.engine import validation_hooks
+    from hpc_runner.engine.stop import Pruned
+    from hpc_runner.records.environment import device_binding
+    from hpc_runner.records.rundir import LOG_FILE, RunDir
+    from hpc_runner.slurm.job import RunFailed, _finish, _run_keeping_overrides, _stderr_into, materialize_point
+
+    trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
+    reported = set(study._storage.get_trial(point["trial_id"]).intermediate_values)
+
+    def report(epoch: int, metric_name: str, value: float) -> None:
+        if metric_name != settings.metric:
+            return
+        step = epoch + 1  # the pruner's resource: epochs trained
+        if step not in reported:  # a resumed run validates an epoch again only if it was killed before saving
+            trial.report(value, step)
+            reported.add(step)
+        if trial.should_prune():
+            raise Pruned(epoch, metric_name, value)
+
+    tune = {"trial": point["trial"], "worker": worker_index}
+    try:
+        path = materialize_point(sweep_dir, Path(sweep_dir) / point["dir"], point["params"], entry)
+    except Exception as exc:  # a params set the pre-flight corners did not cover
+        return FAILED, f"cannot write the trial's run dir: {exc}"
+    print(f"hpc-runner: tune trial {point['trial']} (point {point['index']}) runs in {path}", flush=True)
+    RunDir(path).update_record(binding=device_binding(), tune=tune)
+    with validation_hooks.listening(report), _stderr_into(path / LOG_FILE):
+        outcome = _run_keeping_overrides(path, entry)
+    extra = {"sweep": {"dir": sweep_dir, "index": point["index"], "overrides": point["params"]}, "tune": tune,
+             "job": job_record or {}}
+    try:
+        result = _finish(outcome, extra, requeue=False)  # the worker requeues once, after the loop
+    except RunFailed as exc:
+        return FAILED, str(exc).splitlines()[0] if str(exc) else "the run failed"
+    return result["status"], None
+
+
+def _tell(study: Any, number: int, state: str, value: float | None) -> None:
+    from optuna.trial import TrialState
+
+    if state == COMPLETED:
+        study.tell(number, value)
+    elif state == PRUNED:
+        study.tell(number, state=TrialState.PRUNED)  # Optuna keeps the last reported value
+    else:
+        study.tell(number, state=TrialState.FAIL)
+
+
+def _record(sweep_dir: str, point: dict[str, Any], state: str, value: float | None, epochs: int | None,
+            error: str | None) -> None:
+    """Write the trial's end into its point in sweep.yaml."""
+    from hpc_runner.records.rundir import now_iso
+    from hpc_runner.slurm import sweep_record as sr
+
+    with sr.locked(sweep_dir) as record:
+        p = record.points[point["index"]]
+        p.update(state=state, value=value, epochs=epochs, ended=now_iso())
+        if error:
+            p["error"] = error[:500]
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    from hpc_runner.records.rundir import METRICS_FILE
+
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a kill
+    return out
+
+
+def _last_value(run_dir: Path, metric: str) -> float | None:
+    """Return the run's last validation value of ``metric`` (what the trial is told), or None."""
+    values = [r[metric] for r in _metrics(run_dir) if r.get("kind") == "val" and metric in r]
+    return float(values[-1]) if values else None
+
+
+def _epochs(sweep_dir: str, point: dict[str, Any]) -> int | None:
+    """Return the epochs the trial trained (its compute cost), from its metrics.jsonl."""
+    epochs = [r["epoch"] for r in _metrics(Path(sweep_dir) / point["dir"]) if r.get("kind") == "epoch"]
+    return max(epochs) + 1 if epochs else None
+

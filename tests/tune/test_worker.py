@@ -139,3 +139,27 @@ def test_a_stop_request_checkpoints_the_trial_and_the_next_start_finishes_it(tmp
     assert _optuna_states(sweep) == {0: "COMPLETE", 1: "COMPLETE"}
     summary = json.loads((sweep / points[0]["dir"] / "summary.json").read_text())
     assert summary["resumed_from"] and summary["epochs"] == 3
+
+
+TWO_WORKERS = """
+import sys
+from hpc_runner.tune.worker import run_tune_worker
+print(run_tune_worker(sys.argv[1], int(sys.argv[2]))["trials"], flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_workers_at_once_share_the_budget_exactly(tmp_path: Path, make_tune) -> None:
+    sweep = make_tune(tmp_path / "tune", ["learning_rate=loguniform(0.001,0.02)"], trials=5, sampler="tpe",
+                      extra=["--max_epochs", "1"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_WORKERS, str(sweep), str(i)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[-2000:] for o in outs]
+    points = SweepRecord.load(sweep).points
+    assert sorted(p["trial"] for p in points) == [0, 1, 2, 3, 4]  # exactly the budget, each trial once
+    assert [p["index"] for p in points] == [0, 1, 2, 3, 4] and {p["state"] for p in points} == {"completed"}
+    assert len({p["dir"] for p in points}) == 5
+    assert _optuna_states(sweep) == dict.fromkeys(range(5), "COMPLETE")
+    assert {p["worker"] for p in points} == {0, 1}  # both took trials while the other ran one

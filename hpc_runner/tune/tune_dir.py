@@ -21,6 +21,7 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str
     from hpc_runner.tune.space import parse_space, space_corners
 
     settings.check()
+    _check_metric(cfg.config, settings.metric)
     corners = space_corners(parse_space(settings.space))
     note = f"{len(corners)} corner point(s) of the space: " + check_points(cfg, corners)
     if preflight:
@@ -28,6 +29,34 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str
 
         note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in corners])
     return note
+
+
+def _metric_names(node: Any, path: str = "") -> dict[str, Any]:
+    """Return every ``metric_name`` set in the config (id path: value): what the trainers report."""
+    found: dict[str, Any] = {}
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = f"{path}::{k}" if path else str(k)
+            if k == "metric_name":
+                found[here] = v
+            else:
+                found.update(_metric_names(v, here))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found.update(_metric_names(v, f"{path}::{i}" if path else str(i)))
+    return found
+
+
+def _check_metric(config: Any, metric: str) -> None:
+    """Refuse a --metric that no trainer of the config reports (when the config names its metrics plainly)."""
+    from hpc_runner.errors import UserError
+
+    names = _metric_names(config)
+    plain = {k: v for k, v in names.items() if isinstance(v, str) and not v.startswith(("@", "$", "%"))}
+    if plain and len(plain) == len(names) and metric not in plain.values():
+        raise UserError(f"--metric {metric} is not what the trainer reports at validation",
+                        id_path=next(iter(plain)),
+                        expected=f"--metric {' or '.join(sorted(set(plain.values())))} (the config's metric_name)")
 
 
 def create_tune_dir(

@@ -134,7 +134,7 @@ def _finish_trial(
     """Run (or continue) one trial, tell Optuna how it ended and record it; return its state or PREEMPTED."""
     from hpc_runner.records.rundir import RunDir
 
-    frozen = study._storage.get_trial(point["trial_id"])
+    frozen = _frozen(study, point["trial"])
     if frozen.state.is_finished():  # told before the worker was killed: only sweep.yaml is behind
         state = {"COMPLETE": COMPLETED, "PRUNED": PRUNED}.get(frozen.state.name, FAILED)
         _record(sweep_dir, point, state, frozen.value, _epochs(sweep_dir, point), None)
@@ -172,7 +172,7 @@ def _run_trial(
     from hpc_runner.slurm.job import RunFailed, _finish, _run_keeping_overrides, _stderr_into, materialize_point
 
     trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
-    reported = set(study._storage.get_trial(point["trial_id"]).intermediate_values)
+    reported = set(_frozen(study, point["trial"]).intermediate_values)
 
     def report(epoch: int, metric_name: str, value: float) -> None:
         if metric_name != settings.metric:
@@ -200,6 +200,13 @@ def _run_trial(
     except RunFailed as exc:
         return FAILED, str(exc).splitlines()[0] if str(exc) else "the run failed"
     return result["status"], None
+
+
+def _frozen(study: Any, number: int) -> Any:
+    """Return the FrozenTrial of trial ``number`` as the journal has it now (numbers count from 0 in a study)."""
+    trial = study.get_trials(deepcopy=False)[number]
+    assert trial.number == number
+    return trial
 
 
 def _tell(study: Any, number: int, state: str, value: float | None) -> None:

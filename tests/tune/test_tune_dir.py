@@ -30,6 +30,7 @@ def test_tune_dir_holds_the_base_config_and_the_tune_section(tmp_path: Path, mak
         (["network_def::channels=choice([8,16,32,64],fast)"], {}, "network_def::channels"),  # a str for a list
         (["learning_rate=uniform(0.001,0.01)"], {"trials": 0}, "--trials"),
         (["learning_rate=uniform(0.001,0.01)"], {"pruner": "asah"}, "Did you mean 'asha'"),
+        (["learning_rate=uniform(0.001,0.01)"], {"metric": "val_loss"}, "--metric val_dice (the config's"),
     ],
 )
 def test_a_space_or_setting_that_cannot_run_is_refused_and_nothing_is_written(

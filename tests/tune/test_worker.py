@@ -25,9 +25,12 @@ def _optuna_states(sweep: Path) -> dict[int, str]:
 
 
 @pytest.mark.slow
-def test_worker_runs_the_budget_and_the_median_pruner_stops_hopeless_trials(tmp_path: Path, make_tune) -> None:
-    sweep = make_tune(tmp_path / "tune", ["learning_rate=choice(0.01,1e-6)"], trials=4, pruner="median",
-                      pruner_options={"n_startup_trials": 1}, seed=5)
+@pytest.mark.parametrize(("pruner", "options"), [("median", {"n_startup_trials": 1}),
+                                                 ("asha", {"min_resource": 1, "reduction_factor": 2})])
+def test_worker_runs_the_budget_and_the_pruner_stops_hopeless_trials(tmp_path: Path, make_tune, pruner,
+                                                                     options) -> None:
+    sweep = make_tune(tmp_path / "tune", ["learning_rate=choice(0.01,1e-6)"], trials=4, pruner=pruner,
+                      pruner_options=options, seed=5)
     out = run_tune_worker(sweep, 0)
     points = SweepRecord.load(sweep).points
     assert [p["trial"] for p in points] == [0, 1, 2, 3]

@@ -166,3 +166,19 @@ def test_two_workers_at_once_share_the_budget_exactly(tmp_path: Path, make_tune)
     assert len({p["dir"] for p in points}) == 5
     assert _optuna_states(sweep) == dict.fromkeys(range(5), "COMPLETE")
     assert {p["worker"] for p in points} == {0, 1}  # both took trials while the other ran one
+
+
+@pytest.mark.slow
+def test_a_trial_told_before_the_worker_died_is_only_recorded_not_run_again(tmp_path: Path, make_tune) -> None:
+    from hpc_runner.slurm import sweep_record as sr
+
+    sweep = make_tune(tmp_path / "tune", ["learning_rate=uniform(0.005,0.02)"], trials=1, extra=["--max_epochs", "1"])
+    run_tune_worker(sweep, 0)
+    with sr.locked(sweep) as record:  # as a kill between study.tell and the sweep.yaml update leaves it
+        told = dict(record.points[0])
+        record.points[0].update(state="running", value=None)
+    out = run_tune_worker(sweep, 0)
+    point = SweepRecord.load(sweep).points[0]
+    assert out["trials"]["completed"] == 1 and point["state"] == "completed"
+    assert point["value"] == pytest.approx(told["value"])
+    assert RunDir(sweep / point["dir"]).record()["attempts"] == 1  # not run a second time

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "cancel": "hpc_runner.cli.cancel",
     "report": "hpc_runner.cli.report",
     "rerun": "hpc_runner.cli.rerun",
+    "tune": "hpc_runner.cli.tune",
     "tracking": "hpc_runner.tracking.command",
 }
 

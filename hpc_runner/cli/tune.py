@@ -1,0 +1,104 @@
+"""``hpc-runner tune``: a model-based search (Optuna) with early stopping, run by K SLURM workers."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from hpc_runner.cli.common import (
+    add_bundle_arguments,
+    add_preflight_argument,
+    add_profile_arguments,
+    load_config_from_args,
+    profile_request,
+)
+from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
+from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
+
+HELP = "search hyper-parameters with Optuna (TPE + ASHA pruning) in K worker array tasks"
+DESCRIPTION = """Check the space (each bound and choice against the config's ids and types, and the
+pre-flight), write the tune dir, then submit one job array of K workers. Each worker loops: ask
+Optuna for a trial, run it in its own point dir (exact resume), report --metric at each validation,
+stop the trial when the pruner says so, tell the result; until --trials have started. The study
+lives in a journal file in the tune dir (no database, no server). A requeued worker continues its
+trial from its checkpoint. Overrides (--ID VALUE, HPCR__ variables) apply to every trial.
+
+  --space 'ID=loguniform(a,b)' | uniform(a,b) | int(a,b) | choice(V1,V2,...)   (repeatable)
+
+The tune dir (--output_dir, default runs/<bundle>/tune-<time>) holds sweep.yaml (with a `tune`
+section), optuna.journal, base/ and points/NNNN/ (one per trial)."""
+EPILOG = """examples:
+  hpc-runner tune --bundle bundles/synthetic_seg --cluster jade --trials 64 --parallel 8 \\
+      --space 'learning_rate=loguniform(1e-4,1e-1)' \\
+      --space 'network_def::channels=choice([8,16,32,64],[16,32,64,128])' --metric val_dice
+then: hpc-runner status DIR | hpc-runner collect DIR | hpc-runner resume DIR | hpc-runner cancel DIR"""
+ACCEPTS_OVERRIDES = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the tune options."""
+    parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
+    add_bundle_arguments(parser)
+    g = parser.add_argument_group("tune")
+    g.add_argument("--space", action="append", default=[], metavar="ID=DIST(..)",
+                   help="one parameter of the search (repeatable)")
+    g.add_argument("--trials", type=positive_int, required=True, metavar="N", help="trials to run in all")
+    g.add_argument("--parallel", type=positive_int, default=1, metavar="K",
+                   help="worker array tasks, each running one trial at a time (default 1)")
+    g.add_argument("--metric", required=True, metavar="NAME", help="the validation metric (the trainer's metric_name)")
+    g.add_argument("--direction", choices=["maximize", "minimize"], default="maximize")
+    g.add_argument("--pruner", choices=["asha", "hyperband", "median", "none"], default="asha")
+    g.add_argument("--sampler", choices=["tpe", "random", "qmc"], default="tpe")
+    g.add_argument("--seed", type=int, metavar="S", help="the sampler's seed")
+    g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="tune dir (default runs/<bundle>/tune-<time>)")
+    add_cluster_arguments(parser)
+    add_preflight_argument(parser)
+    add_cpus_argument(parser, submits=True)
+    add_profile_arguments(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command (with --profile, the workers inherit HPCR_PROFILE through sbatch --export)."""
+    with profile_request(args):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from hpc_runner.tune.settings import TuneSettings
+    from hpc_runner.tune.submit import submit_tune
+
+    settings = TuneSettings(space=list(args.space), trials=args.trials, metric=args.metric,
+                            direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.seed)
+    cpus_into_profile_settings(args)
+    profile = load_profile_from_args(args)
+    apply_local_profile_cpus(profile, args)
+    cfg = load_config_from_args(args)
+    res = submit_tune(cfg, args.entry, settings, profile, args.output_dir, parallel=args.parallel, argv=sys.argv,
+                      hold=args.hold, dry_run=args.dry_run, log=lambda m: print(m, flush=True),
+                      preflight=not args.no_preflight)
+    return report_started(res, profile, args.hold)
+
+
+def report_started(res: Any, profile: Any, hold: bool = False) -> int:
+    """Print what starting the tune did (or would do) and the commands that follow; return 0/1."""
+    if res.dry_run:
+        print(f"# dry run: profile {profile.name}; nothing submitted, nothing written")
+        for text in [*res.notes[:2], *res.scripts, *res.notes[2:]]:
+            print(text if text.startswith("#") else f"# {text}")
+        return 0
+    d = shlex.quote(str(res.directory))
+    if profile.executor == "local":
+        print(f"hpc-runner: tune ran here ({res.notes[-1]}); tune dir {res.directory}")
+        print(f"  results: hpc-runner collect {d}")
+        return 1 if res.local_failures else 0
+    arrays = ", ".join(a["job_id"] for a in res.arrays)
+    print(f"hpc-runner: {len(res.job_ids)} tune worker(s) submitted as array {arrays} ({res.notes[-1]}; "
+          f"profile {profile.name}{', held' if hold else ''})")
+    print(f"  tune dir:  {res.directory}")
+    print(f"  status:    hpc-runner status {d}")
+    print(f"  results:   hpc-runner collect {d}")
+    print(f"  restart:   hpc-runner resume {d}")
+    print(f"  cancel:    hpc-runner cancel {d}")
+    return 0

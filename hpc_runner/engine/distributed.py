@@ -216,6 +216,26 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
+def settle_distributed_threads(pause: float = 0.1) -> None:
+    """Let torch.distributed's worker threads drop their last tensors while Python can still run them.
+
+    A gloo worker thread that frees the last reference to a tensor Python has let go of needs the GIL;
+    once the interpreter is finalizing it cannot take it, the thread is unwound through a noexcept
+    destructor and the process aborts ("terminate called without an active exception" after the run
+    finished; pytorch/pytorch#179291). Destroying any group still registered (a bundle's own group
+    included), collecting the objects that hold one and pausing with the GIL released lets them finish.
+    """
+    import gc
+    import time
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+    time.sleep(pause)  # releases the GIL: a worker waiting for it frees its tensor now, not at exit
+
+
 def collective_device(group: Any = None) -> Any:
     """Return the device a collective on ``group`` (default: the default group) needs its tensors on."""
     import torch

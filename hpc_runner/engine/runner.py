@@ -212,17 +212,27 @@ def _seed_before_build(config: dict) -> None:
 
 def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str | None) -> RunOutcome:
     """Run initialize, the entry and (always) finalize inside ``run_dir``; record how it ended."""
-    from hpc_runner.engine.distributed import init_distributed, launched_world, shutdown_distributed
+    from hpc_runner.engine.distributed import (
+        init_distributed,
+        launched_world,
+        settle_distributed_threads,
+        shutdown_distributed,
+    )
 
     run_id = entry or RUN_ID
-    if launched_world()[0] != 0:
-        return _execute_worker(cfg, run_dir, expanded, run_id)
-    started_group = init_distributed(bundle_config=expanded)  # not when the bundle makes its own group
+    rank, world = launched_world()
     try:
-        return _execute_main(cfg, run_dir, expanded, run_id)
+        if rank != 0:
+            return _execute_worker(cfg, run_dir, expanded, run_id)
+        started_group = init_distributed(bundle_config=expanded)  # not when the bundle makes its own group
+        try:
+            return _execute_main(cfg, run_dir, expanded, run_id)
+        finally:
+            if started_group:
+                shutdown_distributed()
     finally:
-        if started_group:
-            shutdown_distributed()
+        if world > 1:
+            settle_distributed_threads()
 
 
 def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpc_runner.engine.stop import Preempted, stop_requested
 from hpc_runner.inference.case_metrics import METRICS, case_metrics, summarize
 from hpc_runner.inference.manifest import ManifestEntry, OutputManifest
 from hpc_runner.inference.weights import load_weights
@@ -185,6 +186,13 @@ class Predictor:
                 if time.perf_counter() - last_report > PROGRESS_EVERY_S:
                     last_report = time.perf_counter()
                     print(f"hpc-runner: {processed} volumes done, {skipped} skipped", flush=True)
+                if stop_requested():
+                    break  # SIGUSR2/SIGTERM (time limit, preemption): finish the writes, then requeue
+        if (reason := stop_requested()) is not None:
+            # the writer closed, so every finished case is in the manifest: the requeued job skips them
+            print(f"hpc-runner: stopping after {processed} volumes ({reason}); finished cases are in "
+                  f"{manifest.path}", flush=True)
+            raise Preempted(reason, str(manifest.path))
         seconds = time.perf_counter() - t0
         return self._finish(cases, processed, skipped, empty, seconds, writer, weights, cpus)
 

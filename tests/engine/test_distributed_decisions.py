@@ -152,3 +152,27 @@ def test_ranks_without_a_bundle_seed_agree_on_rank_0s_seed_and_split_every_epoch
         assert sorted(both) == list(range(16)), f"epoch {epoch}: samples duplicated or missed: {both}"
     assert [r["device"] for r in results] == ["cpu", "cpu"]  # gloo: a CPU tensor
     assert [r["stop"] for r in results] == [True, True]
+
+
+SETTLE_SCRIPT = textwrap.dedent('''
+    import sys
+    import torch
+    import torch.distributed as dist
+    from hpc_runner.engine.distributed import settle_distributed_threads
+
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))  # holds the group
+    model(torch.ones(3, 2)).sum().backward()
+    settle_distributed_threads(pause=0.01)
+    print("initialized after settling:", dist.is_initialized())
+''')
+
+
+def test_settling_destroys_a_group_the_run_left_registered(tmp_path):
+    """A bundle that never destroys its group gets it destroyed before the interpreter exits."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCR", "RANK", "WORLD_SIZE"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", SETTLE_SCRIPT, str(tmp_path / "store")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "initialized after settling: False" in res.stdout, res.stdout

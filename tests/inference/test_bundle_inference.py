@@ -82,12 +82,21 @@ def test_hpc_runner_and_monai_runner_give_voxel_equal_predictions(cli, tmp_path:
 
 
 @pytest.mark.slow
-def test_evaluate_yaml_writes_per_case_metrics_and_a_summary(cli, tmp_path: Path, inputs) -> None:
-    res = cli("run", "evaluate", "--config_file", str(CONFIGS / "evaluate.yaml"), "--output_dir",
-              str(tmp_path / "ev"), "--ckpt", str(inputs["ckpt"]), "--images", str(inputs["images"]),
-              "--labels", str(inputs["labels"]), "--dataset_dir", str(inputs["dataset"]), cwd=tmp_path)
+def test_evaluate_yaml_writes_per_case_metrics_and_a_summary_and_monai_runs_it_the_same(
+    cli, tmp_path: Path, inputs
+) -> None:
+    """`run evaluate --bundle B` picks configs/evaluate.yaml; the default dataset it no longer uses is not
+    checked (no --dataset_dir); MONAI's runner writes the same per-case table."""
+    args = ["--ckpt", str(inputs["ckpt"]), "--images", str(inputs["images"]), "--labels", str(inputs["labels"])]
+    res = cli("run", "evaluate", "--bundle", str(BUNDLE), "--output_dir", str(tmp_path / "ev"), *args, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
     assert summary["count"] == 2 and set(summary["metrics"]) == {"dice", "hd95"}
     lines = (tmp_path / "ev" / "cases.csv").read_text().splitlines()
     assert lines[0].startswith("case,file,size,sha256,dice,hd95") and len(lines) == 3
+    monai = subprocess.run(
+        [sys.executable, "-m", "monai.bundle", "run", "evaluate", "--config_file", "configs/evaluate.yaml",
+         "--meta_file", "configs/metadata.json", "--output_dir", str(tmp_path / "monai"), *args],
+        cwd=BUNDLE, env=cli.env, capture_output=True, text=True, timeout=300)
+    assert monai.returncode == 0, monai.stdout + monai.stderr
+    assert (tmp_path / "monai" / "cases.csv").read_text().splitlines() == lines

@@ -176,3 +176,29 @@ def test_a_label_with_more_classes_than_the_network_predicts_names_the_case():
     label[0, 0, 0, 0, 0] = 3  # e.g. one value per object, not a binary mask
     with pytest.raises(ValueError, match=r"case 'c007' has values 0\.\.3, but the network predicts 2 classes"):
         case_metrics(pred, label, 2, case="c007")
+
+
+def test_a_stop_signal_ends_the_run_after_the_current_case_and_the_requeued_run_skips_it(
+    tmp_path: Path, model_pt: Path, data
+) -> None:
+    """SIGUSR2 (SLURM's time-limit warning) stops inference at a case boundary, with every write done,
+    as Preempted (so the job is requeued); the next run skips the finished case."""
+    import os
+    import signal
+
+    from hpc_runner.engine.stop import Preempted, clear_stop, install_stop_handlers
+
+    images, _ = data
+    items = inference_datalist(images)
+    restore = install_stop_handlers()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        with pytest.raises(Preempted) as stopped:
+            infer(_predictor(tmp_path, model_pt, items))
+    finally:
+        restore()
+        clear_stop()
+    assert stopped.value.checkpoint == str(tmp_path / "preds" / "manifest-000-of-001.jsonl")
+    assert [p.name for p in (tmp_path / "preds").glob("*.nii.gz")] == ["case_000_seg.nii.gz"]
+    summary = infer(_predictor(tmp_path, model_pt, items))
+    assert (summary["written"], summary["skipped"]) == (3, 1)

@@ -39,6 +39,8 @@ def main(args: argparse.Namespace) -> int:
         if len(text) > MAX_PRINTED_ROWS + 2:
             print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")
     print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
+    if target.record and target.record.data.get("tune"):
+        _collect_tune(target, args.out)
     if target.record and target.record.data.get("shards"):
         return _collect_cases(target, states, args.out)
     return 0
@@ -63,3 +65,15 @@ def _collect_cases(target, states, out: str | None) -> int:
     for case, shards in merged.repeated:
         print(f"  case {case} is in shards {', '.join(map(str, shards))}: the shards did not split the inputs")
     return 1 if merged.missing or merged.repeated else 0
+
+
+def _collect_tune(target, out: str | None) -> None:
+    """Write tune.md and tune.json (trials, best, rungs, importances) and print the summary."""
+    from pathlib import Path
+
+    from hpc_runner.tune.summary import render, summarize, write_summary
+
+    summary = summarize(target.path)
+    md, js = write_summary(summary, Path(out) if out else target.path)
+    print(render(summary))
+    print(f"hpc-runner: tune summary -> {md} and {js}")

@@ -153,6 +153,18 @@ def main(args: argparse.Namespace) -> int:
             )
     else:
         print(render(target, states, answer, args.all))
+    _tune_summary(target, args.json)
     if args.wait:
         return 0 if all(s.state == DONE for s in states) else 1
     return 0
+
+
+def _tune_summary(target: Any, as_json: bool) -> None:
+    """A tune dir also shows its trials' summary: counts, best so far, rungs, importances."""
+    from hpc_runner.tune.summary import is_tune_dir, summarize
+    from hpc_runner.tune.summary import render as render_tune
+
+    if target.kind != "sweep" or not is_tune_dir(target.record):
+        return
+    summary = summarize(target.path)
+    print(json.dumps({"tune": summary.to_json()}, default=str) if as_json else render_tune(summary))

@@ -94,6 +94,8 @@ def main(args: argparse.Namespace) -> int:
 
     record = target.record
     profile = _profile(args, record.data.get("cluster") or {})
+    if record.data.get("tune"):
+        return _resume_tune(args, target, profile)
     extra = parse_cli_overrides(args.override_tokens)
     plan = plan_resume(target, args.points)
     if args.cause:
@@ -133,6 +135,31 @@ def main(args: argparse.Namespace) -> int:
     arrays = ", ".join(a["job_id"] for a in res.arrays)
     print(f"hpc-runner: resubmitted {len(res.job_ids)} point(s) as {len(res.arrays)} array(s): {arrays}")
     print(f"  status: hpc-runner status {d}")
+    return 0
+
+
+def _resume_tune(args: argparse.Namespace, target, profile) -> int:
+    """Restart the tune's workers: those whose trial was left running, then some for the unspent budget."""
+    from hpc_runner.errors import UserError
+    from hpc_runner.tune.resume import resume_tune
+
+    if args.points or args.cause or args.override_tokens:
+        raise UserError(f"{target.path} is a tune dir: resume restarts its workers; --points, --cause and "
+                        "overrides are for sweep dirs", expected="hpc-runner resume DIR [--cluster P] [--slurm K=V]")
+    plan, res = resume_tune(target.path, target.record, profile, hold=args.hold, preflight=not args.no_preflight,
+                            dry_run=args.dry_run, log=lambda m: print(m, flush=True))
+    print(f"hpc-runner: tune workers {plan.alive or 'none'} still queued or running (kept); "
+          f"restart {plan.restart or 'none'} (trial left running); {plan.unspent} trial(s) not started: "
+          f"new worker(s) {plan.new or 'none'}")
+    if res is None:
+        done = "dry run: nothing submitted" if args.dry_run and plan.workers else "nothing to restart"
+        print(f"hpc-runner: {done}")
+        return 0
+    if profile.executor == "local":
+        print(f"hpc-runner: ran {len(plan.workers)} worker(s) here; {res.local_failures} trial(s) failed")
+        return 1 if res.local_failures else 0
+    print(f"hpc-runner: started worker(s) {plan.workers} as array {', '.join(a['job_id'] for a in res.arrays)}")
+    print(f"  status: hpc-runner status {shlex.quote(str(target.path))}")
     return 0
 
 

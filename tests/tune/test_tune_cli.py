@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hpc_runner.cli import main
 from hpc_runner.slurm.sweep_record import SweepRecord
 from tests.tune.conftest import BUNDLE
@@ -39,3 +41,37 @@ def test_tune_with_a_metric_the_trainer_does_not_report_exits_2_and_writes_nothi
     assert main(["tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-4,1e-1)", "--trials", "2",
                  "--metric", "val_loss", "--cluster", "local", "--output_dir", str(out), *tiny]) == 2
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_resume_restarts_the_worker_whose_trial_was_left_running_and_it_finishes_it(tmp_path: Path, make_tune,
+                                                                                    capsys) -> None:
+    """A stop request leaves worker 3's trial running; `resume` restarts worker 3, which continues it."""
+    import json
+
+    from hpc_runner.engine import validation_hooks
+    from hpc_runner.engine.stop import clear_stop, request_stop
+    from hpc_runner.tune.worker import run_tune_worker
+
+    sweep = make_tune(tmp_path / "tune", ["learning_rate=uniform(0.005,0.02)"], trials=2)
+
+    def stop_after_first_validation(epoch: int, name: str, value: float) -> None:
+        if epoch == 0:
+            request_stop("SIGUSR2")
+
+    try:
+        with validation_hooks.listening(stop_after_first_validation):
+            run_tune_worker(sweep, 3)
+    finally:
+        clear_stop()
+    assert [(p["state"], p["worker"]) for p in SweepRecord.load(sweep).points] == [("running", 3)]
+    capsys.readouterr()
+    assert main(["resume", str(sweep), "--cluster", "local"]) == 0
+    said = capsys.readouterr().out
+    assert "restart [3] (trial left running)" in said and "tune worker 3 runs here" in said, said
+    points = SweepRecord.load(sweep).points
+    assert [(p["trial"], p["state"]) for p in points] == [(0, "completed"), (1, "completed")]
+    summary = json.loads((sweep / points[0]["dir"] / "summary.json").read_text())
+    assert summary["resumed_from"] and summary["epochs"] == 3  # continued from its checkpoint, not rerun
+    assert main(["resume", str(sweep), "--cluster", "local"]) == 0
+    assert "nothing to restart" in capsys.readouterr().out

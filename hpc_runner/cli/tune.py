@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--metric", required=True, metavar="NAME", help="the validation metric (the trainer's metric_name)")
     g.add_argument("--direction", choices=["maximize", "minimize"], default="maximize")
     g.add_argument("--pruner", choices=["asha", "hyperband", "median", "none"], default="asha")
+    g.add_argument("--pruner-option", "--pruner_option", dest="pruner_option", action="append", default=[],
+                   metavar="KEY=VALUE", help="an option of the Optuna pruner class, e.g. min_resource=1 "
+                   "reduction_factor=3 (asha), n_startup_trials=4 (median); repeatable")
     g.add_argument("--sampler", choices=["tpe", "random", "qmc"], default="tpe")
     g.add_argument("--seed", type=int, metavar="S", help="the sampler's seed")
     g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="tune dir (default runs/<bundle>/tune-<time>)")
@@ -70,7 +73,8 @@ def _main(args: argparse.Namespace) -> int:
     from hpc_runner.tune.submit import submit_tune
 
     settings = TuneSettings(space=list(args.space), trials=args.trials, metric=args.metric,
-                            direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.seed)
+                            direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.seed,
+                            pruner_options=pruner_options(args.pruner_option))
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
     apply_local_profile_cpus(profile, args)
@@ -79,6 +83,22 @@ def _main(args: argparse.Namespace) -> int:
                       hold=args.hold, dry_run=args.dry_run, log=lambda m: print(m, flush=True),
                       preflight=not args.no_preflight)
     return report_started(res, profile, args.hold)
+
+
+def pruner_options(pairs: list[str]) -> dict[str, Any]:
+    """Return ``KEY=VALUE`` pairs as keyword arguments, each value read as a YAML scalar (1, 0.5, auto)."""
+    import yaml
+
+    from hpc_runner.errors import UserError
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise UserError(f"--pruner-option {pair!r} is not KEY=VALUE",
+                            expected="e.g. --pruner-option min_resource=1")
+        out[key] = yaml.safe_load(value)
+    return out
 
 
 def report_started(res: Any, profile: Any, hold: bool = False) -> int:

@@ -93,6 +93,8 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
     files += [sweep.path / name for name in ("results.csv", "results.md")]
     links = [page.link(f, sweep.path, os.path.relpath(f, sweep.path)) for f in files if f.is_file()]
     parts.append("<p>Files: " + " &middot; ".join(links) + "</p>")
+    if data.get("tune"):
+        parts += tune_section(sweep.path)
     parts.append("<h2>Plots</h2>")
     parts += [page.image(png, path.stem, caption) for path, png, caption in plots]
     parts.append("<h2>Results</h2><p>Click a column header to sort by it (click again to reverse).</p>")
@@ -110,6 +112,19 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
         + "</pre>"
     )
     return page.document(title, parts)
+
+
+def tune_section(path: Path) -> list[str]:
+    """The trials of a tune dir: counts, best so far, pruning per rung, importances and one row per trial."""
+    from hpc_runner.tune.summary import render, summarize, trial_table
+
+    summary = summarize(path)
+    rows = [line.strip("|").split("|") for line in trial_table(summary).splitlines()]
+    head, body = rows[0], rows[2:]
+    table = ("<table><tr>" + "".join(f"<th>{page.esc(h.strip())}</th>" for h in head) + "</tr>"
+             + "".join("<tr>" + "".join(f"<td>{page.esc(c.strip())}</td>" for c in r) + "</tr>" for r in body)
+             + "</table>")
+    return ["<h2>Tune</h2>", f"<pre>{page.esc(render(summary))}</pre>", table]
 
 
 def report_sweep(path: str | Path, each_run: bool = False) -> Report:

@@ -64,3 +64,7 @@ def test_status_and_collect_of_a_tune_dir_show_trials_best_rungs_and_importances
     md = (out / "tune.md").read_text()
     assert md.count("| pruned |") == states.count("pruned") and md.count("| completed |") == len(done), md
     assert json.loads((out / "tune.json").read_text())["best"]["number"] == best["trial"]
+
+    assert main(["report", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "<h2>Tune</h2>" in html and html.count("<td>pruned</td>") == states.count("pruned"), html[-2000:]

@@ -109,7 +109,7 @@ def _top_up(path: Any, quiet: bool = False) -> int:
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
     from hpc_runner.slurm.targets import load_target
-    from hpc_runner.slurm.tracking import DONE, UNKNOWN
+    from hpc_runner.slurm.tracking import ENDED_WELL, UNKNOWN
 
     if args.watch:
         from hpc_runner.report.watch import watch_status
@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
                                render=lambda t, s, a: render(t, s, a, args.all))
         if watched.interrupted:
             return 130
-        return 0 if all(s.state == DONE for s in watched.states) else 1
+        return 0 if all(s.state in ENDED_WELL for s in watched.states) else 1
     target = load_target(args.dir)
     started = time.monotonic()
     while True:
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
         print(render(target, states, answer, args.all))
     _tune_summary(target, args.json)
     if args.wait:
-        return 0 if all(s.state == DONE for s in states) else 1
+        return 0 if all(s.state in ENDED_WELL for s in states) else 1
     return 0
 
 

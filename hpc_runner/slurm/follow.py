@@ -61,7 +61,7 @@ def follow_job(
             answer = tracking.query_scheduler([job_id], since=since)
             info = answer.info.get(job_id, {})
             state = info.get("State", "").split(" ")[0] or state
-            if state == tracking.DONE or state in tracking.FAILED_STATES:
+            if state in tracking.ENDED_WELL or state in tracking.FAILED_STATES:
                 break
             if finished_at is not None and now - finished_at > 30:
                 break  # the function returned; the scheduler's record lags or is gone

@@ -52,7 +52,7 @@ def plan_resume(target: Target, only: Sequence[int] | None = None) -> ResumePlan
     queued = _still_queued([s.job_id for s in unknown]) if unknown else set()
     plan = ResumePlan()
     for s in states:
-        if s.state == tracking.DONE:
+        if s.state in tracking.ENDED_WELL:  # completed, or a tune trial pruned: never again
             plan.completed.append(s.index)
         elif s.failed or s.state == tracking.NOT_STARTED or (s.state == tracking.UNKNOWN and s.job_id not in queued):
             plan.resubmit.append(s)

@@ -42,6 +42,8 @@ FAILED_STATES = frozenset(
     }
 )
 DONE = "COMPLETED"
+PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
+ENDED_WELL = (DONE, PRUNED)
 NOT_SUBMITTED = "NOT-SUBMITTED"
 NOT_STARTED = "NOT-STARTED"  # local run, or packed point, that never started
 WAITING = "WAITING"  # waits in the sweep dir for a free submit slot (sweep_record.WAITING, no job id)
@@ -52,7 +54,7 @@ RUN_STATUS_STATES = {
     "failed": "FAILED",
     "preempted": "PREEMPTED",
     "interrupted": "CANCELLED",
-    "pruned": "PRUNED",  # a tune trial stopped early by its pruner (the job went on)
+    "pruned": PRUNED,  # a tune trial stopped early by its pruner (the job went on)
     "running": "RUNNING",
     "prepared": "PENDING",
     "submitted": "PENDING",
@@ -92,7 +94,7 @@ class PointState:
     @property
     def active(self) -> bool:
         """True while the scheduler may still run it."""
-        return not (self.failed or self.state in (DONE, UNKNOWN, NOT_STARTED))
+        return not (self.failed or self.state in (*ENDED_WELL, UNKNOWN, NOT_STARTED))
 
 
 @dataclass
@@ -244,6 +246,8 @@ def _packed_state(ps: PointState, task: str, status: str | None) -> tuple[str, s
         return DONE, "run.yaml"
     if status == "failed":
         return "FAILED", "run.yaml"
+    if status == "pruned":  # a tune worker's trial, stopped early by the pruner while the worker went on
+        return PRUNED, "run.yaml"
     if task == DONE:  # the task ended well but this point did not end: it never ran (or was stopped)
         return ("PREEMPTED", "run.yaml") if status == "preempted" else (NOT_STARTED, "run.yaml")
     if task in FAILED_STATES:

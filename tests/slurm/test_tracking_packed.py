@@ -21,6 +21,7 @@ from hpc_runner.slurm.targets import Target
 from hpc_runner.slurm.tracking import (
     DONE,
     NOT_STARTED,
+    PRUNED,
     WAITING,
     SchedulerAnswer,
     cause_counts,
@@ -81,6 +82,16 @@ def test_packed_points_of_a_running_task_are_completed_running_or_pending_by_the
     states = states_of(tmp_path, records, ["41_0"] * 4, answer, packed=True)
     assert [s.state for s in states] == [DONE, "RUNNING", "PENDING", "PENDING"]
     assert not any(s.failed for s in states) and [s.active for s in states] == [False, True, True, True]
+
+
+@pytest.mark.parametrize("task", ["RUNNING", "COMPLETED"])
+def test_a_tune_trial_its_pruner_stopped_is_pruned_and_finished_whatever_its_workers_state(tmp_path, task):
+    """Tune trials share their worker's job id; a pruned one is done, neither pending nor never started."""
+    answer = sacct(f"43_0|{task}|00:01:00|0:0")
+    records = [{"status": "pruned"}, {"status": "completed"}]
+    states = states_of(tmp_path, records, ["43_0"] * 2, answer, packed=True)
+    assert [s.state for s in states] == [PRUNED, DONE]
+    assert [(s.active, s.failed) for s in states] == [(False, False), (False, False)]
 
 
 def test_packed_points_of_a_timed_out_task_keep_their_results_and_the_rest_timed_out(tmp_path):

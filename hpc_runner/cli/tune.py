@@ -69,6 +69,13 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("optuna") is None:
+        from hpc_runner.errors import UserError
+
+        raise UserError("hpc-runner tune needs Optuna, which is not installed in this environment",
+                        expected="pip install 'hpc-runner[tune]' (Optuna >= 4)")
     from hpc_runner.tune.settings import TuneSettings
     from hpc_runner.tune.submit import submit_tune
 

@@ -510,8 +510,10 @@ class Trainer:
                         try:  # listeners (tune's pruner) see each value; Pruned ends the run after this record
                             validation_hooks.notify(epoch, self.metric_name, value)
                         except Pruned:
-                            metrics.write(record)
-                            raise
+                            if epoch + 1 < self.max_epochs:
+                                metrics.write(record)
+                                raise
+                            # the last epoch: stopping now saves nothing and would discard a finished result
                 if self.lr_scheduler is not None and self.scheduler_interval == "epoch":
                     self.lr_scheduler.step()
                 metrics.write(record)

@@ -43,3 +43,24 @@ def test_pruned_by_a_listener_ends_the_run_as_pruned_after_that_epoch(tiny_bundl
     assert not (tmp_path / "run" / "error.txt").exists()  # not a failure
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["kind"], r["epoch"]) for r in records if r["kind"] != "iter"][-2:] == [("val", 1), ("epoch", 1)]
+
+
+@pytest.mark.slow
+def test_pruned_at_the_last_epoch_completes_the_run_instead(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Stopping after the last epoch (the tiny bundle's third) saves nothing: the run completes with its result."""
+    from hpc_runner.config.bundle_config import load_bundle_config
+    from hpc_runner.engine.runner import run_bundle
+    from hpc_runner.records.rundir import RunDir
+
+    epochs: list[int] = []
+
+    def prune_at_the_last_validation(epoch: int, name: str, value: float) -> None:
+        epochs.append(epoch)
+        if epoch == 2:
+            raise Pruned(epoch, name, value)
+
+    with validation_hooks.listening(prune_at_the_last_validation):
+        outcome = run_bundle(load_bundle_config(tiny_bundle), None, tmp_path / "run")
+    assert epochs == [0, 1, 2]
+    assert outcome.status == "completed" and RunDir(tmp_path / "run").record()["status"] == "completed"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs"] == 3

@@ -103,3 +103,45 @@ def test_resume_starts_workers_for_the_unspent_budget_and_then_has_nothing_to_do
 
     again = cli("resume", str(out))
     assert again.returncode == 0 and "nothing to restart" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_stop_signal_requeues_the_worker_and_it_finishes_the_same_trial_from_its_checkpoint(
+    slurm_cluster, cli, tmp_path, dataset_dir
+):
+    """USR2 (SLURM's warning before a preemption or the time limit) while trial 0 trains: the worker
+    checkpoints it and requeues itself; after the requeue it continues trial 0, every step once, then
+    runs trial 1. No trial is lost, none is run twice."""
+    import json
+
+    out = tmp_path / "tune"
+    train = ["--num_train", "8", "--num_val", "1", "--image_size", "16", "--batch_size", "1", "--max_epochs", "4",
+             "--val_interval", "1", "--dataset_dir", str(dataset_dir)]
+    res = cli("tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-3,1e-2)", "--metric",
+              "val_dice", "--sampler", "random", "--seed", "0", "--pruner", "none", "--trials", "2", "--parallel", "1",
+              "--cluster", TEST_PROFILE, "--output_dir", str(out), *train)
+    assert res.returncode == 0, res.stderr[-3000:]
+    job = SweepRecord.load(out).submissions()[-1]["workers"]["0"]
+    metrics = out / "points" / "0000" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.is_file() and '"iter"' in metrics.read_text()):
+        assert time.monotonic() < deadline, "trial 0 never started training"
+        time.sleep(0.1)
+    slurm_cluster.run("scancel", "--signal=USR2", job)
+    wait_idle(slurm_cluster, out, 300)
+    points = SweepRecord.load(out).points
+    assert [(p["trial"], p["state"]) for p in points] == [(0, "completed"), (1, "completed")], points
+    assert journal_states(out) == ["COMPLETE", "COMPLETE"]
+    run = yaml_load(out / "points" / "0000" / "run.yaml")
+    assert run["attempts"] == 2, run  # stopped once, then continued: not started again from scratch
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"iter"' in line]
+    assert steps == list(range(1, 33))  # 4 epochs x 8 steps, each once
+    requeues = slurm_cluster.run("sacct", "-X", "-D", "-n", "-j", job, "-o", "JobID").stdout.split()
+    assert len(requeues) >= 2, requeues  # one record per attempt: the worker's job was requeued
+
+
+def yaml_load(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())

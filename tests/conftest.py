@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,6 +164,38 @@ def _probe(env: dict[str, str]) -> SlurmCluster:
         default_partition=default,
         config=config,
     )
+
+
+def on_the_cluster(nodeid: str) -> bool:
+    """Whether a test may use the local SLURM, by where it lives: tests/slurm/ or a file named *slurm*."""
+    path = nodeid.split("::", 1)[0]
+    return path.startswith("tests/slurm/") or "slurm" in Path(path).name
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests that may use the cluster first (the long pole under `-n 2`); refuse one that uses
+    the cluster from elsewhere, since the scheduler below would let it run beside the others."""
+    stray = [i.nodeid for i in items if (i.get_closest_marker("slurm") or "slurm_cluster" in i.fixturenames)
+             and not on_the_cluster(i.nodeid)]
+    if stray:
+        raise pytest.UsageError(f"tests on the local SLURM must live in tests/slurm/ or a file named *slurm*: {stray}")
+    items[:] = [i for i in items if on_the_cluster(i.nodeid)] + [i for i in items if not on_the_cluster(i.nodeid)]
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`-n 2`): every test that may use the local SLURM goes to one worker, one at a
+    time (there is one cluster; some tests take its node down or count the user's queue), while the
+    other worker runs the rest, one test file at a time. Most SLURM tests spend their time waiting."""
+    if config.getvalue("dist") == "each":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneClusterScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "local SLURM" if on_the_cluster(nodeid) else nodeid.split("::", 1)[0]
+
+    return OneClusterScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

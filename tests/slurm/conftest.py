@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,14 @@ class Cli:
     def reset(self) -> None:
         """Forget the counted calls."""
         self.calls_file.unlink(missing_ok=True)
+
+    def apart(self, folder: Path) -> Cli:
+        """This CLI with a counter of its own: the jobs and background commands started through this one
+        keep logging into its file, so counting one command while they still run needs a fresh one."""
+        calls = folder / "scheduler-calls.txt"
+        shims = make_shims(folder / "shims", calls)
+        rest = self.env["PATH"].split(os.pathsep, 1)[1]  # without this CLI's own shims
+        return replace(self, env={**self.env, "PATH": f"{shims}{os.pathsep}{rest}"}, calls_file=calls)
 
     def write_profile(self, name: str, text: str) -> Path:
         """Write a user cluster profile into this CLI's $HPCR_CLUSTER_PATH."""

@@ -66,7 +66,7 @@ def batch(slurm_cluster, tmp_path_factory, cli_factory, tiny, dataset_dir):
     log.close()
 
 
-def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch):
+def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch, tmp_path):
     cli, grid, submitted = batch["cli"], batch["grid"], batch["grid_out"]
     assert "4 points checked" in submitted and "1 array(s)" in submitted
     record = _record(grid)
@@ -77,10 +77,10 @@ def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch
     waited = cli("status", str(grid), *WAIT)
     assert waited.returncode == 0 and "COMPLETED 4" in waited.stdout, _why(batch, grid, waited)
 
-    cli.reset()
-    status = cli("status", str(grid))
+    alone = cli.apart(tmp_path)  # the batch's other jobs and its `submit --wait` may still call squeue
+    status = alone("status", str(grid))
     assert status.returncode == 0 and "COMPLETED 4" in status.stdout
-    assert cli.calls()["sacct"] == 1 and cli.calls()["squeue"] == 0  # one call for all points
+    assert alone.calls()["sacct"] == 1 and alone.calls()["squeue"] == 0, status.stdout  # one call for all points
 
     collected = cli("collect", str(grid))
     assert collected.returncode == 0, collected.stderr

@@ -96,6 +96,12 @@ def check_yaml_shape(loader: Any, path: str | Path) -> None:
                         stack[-1][3] = max(stack[-1][3], height[event.anchor] + 1)
             elif isinstance(event, yaml.DocumentStartEvent):
                 stack, size, height, line, total, added = [], {}, {}, {}, 0, 0
+    except yaml.MarkedYAMLError as error:
+        # libyaml 0.2.6+ (PyYAML 6.0.3+ wheels) stops at 1,000 flow levels in its scanner, which reads
+        # ahead of the events for possible keys, so a deep flow collection ends here, not at level 101
+        if "maximum nesting depth" not in str(error.problem) or error.problem_mark is None:
+            raise
+        raise _too_deep(f"{path}:{error.problem_mark.line + 1}") from None
     finally:
         loader.dispose()
 

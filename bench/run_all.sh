@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
-for b in overlap notebook_workload preprocess_throughput device_prefetch result_writing; do
+for b in overlap notebook_workload preprocess_throughput device_prefetch result_writing exit_time; do
     echo "== bench/$b.py $*"
     "$PY" "bench/$b.py" "$@"
 done

@@ -1,7 +1,5 @@
 """``python -m hpc_runner``."""
 
-import sys
+from hpc_runner.cli import entry
 
-from hpc_runner.cli import main
-
-sys.exit(main())
+entry()

@@ -86,6 +86,14 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     return f"hpc-runner: warning: {message}\n"
 
 
+def entry() -> None:
+    """The ``hpc-runner`` and ``python -m hpc_runner`` entry point: run ``main`` and exit with its code."""
+    from hpc_runner.quick_exit import freeze_at_exit
+
+    freeze_at_exit()
+    sys.exit(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; return the exit code (2 for bad input)."""
     from hpc_runner.errors import UserError

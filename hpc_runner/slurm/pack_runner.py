@@ -46,9 +46,11 @@ def run_sweep_task(
 ) -> dict[str, Any]:
     """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+    from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.slurm.job import RunFailed
     from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
 
+    freeze_at_exit()
     task = current_job_id()
     outcomes: dict[int, str] = {}
     messages: dict[int, str] = {}

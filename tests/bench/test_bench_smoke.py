@@ -17,6 +17,7 @@ EXPECTED = {
     "notebook_workload": [r"notebook ours: .*speedup=\d.*efficiency=\d", r"notebook ratio ours/monai speed=\d"],
     "preprocess_throughput": [r"gaussian ratio: ours/best-peer\(.+\)=\d", r"fft ratio: ours/best-peer\(.+\)=\d"],
     "device_prefetch": [r"device_prefetch: (needs CUDA|plain .* speedup=\d)"],
+    "exit_time": [r"exit ratio ours/monai: last line to exit \d"],
 }
 
 

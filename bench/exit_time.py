@@ -1,0 +1,79 @@
+"""Process end: seconds from a run's last output line to its exit, ours against MONAI's runner.
+
+Both run the same one-line bundle (``run: ["$print(...)"]``) as fresh processes, so both import torch
+and MONAI; what differs is the end, where CPython's shutdown collects the heap (hpc-runner freezes it
+at exit: hpc_runner/quick_exit.py). Every command and every SLURM job pays this once.
+Usage: python bench/exit_time.py [--repeats N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._common import Contention
+
+
+def timed_run(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """Run ``cmd``; return (wall seconds, seconds from its last output line to its exit)."""
+    t0 = time.perf_counter()
+    last = t0
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        lines = []
+        for line in proc.stdout:
+            last = time.perf_counter()
+            lines.append(line)
+        code = proc.wait()
+    end = time.perf_counter()
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{''.join(lines)[-2000:]}")
+    return end - t0, end - last
+
+
+def write_bundle(root: Path) -> Path:
+    """A bundle whose run prints one line: all that is left to time is start-up and exit."""
+    (root / "configs").mkdir(parents=True)
+    (root / "configs" / "train.json").write_text(json.dumps({"run": ["$print('done', flush=True)"]}))
+    return root / "configs" / "train.json"
+
+
+def main() -> int:
+    """Time both runners, alternating, and print medians and the ratio."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="3 repeats")
+    args = ap.parse_args()
+    n = 3 if args.quick else args.repeats
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_bundle(Path(tmp) / "one_line")
+        cases = {
+            "monai": [py, "-m", "monai.bundle", "run", "--config_file", str(config)],
+            "ours": [py, "-m", "hpc_runner", "run", "--config_file", str(config), "--output_dir", "runs/x"],
+        }
+        times: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+        with Contention() as contention:
+            for _ in range(n):
+                for name, cmd in cases.items():  # alternate, so drift on a shared machine hits both
+                    times[name].append(timed_run(cmd, Path(tmp)))
+                    if name == "ours":
+                        subprocess.run(["rm", "-rf", str(Path(tmp) / "runs")], check=True)
+    print(f"process end, median of {n} fresh processes (python {sys.version.split()[0]})")
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(e for _, e in v)) for k, v in times.items()}
+    for name, (wall, end) in med.items():
+        print(f"exit {name:5s}: wall {wall:5.2f} s, last line to exit {end:5.2f} s")
+    print(contention.line())
+    print(f"exit ratio ours/monai: last line to exit {med['ours'][1] / med['monai'][1]:.2f}, "
+          f"wall {med['ours'][0] / med['monai'][0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

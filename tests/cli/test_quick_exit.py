@@ -1,0 +1,37 @@
+"""A command ends with its heap frozen (no last garbage collection), and its records are complete."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+# The atexit hook registered first runs last (LIFO), so it sees what the entry point's hook did.
+PROBE = (
+    "import atexit, gc, runpy, sys\n"
+    "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0, file=sys.stderr))\n"
+    "sys.argv = ['hpc_runner', *sys.argv[1:]]\n"
+    "runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def test_a_run_through_the_entry_point_freezes_the_heap_at_exit_and_leaves_a_complete_run_dir(tmp_path: Path) -> None:
+    (tmp_path / "train.json").write_text(json.dumps({"run": ["$print('one line', flush=True)"]}))
+    res = subprocess.run([sys.executable, "-c", PROBE, "run", "--config_file", "train.json", "--output_dir", "r"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "one line" in res.stdout
+    assert res.stderr.strip().endswith("frozen at exit: True"), res.stderr
+    assert yaml.safe_load((tmp_path / "r" / "run.yaml").read_text())["status"] == "completed"
+
+
+def test_main_called_in_process_leaves_the_collector_alone(tmp_path: Path) -> None:
+    code = ("import atexit, gc, sys\n"
+            "from hpc_runner.cli import main\n"
+            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0, file=sys.stderr))\n"
+            "main(['--help'])\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "frozen at exit: False" in res.stderr, res.stderr

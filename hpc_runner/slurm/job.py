@@ -16,13 +16,14 @@ from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import Tee
 from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
+from hpc_runner.resources.threads import use_cpu_budget
 
 
 class RunFailed(RuntimeError):
     """The run ended without completing; the message says why and where the traceback is."""
 
 
-def _run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
+def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
     """run_recorded, then put back overrides.yaml: prepare_run rewrites it from the reloaded config.yaml,
     which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost."""
     from hpc_runner.engine.runner import run_recorded
@@ -34,13 +35,6 @@ def _run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
     finally:
         if before is not None and path.read_text(encoding="utf-8") != before:
             write_text_atomic(path, before)
-
-
-def _use_cpu_budget() -> None:
-    """Give the job's threads its CPUs first thing, before the config is built (the runner records it)."""
-    from hpc_runner.resources.threads import use_cpu_budget
-
-    use_cpu_budget()
 
 
 def _log_paths() -> dict[str, str]:
@@ -55,7 +49,7 @@ def _log_paths() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _stderr_into(log_file: Path) -> Iterator[None]:
+def stderr_into_log(log_file: Path) -> Iterator[None]:
     """Copy stderr (tracebacks, warnings) into the run's log.txt too: the runner tees only stdout, and in
     a packed task the job's stderr file mixes the points."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +62,8 @@ def _stderr_into(log_file: Path) -> Iterator[None]:
             sys.stderr = old
 
 
-def _finish(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
+def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
+    """Put the job fields back on run.yaml and turn the outcome into a result, a requeue or RunFailed."""
     from hpc_runner.engine.runner import describe_failure
     from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
 
@@ -96,10 +91,10 @@ def _finish(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) ->
 def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the prepared run dir of ``hpc-runner submit``; raise RunFailed unless it completes."""
     freeze_at_exit()
-    _use_cpu_budget()
+    use_cpu_budget()
     print(f"hpc-runner: job runs {run_dir}", flush=True)
-    outcome = _run_keeping_overrides(Path(run_dir), entry)
-    return _finish(outcome, {"job": job_record or {}})
+    outcome = run_keeping_overrides(Path(run_dir), entry)
+    return finish_job(outcome, {"job": job_record or {}})
 
 
 def materialize_point(
@@ -137,14 +132,14 @@ def run_sweep_point(
     from hpc_runner.records.environment import device_binding
 
     freeze_at_exit()
-    _use_cpu_budget()
+    use_cpu_budget()
     path = materialize_point(sweep_dir, point_dir, overrides, entry)
     print(f"hpc-runner: sweep point {index} runs in {path}", flush=True)
     if pack is None:
         clear_stop()  # a stop request meant for the previous point of an in-process sweep is not for this one
     # which GPUs and CPUs this point ran on, before it runs (prepare_run keeps the fields it does not own)
     RunDir(path).update_record(binding=device_binding(), **({"pack": pack} if pack else {}))
-    with _stderr_into(path / LOG_FILE):
-        outcome = _run_keeping_overrides(path, entry)
+    with stderr_into_log(path / LOG_FILE):
+        outcome = run_keeping_overrides(path, entry)
     record = {"sweep": {"dir": str(Path(sweep_dir).resolve()), "index": index, "overrides": overrides}}
-    return _finish(outcome, {**record, "job": job_record or {}}, requeue=pack is None)
+    return finish_job(outcome, {**record, "job": job_record or {}}, requeue=pack is None)

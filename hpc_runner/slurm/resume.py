@@ -28,7 +28,7 @@ class ResumePlan:
     active: list[int] = field(default_factory=list)
 
 
-def _still_queued(job_ids: Sequence[str]) -> set[str]:
+def still_queued(job_ids: Sequence[str]) -> set[str]:
     """Job ids squeue still lists as pending/running (for points sacct does not know yet)."""
     ids = tracking.array_ids(job_ids)
     if not ids:
@@ -49,7 +49,7 @@ def plan_resume(target: Target, only: Sequence[int] | None = None) -> ResumePlan
     """Sort the points into resubmit / completed / active; ``only`` limits the resubmitted ones."""
     states, _ = target.states()
     unknown = [s for s in states if s.state in (tracking.UNKNOWN,) and s.job_id]
-    queued = _still_queued([s.job_id for s in unknown]) if unknown else set()
+    queued = still_queued([s.job_id for s in unknown]) if unknown else set()
     plan = ResumePlan()
     for s in states:
         if s.state in tracking.ENDED_WELL:  # completed, or a tune trial pruned: never again

@@ -50,12 +50,12 @@ def resume_tune(directory: Any, record: Any, profile: Any, *, hold: bool = False
     """Plan and start the workers a tune dir needs; return the plan and the submission (None when none)."""
     from pathlib import Path
 
-    from hpc_runner.slurm.resume import _still_queued
+    from hpc_runner.slurm.resume import still_queued
     from hpc_runner.slurm.submission import Submitted
     from hpc_runner.tune.submit import _run_workers_here, send_workers, worker_jobs
 
     jobs = [j for j in worker_jobs(record).values() if j and j != "local"]
-    plan = plan_tune_resume(record, _still_queued(jobs) if jobs else set())
+    plan = plan_tune_resume(record, still_queued(jobs) if jobs else set())
     if dry_run or not plan.workers:
         return plan, None
     out = Submitted(Path(directory))

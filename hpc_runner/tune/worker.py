@@ -36,7 +36,7 @@ def run_tune_worker(
     """Run trials of the tune in ``sweep_dir`` until its budget is started; return this worker's counts."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.slurm.job import _use_cpu_budget
+    from hpc_runner.resources.threads import use_cpu_budget
     from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
     from hpc_runner.slurm.sweep_record import SweepRecord
     from hpc_runner.tune.settings import TuneSettings
@@ -53,7 +53,7 @@ def run_tune_worker(
     # its own random stream per worker and per start (a requeued worker must not replay its first asks)
     study = open_study(sweep_dir, settings.direction, settings.sampler, settings.pruner, settings.seed,
                        pruner_options=settings.pruner_options, stream=(worker_index, len(record.points)))
-    _use_cpu_budget()
+    use_cpu_budget()
     clear_stop()
     restore = install_stop_handlers()  # a stop between two trials must not kill the worker
     counts = {COMPLETED: 0, PRUNED: 0, FAILED: 0}
@@ -171,7 +171,7 @@ def _run_trial(
     from hpc_runner.engine.stop import Pruned
     from hpc_runner.records.environment import device_binding
     from hpc_runner.records.rundir import LOG_FILE, RunDir
-    from hpc_runner.slurm.job import RunFailed, _finish, _run_keeping_overrides, _stderr_into, materialize_point
+    from hpc_runner.slurm.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
 
     trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
     reported = set(_frozen(study, point["trial"]).intermediate_values)
@@ -193,12 +193,12 @@ def _run_trial(
         return FAILED, f"cannot write the trial's run dir: {exc}"
     print(f"hpc-runner: tune trial {point['trial']} (point {point['index']}) runs in {path}", flush=True)
     RunDir(path).update_record(binding=device_binding(), tune=tune)
-    with validation_hooks.listening(report), _stderr_into(path / LOG_FILE):
-        outcome = _run_keeping_overrides(path, entry)
+    with validation_hooks.listening(report), stderr_into_log(path / LOG_FILE):
+        outcome = run_keeping_overrides(path, entry)
     extra = {"sweep": {"dir": sweep_dir, "index": point["index"], "overrides": point["params"]}, "tune": tune,
              "job": job_record or {}}
     try:
-        result = _finish(outcome, extra, requeue=False)  # the worker requeues once, after the loop
+        result = finish_job(outcome, extra, requeue=False)  # the worker requeues once, after the loop
     except RunFailed as exc:
         return FAILED, str(exc).splitlines()[0] if str(exc) else "the run failed"
     return result["status"], None

@@ -512,6 +512,8 @@ class Trainer:
                         except Pruned:
                             if epoch + 1 < self.max_epochs:
                                 metrics.write(record)
+                                self.epoch = epoch + 1  # a pruned trial's summary counts the epochs it trained
+                                self._finish(time.perf_counter() - t_start, resumed_from, status="pruned")
                                 raise
                             # the last epoch: stopping now saves nothing and would discard a finished result
                 if self.lr_scheduler is not None and self.scheduler_interval == "epoch":
@@ -535,7 +537,8 @@ class Trainer:
             text += f", {self.metric_name} {record[self.metric_name]:.4f}"
         return text
 
-    def _finish(self, wall_s: float, resumed_from: str | None) -> dict[str, Any]:
+    def _finish(self, wall_s: float, resumed_from: str | None, status: str = "completed") -> dict[str, Any]:
+        """Write summary.json (and, when completed, model.pt), print the closing lines; return the summary."""
         transforms = self._transform_times()
         report = bottleneck.analyse(
             self._data_s, self._compute_s, num_workers=getattr(self.train_loader, "num_workers", None),
@@ -545,7 +548,7 @@ class Trainer:
         losses = self.history["epoch_loss"]
         metric_values = self.history["metrics"]
         summary: dict[str, Any] = {
-            "status": "completed",
+            "status": status,
             "epochs": self.epoch,
             "steps": self.step,
             "wall_s": round(wall_s, 3),
@@ -565,7 +568,8 @@ class Trainer:
             summary[self.metric_name] = metric_values[-1][1]
         if self.output_dir is not None and self.main:
             write_text_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
-            save_atomic(self.output_dir / "model.pt", lambda f: torch.save(self._model().state_dict(), f))
+            if status == "completed":  # a pruned trial's weights are not a result
+                save_atomic(self.output_dir / "model.pt", lambda f: torch.save(self._model().state_dict(), f))
         if self.main:
             metric = ""
             if metric_values:
@@ -574,8 +578,9 @@ class Trainer:
                     f" (best {summary['best_metric']:.4f} at epoch {summary['best_epoch']})"
                 )
             loss_text = f"{summary['final_loss']:.4f}" if summary["final_loss"] is not None else "n/a"
+            verb = "trained" if status == "completed" else f"{status} after"
             print(
-                f"hpc-runner: trained {self.epoch} epochs ({self.step} steps) in {wall_s:.1f} s, "
+                f"hpc-runner: {verb} {self.epoch} epochs ({self.step} steps) in {wall_s:.1f} s, "
                 f"{summary['steps_per_s'] or 0:.2f} steps/s; final loss {loss_text}{metric}",
                 flush=True,
             )

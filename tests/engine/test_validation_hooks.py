@@ -43,6 +43,10 @@ def test_pruned_by_a_listener_ends_the_run_as_pruned_after_that_epoch(tiny_bundl
     assert not (tmp_path / "run" / "error.txt").exists()  # not a failure
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["kind"], r["epoch"]) for r in records if r["kind"] != "iter"][-2:] == [("val", 1), ("epoch", 1)]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # collect's row of a pruned trial
+    assert (summary["status"], summary["epochs"]) == ("pruned", 2)
+    assert summary["final_metric"] == records[-2]["val_dice"]  # the validation that was pruned
+    assert not (tmp_path / "run" / "model.pt").exists()  # a pruned trial's weights are not a result
 
 
 @pytest.mark.slow

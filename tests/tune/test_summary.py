@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -64,6 +65,11 @@ def test_status_and_collect_of_a_tune_dir_show_trials_best_rungs_and_importances
     md = (out / "tune.md").read_text()
     assert md.count("| pruned |") == states.count("pruned") and md.count("| completed |") == len(done), md
     assert json.loads((out / "tune.json").read_text())["best"]["number"] == best["trial"]
+    rows = {int(r["point"]): r for r in csv.DictReader((out / "results.csv").open())}
+    for p in points:  # a pruned trial's row has the epochs it trained and its last validation, as a completed one
+        row = rows[p["index"]]
+        assert (row["state"].lower(), int(row["epochs"])) == (p["state"], p["epochs"]), row
+        assert float(row["val_dice"]) == pytest.approx(p["value"]), row  # the last validation, told to Optuna
 
     assert main(["report", str(out)]) == 0
     html = (out / "report.html").read_text()

@@ -106,7 +106,8 @@ def tune_arm(folder: Path, seed: int, data: list[str], cluster: list[str], args:
          "--space", "network_def::channels=choice(" + ",".join(CHANNELS) + ")", "--trials", str(args.trials),
          "--parallel", str(args.parallel), "--metric", "val_dice", "--pruner", "asha",
          "--pruner-option", "min_resource=1", "--pruner-option", f"reduction_factor={args.reduction_factor}",
-         "--sampler", args.sampler, "--seed", str(seed), "--output_dir", str(out), *cluster, *data)
+         "--sampler", args.sampler, *[a for o in args.sampler_option for a in ("--sampler-option", o)],
+         "--seed", str(seed), "--output_dir", str(out), *cluster, *data)
     wait_idle(out, args.timeout)
     return summarize(f"tune seed {seed}", out, time.monotonic() - t0)
 
@@ -120,6 +121,8 @@ def main() -> int:
     p.add_argument("--parallel", type=int, default=2, help="tune workers (the local node runs 2 one-CPU jobs)")
     p.add_argument("--reduction-factor", type=int, default=3)
     p.add_argument("--sampler", default="tpe")
+    p.add_argument("--sampler-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed to tune (e.g. n_startup_trials=4); repeatable")
     p.add_argument("--cluster", default="slurm")
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--keep", metavar="DIR", help="write the sweep and tune dirs here (default: a temp dir)")

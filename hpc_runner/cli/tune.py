@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    metavar="KEY=VALUE", help="an option of the Optuna pruner class, e.g. min_resource=1 "
                    "reduction_factor=3 (asha), n_startup_trials=4 (median); repeatable")
     g.add_argument("--sampler", choices=["tpe", "random", "qmc"], default="tpe")
+    g.add_argument("--sampler-option", "--sampler_option", dest="sampler_option", action="append", default=[],
+                   metavar="KEY=VALUE", help="an option of the Optuna sampler class, e.g. n_startup_trials=4 "
+                   "(tpe; default 10); repeatable")
     g.add_argument("--seed", type=int, metavar="S", help="the sampler's seed")
     g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="tune dir (default runs/<bundle>/tune-<time>)")
     add_cluster_arguments(parser)
@@ -81,7 +84,8 @@ def _main(args: argparse.Namespace) -> int:
 
     settings = TuneSettings(space=list(args.space), trials=args.trials, metric=args.metric,
                             direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.seed,
-                            pruner_options=pruner_options(args.pruner_option))
+                            pruner_options=key_values(args.pruner_option, "--pruner-option", "min_resource=1"),
+                            sampler_options=key_values(args.sampler_option, "--sampler-option", "n_startup_trials=4"))
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
     apply_local_profile_cpus(profile, args)
@@ -92,7 +96,7 @@ def _main(args: argparse.Namespace) -> int:
     return report_started(res, profile, args.hold)
 
 
-def pruner_options(pairs: list[str]) -> dict[str, Any]:
+def key_values(pairs: list[str], flag: str, example: str) -> dict[str, Any]:
     """Return ``KEY=VALUE`` pairs as keyword arguments, each value read as a YAML scalar (1, 0.5, auto)."""
     import yaml
 
@@ -102,8 +106,7 @@ def pruner_options(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise UserError(f"--pruner-option {pair!r} is not KEY=VALUE",
-                            expected="e.g. --pruner-option min_resource=1")
+            raise UserError(f"{flag} {pair!r} is not KEY=VALUE", expected=f"e.g. {flag} {example}")
         out[key] = yaml.safe_load(value)
     return out
 

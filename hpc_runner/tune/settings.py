@@ -22,6 +22,7 @@ class TuneSettings:
     sampler: str = "tpe"
     seed: int | None = None
     pruner_options: dict[str, Any] = field(default_factory=dict)
+    sampler_options: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         """Raise UserError on a budget, direction, sampler or pruner that cannot work (the space separately)."""
@@ -33,7 +34,7 @@ class TuneSettings:
             raise UserError("no --metric given", expected="the trainer's metric_name, e.g. --metric val_dice")
         if self.direction not in DIRECTIONS:
             raise UserError(f"unknown direction '{self.direction}'", expected="--direction maximize|minimize")
-        make_sampler(self.sampler, self.seed)
+        make_sampler(self.sampler, self.seed, **self.sampler_options)
         make_pruner(self.pruner, **self.pruner_options)
 
     def to_record(self) -> dict[str, Any]:

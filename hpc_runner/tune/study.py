@@ -39,22 +39,29 @@ def stream_seed(seed: int | None, *parts: Any) -> int | None:
     return int.from_bytes(digest[:4], "little")
 
 
-def make_sampler(name: str, seed: int | None = None, stream: tuple[Any, ...] = ()) -> Any:
-    """Return the Optuna sampler called ``name`` (tpe, random, qmc)."""
+def make_sampler(name: str, seed: int | None = None, stream: tuple[Any, ...] = (), **options: Any) -> Any:
+    """Return the Optuna sampler called ``name`` (tpe, random, qmc), with its options."""
     import optuna
 
     _check("sampler", name, SAMPLERS)
+    own = stream_seed(seed, *stream) if stream else seed
     if name == "qmc":
         # every worker must draw from the same sequence: QMCSampler keeps its position in the study
-        with warnings.catch_warnings():  # "experimental" since Optuna 3.0: not the user's concern
+        cls, kwargs = optuna.samplers.QMCSampler, {"seed": seed, "scramble": seed is not None,
+                                                   "warn_independent_sampling": False,
+                                                   "warn_asynchronous_seeding": False}
+    elif name == "random":
+        cls, kwargs = optuna.samplers.RandomSampler, {"seed": own}
+    else:  # constant_liar: trials running in other workers count as bad guesses, so parallel workers spread out
+        cls, kwargs = optuna.samplers.TPESampler, {"seed": own, "constant_liar": True}
+    try:
+        with warnings.catch_warnings():  # "experimental" (QMC, some TPE options): not the user's concern
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.QMCSampler(seed=seed, scramble=seed is not None, warn_independent_sampling=False,
-                                              warn_asynchronous_seeding=False)
-    own = stream_seed(seed, *stream) if stream else seed
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=own)
-    # constant_liar: trials running in other workers count as bad guesses, so parallel workers spread out
-    return optuna.samplers.TPESampler(seed=own, constant_liar=True)
+            return cls(**{**kwargs, **options})
+    except TypeError as exc:
+        raise UserError(f"bad options for the {name} sampler: {exc}", expected="options of its Optuna class",
+                        hint=f"--sampler-option KEY=VALUE takes the keyword arguments of optuna.samplers.{cls.__name__}"
+                        ) from None
 
 
 def make_pruner(name: str, **options: Any) -> Any:
@@ -74,6 +81,31 @@ def make_pruner(name: str, **options: Any) -> Any:
         raise UserError(f"bad options for the {name} pruner: {exc}", expected="options of its Optuna class") from None
 
 
+def rehearse(settings: Any, distributions: dict[str, Any], trials: int = 12) -> None:
+    """Run the sampler and pruner over a few made-up trials in memory: an option value Optuna only trips
+    on when it asks or prunes (``n_startup_trials=abc``) fails here, not in every queued worker."""
+    import optuna
+
+    sampler = make_sampler(settings.sampler, settings.seed, **settings.sampler_options)
+    pruner = make_pruner(settings.pruner, **settings.pruner_options)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory"
+    study = optuna.create_study(direction=settings.direction, sampler=sampler, pruner=pruner)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in range(trials):  # past TPE's 10 random start-up trials, so its model is built once
+                trial = study.ask(distributions)
+                trial.report(i / trials, 1)
+                trial.should_prune()
+                study.tell(trial, i / trials)
+    except Exception as exc:  # Optuna's own check of a bad value: TypeError, ValueError, ...
+        raise UserError(f"the {settings.sampler} sampler or the {settings.pruner} pruner fails on a trial with "
+                        f"these options: {type(exc).__name__}: {exc}",
+                        expected="--sampler-option/--pruner-option values of the types their Optuna class takes",
+                        hint=f"sampler options {settings.sampler_options}, pruner options {settings.pruner_options}"
+                        ) from None
+
+
 def journal_path(sweep_dir: str | Path) -> Path:
     """Return the study's journal file in the sweep dir."""
     return Path(sweep_dir) / JOURNAL_FILE
@@ -87,6 +119,7 @@ def open_study(
     seed: int | None = None,
     *,
     pruner_options: dict[str, Any] | None = None,
+    sampler_options: dict[str, Any] | None = None,
     stream: tuple[Any, ...] = (),
 ) -> Any:
     """Create or load the study of ``sweep_dir`` (journal file ``optuna.journal``, study name ``tune``)."""
@@ -103,7 +136,7 @@ def open_study(
         storage=storage,
         study_name=STUDY_NAME,
         direction=direction,  # type: ignore[arg-type]
-        sampler=make_sampler(sampler, seed, stream),
+        sampler=make_sampler(sampler, seed, stream, **(sampler_options or {})),
         pruner=make_pruner(pruner, **(pruner_options or {})),
         load_if_exists=True,
     )

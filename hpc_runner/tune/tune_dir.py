@@ -19,10 +19,13 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str
     """Raise a UserError when a corner of the space is not a valid config; return what was checked."""
     from hpc_runner.slurm.sweep_check import check_points, make_override
     from hpc_runner.tune.space import parse_space, space_corners
+    from hpc_runner.tune.study import rehearse
 
     settings.check()
     _check_metric(cfg.config, settings.metric)
-    corners = space_corners(parse_space(settings.space))
+    space = parse_space(settings.space)
+    rehearse(settings, space.distributions())
+    corners = space_corners(space)
     note = f"{len(corners)} corner point(s) of the space: " + check_points(cfg, corners)
     if preflight:
         from hpc_runner.config.preflight import check_points as preflight_points

@@ -52,7 +52,8 @@ def run_tune_worker(
     task = current_job_id()
     # its own random stream per worker and per start (a requeued worker must not replay its first asks)
     study = open_study(sweep_dir, settings.direction, settings.sampler, settings.pruner, settings.seed,
-                       pruner_options=settings.pruner_options, stream=(worker_index, len(record.points)))
+                       pruner_options=settings.pruner_options,
+                       sampler_options=settings.sampler_options, stream=(worker_index, len(record.points)))
     use_cpu_budget()
     clear_stop()
     restore = install_stop_handlers()  # a stop between two trials must not kill the worker

@@ -74,3 +74,27 @@ def test_samplers_and_pruners_by_name_and_unknown_names_are_refused() -> None:
         make_sampler("grid")
     with pytest.raises(UserError, match="bad options"):
         make_pruner("median", n_startup=1)
+
+
+def test_sampler_options_reach_the_optuna_class_and_a_bad_one_is_refused() -> None:
+    tpe = make_sampler("tpe", 0, n_startup_trials=3)
+    assert tpe._n_startup_trials == 3 and tpe._constant_liar  # ours kept unless the user sets it
+    assert make_sampler("tpe", 0, constant_liar=False)._constant_liar is False
+    with pytest.raises(UserError, match="bad options for the tpe sampler") as err:
+        make_sampler("tpe", 0, n_startup=3)
+    assert "optuna.samplers.TPESampler" in str(err.value)
+
+
+def test_a_bad_option_value_fails_in_the_rehearsal_not_in_a_queued_worker() -> None:
+    from hpc_runner.tune.settings import TuneSettings
+    from hpc_runner.tune.space import parse_space
+    from hpc_runner.tune.study import rehearse
+
+    space = parse_space(["learning_rate=loguniform(1e-4,1e-1)"]).distributions()
+    good = TuneSettings(space=[], trials=4, metric="val_dice", sampler_options={"n_startup_trials": 2},
+                        pruner_options={"min_resource": 1})
+    rehearse(good, space)
+    bad = TuneSettings(space=[], trials=4, metric="val_dice", sampler_options={"n_startup_trials": "two"})
+    with pytest.raises(UserError, match="fails on a trial with these options: TypeError") as err:
+        rehearse(bad, space)
+    assert "'n_startup_trials': 'two'" in str(err.value)

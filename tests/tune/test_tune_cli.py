@@ -36,6 +36,22 @@ def test_tune_with_a_bad_space_exits_2_and_writes_nothing(tmp_path: Path, tiny, 
     assert not out.exists()
 
 
+def test_sampler_options_are_recorded_for_every_worker_and_a_bad_value_exits_2_writing_nothing(
+        tmp_path: Path, tiny, capsys) -> None:
+    bad = tmp_path / "bad"
+    assert _tune(bad, tiny, "--trials", "2", "--sampler", "tpe", "--sampler-option", "n_startup_trials=two") == 2
+    err = capsys.readouterr().err
+    assert "fails on a trial with these options" in err and "n_startup_trials" in err, err
+    assert not bad.exists()
+    out = tmp_path / "t"
+    assert main(["tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-4,1e-1)", "--metric",
+                 "val_dice", "--sampler", "tpe", "--sampler-option", "n_startup_trials=1", "--pruner", "none",
+                 "--seed", "0", "--trials", "2", "--cluster", "local", "--output_dir", str(out), *tiny]) == 0
+    record = SweepRecord.load(out)
+    assert record.data["tune"]["sampler_options"] == {"n_startup_trials": 1}  # what each worker builds its TPE with
+    assert [p["state"] for p in record.points] == ["completed"] * 2
+
+
 def test_tune_with_a_metric_the_trainer_does_not_report_exits_2_and_writes_nothing(tmp_path: Path, tiny) -> None:
     out = tmp_path / "t"
     assert main(["tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-4,1e-1)", "--trials", "2",

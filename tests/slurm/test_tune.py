@@ -141,6 +141,48 @@ def test_a_stop_signal_requeues_the_worker_and_it_finishes_the_same_trial_from_i
     assert len(requeues) >= 2, requeues  # one record per attempt: the worker's job was requeued
 
 
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_worker_cancelled_mid_trial_is_restarted_by_resume_and_finishes_that_trial_from_its_checkpoint(
+    slurm_cluster, cli, tmp_path, dataset_dir
+):
+    """`scancel` of the only worker after trial 0's first epoch: the trial is left running (its job is gone,
+    nobody told Optuna); `resume` restarts that worker, which continues trial 0 from its checkpoint and
+    then runs trial 1. Every step of trial 0 is recorded once."""
+    import json
+
+    out = tmp_path / "tune"
+    train = ["--num_train", "8", "--num_val", "1", "--image_size", "16", "--batch_size", "1", "--max_epochs", "4",
+             "--val_interval", "1", "--dataset_dir", str(dataset_dir)]
+    res = cli("tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-3,1e-2)", "--metric",
+              "val_dice", "--sampler", "random", "--seed", "0", "--pruner", "none", "--trials", "2", "--parallel", "1",
+              "--cluster", TEST_PROFILE, "--output_dir", str(out), *train)
+    assert res.returncode == 0, res.stderr[-3000:]
+    job = SweepRecord.load(out).submissions()[-1]["workers"]["0"]
+    metrics = out / "points" / "0000" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.is_file() and '"kind": "epoch"' in metrics.read_text()):
+        assert time.monotonic() < deadline, "trial 0 never finished its first epoch"
+        time.sleep(0.1)
+    slurm_cluster.run("scancel", job)
+    wait_idle(slurm_cluster, out, 120)
+    left = SweepRecord.load(out).points
+    assert [(p["trial"], p["state"]) for p in left] == [(0, "running")], left
+    assert journal_states(out) == ["RUNNING"]  # never told: the trial is neither lost nor finished
+
+    res = cli("resume", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "restart [0] (trial left running)" in res.stdout, res.stdout
+    wait_idle(slurm_cluster, out, 300)
+    points = SweepRecord.load(out).points
+    assert [(p["trial"], p["state"]) for p in points] == [(0, "completed"), (1, "completed")], points
+    assert journal_states(out) == ["COMPLETE", "COMPLETE"]
+    summary = json.loads((out / "points" / "0000" / "summary.json").read_text())
+    assert summary["resumed_from"] and summary["epochs"] == 4, summary  # continued, not started again
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"iter"' in line]
+    assert steps == list(range(1, 33))  # 4 epochs x 8 steps, each once
+
+
 def yaml_load(path: Path) -> dict:
     import yaml
 

@@ -6,7 +6,8 @@
 #   start   install the Debian packages if missing, write the configs, start
 #           munged -> mariadbd -> slurmdbd -> slurmctld -> slurmd and wait until the
 #           node is idle. Idempotent: daemons already running (per pid file) are kept;
-#           a changed slurm.conf is applied with `scontrol reconfigure`.
+#           a changed slurm.conf is applied with `scontrol reconfigure`. A cold start cancels
+#           the jobs slurmctld recovers from a cluster that died without `stop`.
 #   stop    cancel this cluster's jobs and stop the daemons it started (pid files only).
 #           --clean also wipes config, state, database and logs: the next start is cold.
 #   status  daemons, sinfo, and whether sacct answers; exit 1 if the cluster does not answer.
@@ -355,13 +356,32 @@ cmd_start() {
   trap 'die "command failed (line $LINENO): $BASH_COMMAND"' ERR
   install_packages
   write_configs
+  local warm=0
+  alive slurmctld && warm=1
   start_daemons
   wait_until 30 accounts_known ||
     die "slurmctld does not know account hpcr or QOS hpcr-limited (scontrol show assoc_mgr); restart it"
   wait_until "$TIMEOUT" node_usable ||
     die "node $(node_name) not usable after ${TIMEOUT}s: state '$(node_state)'; $(scontrol show node "$(node_name)" 2>&1 | grep -o 'Reason=.*' || true)"
+  ((warm)) || cancel_recovered_jobs
   trap - ERR
   log "node $(node_name) $(node_state) after $((SECONDS - t0))s (MaxArraySize=$MAX_ARRAY); clients: . $DIR/env.sh"
+}
+
+# A cold start after the daemons died without `stop` (a killed session, a reboot) recovers the old
+# queue from StateSaveLocation, and those jobs would run before anything new: CI once waited 7 min
+# behind 72 jobs of an interrupted test run. Nobody is waiting for them; cancel them.
+cancel_recovered_jobs() {
+  local ids i
+  ids=$(squeue -h -o %A 2>/dev/null) || return 0
+  [[ -n $ids ]] || return 0
+  log "cancelling $(wc -l <<<"$ids") job(s) recovered from the last run (stopped without 'stop')"
+  xargs -r scancel <<<"$ids" 2>/dev/null || true
+  for ((i = 0; i < TIMEOUT * 5; i++)); do
+    [[ -z $(squeue -h 2>/dev/null) ]] && return 0
+    sleep 0.2
+  done
+  die "jobs recovered from the last run still queued after ${TIMEOUT}s: $(squeue -h -o '%i %T' | head -n 5 | tr '\n' ' ')"
 }
 
 cmd_stop() {

@@ -372,27 +372,24 @@ cmd_start() {
 # queue from StateSaveLocation, and those jobs would run before anything new: CI once waited 7 min
 # behind 72 jobs of an interrupted test run. Nobody is waiting for them; cancel them.
 cancel_recovered_jobs() {
-  local ids i
-  ids=$(squeue -h -o %A 2>/dev/null) || return 0
-  [[ -n $ids ]] || return 0
-  log "cancelling $(wc -l <<<"$ids") job(s) recovered from the last run (stopped without 'stop')"
-  xargs -r scancel <<<"$ids" 2>/dev/null || true
-  for ((i = 0; i < TIMEOUT * 5; i++)); do
-    [[ -z $(squeue -h 2>/dev/null) ]] && return 0
-    sleep 0.2
-  done
-  die "jobs recovered from the last run still queued after ${TIMEOUT}s: $(squeue -h -o '%i %T' | head -n 5 | tr '\n' ' ')"
+  local n
+  n=$(squeue -h -o %A 2>/dev/null | wc -l) || return 0
+  ((n > 0)) || return 0
+  log "cancelling $n job(s) recovered from the last run (stopped without 'stop')"
+  cancel_all_jobs
+  wait_until "$TIMEOUT" queue_empty ||
+    die "jobs recovered from the last run still queued after ${TIMEOUT}s: $(squeue -h -o '%i %T' | head -n 5 | tr '\n' ' ')"
 }
+
+cancel_all_jobs() { squeue -h -o %A 2>/dev/null | xargs -r scancel 2>/dev/null || true; }
+queue_empty() { [[ -z $(squeue -h 2>/dev/null) ]]; }
 
 cmd_stop() {
   local d p i
   # Cancel first, so no slurmstepd or job process outlives the daemons.
   if alive slurmctld; then
-    squeue -h -o %A 2>/dev/null | xargs -r scancel 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-      [[ -z $(squeue -h 2>/dev/null) ]] && break
-      sleep 0.2
-    done
+    cancel_all_jobs
+    wait_until 20 queue_empty || true
   fi
   for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
     d=${DAEMONS[i]}

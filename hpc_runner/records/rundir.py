@@ -79,6 +79,14 @@ def default_run_dir(bundle_name: str, root: Path = Path("runs")) -> Path:
 
 def check_folder_path(path: str | os.PathLike, what: str = "the run dir") -> None:
     """Raise UserError when ``path``, or a folder it would be made in, exists as something other than a folder."""
+    from hpc_runner.control_chars import find_control_character
+
+    found = find_control_character(str(path))
+    if found:
+        raise UserError(
+            f"{what} {str(path)[:120]!r} holds a control character ({found[1]!r} at position {found[0]})",
+            expected="--output_dir on one line, without control characters (it reaches job scripts and logs)",
+        )
     path = Path(path)
     for part in (path, *path.parents):
         if part.is_dir():

@@ -46,7 +46,11 @@ def slurm_parameters(
     chdir: str | None = None,
 ) -> dict[str, Any]:
     """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir)."""
-    params: dict[str, Any] = {"job_name": profile.get("job_name") or job_name, "time": profile.time_minutes()}
+    from hpc_runner.slurm.job_script import check_parameters, safe_job_name
+
+    # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
+    params: dict[str, Any] = {"job_name": safe_job_name(profile.get("job_name") or job_name),
+                              "time": profile.time_minutes()}
     for key, name in _PASS_THROUGH.items():
         value = profile.get(key)
         if value is not None and value != []:
@@ -63,25 +67,27 @@ def slurm_parameters(
     if chdir:
         extra.setdefault("chdir", chdir)
     params["additional_parameters"] = extra
+    check_parameters(params, profile.where)
     return params
 
 
 def python_command(profile: ClusterProfile) -> str:
     """Return the command that starts python in the job (the profile's, else this interpreter)."""
-    return profile.get("python") or shlex.quote(sys.executable)
+    from hpc_runner.slurm.job_script import check_python_command
+
+    command = profile.get("python") or shlex.quote(sys.executable)
+    check_python_command(command, profile.where)
+    return command
 
 
 def sbatch_script(
     profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None
 ) -> str:
-    """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints)."""
-    from submitit.slurm.slurm import _make_sbatch_string
+    """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven."""
+    from hpc_runner.slurm.job_script import checked_script
 
-    folder = Path(folder).expanduser().absolute()  # as SlurmExecutor.__init__ does
-    # the same command string as SlurmExecutor._submitit_command_str
-    command = " ".join([python_command(profile), "-u -m submitit.core._submit", shlex.quote(str(folder))])
     try:
-        return _make_sbatch_string(command=command, folder=folder, map_count=map_count, **parameters)
+        return checked_script(parameters, folder, python_command(profile), map_count, profile.where)
     except (TypeError, ValueError) as exc:
         raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})", where=profile.where) from None
 
@@ -90,8 +96,11 @@ def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, A
     """Return a submitit SlurmExecutor writing into ``folder`` (which may hold ``%j``)."""
     from submitit import SlurmExecutor
 
+    from hpc_runner.slurm.job_script import check_path
+
+    check_path(Path(folder).expanduser().absolute(), "the job's log folder", profile.where)
     try:
-        executor = SlurmExecutor(folder=folder, python=profile.get("python"))
+        executor = SlurmExecutor(folder=folder, python=python_command(profile))
     except RuntimeError as exc:  # no srun on PATH
         raise ClusterError(
             f"cannot submit to SLURM from here ({exc})",
@@ -120,6 +129,8 @@ def submit_array(executor: Any, fn: Callable[..., Any], argument_lists: Sequence
     """Submit one array through ``executor.map_array``; raise ClusterError with sbatch's message on failure."""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
 
+    count = len(argument_lists[0]) if argument_lists else 0
+    _prove(executor, count if count > 1 else None)
     try:
         return executor.map_array(fn, *argument_lists)
     except (FailedJobError, FailedSubmissionError, OSError) as exc:
@@ -130,7 +141,15 @@ def submit_one(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """Submit one job through ``executor.submit``; raise ClusterError with sbatch's message on failure."""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
 
+    _prove(executor, None)
     try:
         return executor.submit(fn, *args)
     except (FailedJobError, FailedSubmissionError, OSError) as exc:
         raise sbatch_error(exc) from None
+
+
+def _prove(executor: Any, map_count: int | None) -> None:
+    """Prove the script the executor is about to hand sbatch (submitit writes it from these same values)."""
+    from hpc_runner.slurm.job_script import checked_script
+
+    checked_script(executor.parameters, executor.folder, executor.python, map_count)

@@ -8,6 +8,7 @@ A profile may start from another with ``extends: NAME``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -198,6 +199,7 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
             )
     if "time" in settings:
         parse_time_minutes(settings["time"], where)
+    _check_script_values(settings, where)
     for key in ("setup", "srun_args", "partitions"):
         if key in settings and not all(isinstance(x, str) for x in settings[key]):
             raise ClusterError(f"{key}: every item must be a string", where=where, expected=_KEYS[key][1])
@@ -205,10 +207,36 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
                 "gpus_per_node"):
         if isinstance(settings.get(key), int) and settings[key] < (0 if key == "gpus_per_node" else 1):
             raise ClusterError(f"{key}: {settings[key]} is too small", where=where, expected=_KEYS[key][1])
+    for key in ("mem_gb", "point_minutes"):
+        value = settings.get(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ClusterError(f"{key}: {value} is not a finite number", where=where, expected=_KEYS[key][1])
+    if isinstance(settings.get("mem_gb"), int | float) and settings["mem_gb"] <= 0:
+        raise ClusterError(f"mem_gb: {settings['mem_gb']} is not positive", where=where, expected=_KEYS["mem_gb"][1])
     minutes = settings.get("point_minutes")
     if minutes is not None and (isinstance(minutes, bool) or minutes <= 0):
         raise ClusterError(f"point_minutes: {minutes} is not a positive number", where=where,
                            expected=_KEYS["point_minutes"][1])
+
+
+def _check_script_values(settings: Mapping[str, Any], where: str) -> None:
+    """ClusterError for a value that must not reach a job script (slurm/job_script.py), named by its key."""
+    from hpc_runner.slurm.job_script import check_field, check_python_command, check_text
+
+    for key, value in settings.items():
+        if key == "python" and value is not None:
+            check_python_command(value, where)
+        elif key in ("setup", "srun_args", "partitions"):
+            for item in value:
+                check_text(item, f"{key} item", where)
+        elif key in ("env", "sbatch"):
+            for name, item in value.items():
+                check_text(name, f"{key} name", where)
+                check_text(item, f"{key}: {name}", where)
+        elif key in ("description", "job_name", "extends"):
+            check_text(value, key, where)
+        elif isinstance(value, str):
+            check_field(key, value, where)
 
 
 def _unknown_profile(name: str, environ: Mapping[str, str] | None) -> ClusterError:

@@ -80,7 +80,7 @@ def _print_cache_plan(cfg, fmt: str) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.config.display import resolve_for_display, to_plain
+    from hpc_runner.config.display import describe_unevaluated, resolve_with_notes, to_plain
     from hpc_runner.config.ids import get_by_id
     from hpc_runner.errors import ConfigError
     from hpc_runner.records.rundir import dump_yaml
@@ -92,8 +92,9 @@ def main(args: argparse.Namespace) -> int:
         print(_sources_table(cfg))
         return 0
     data = cfg.expanded()
+    notes: list = []
     if args.resolve:
-        data = resolve_for_display(data)
+        data, notes = resolve_with_notes(data)
     if args.id:
         try:
             data = get_by_id(data, args.id)
@@ -101,4 +102,10 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"id '{args.id}' is not in the config", expected="an existing id") from None
     data = to_plain(data)
     print(json.dumps(data, indent=2) if args.format == "json" else dump_yaml(data), end="")
+    if args.id:
+        notes = [n for n in notes if n.id_path == args.id or n.id_path.startswith(args.id + "::")]
+    if notes:  # on stderr for JSON, so the output stays parseable
+        import sys
+
+        print(describe_unevaluated(notes), end="", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0

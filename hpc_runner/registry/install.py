@@ -1,14 +1,19 @@
 """``hpc-runner install``: unpack a packed bundle into a search-path directory, safely and atomically.
 
-Every archive member must be a plain file or folder under one top folder (no links, devices, absolute
-paths or ``..``); the files are written by this code (nothing is extracted by tarfile), checked
-against the archive's MANIFEST in a hidden temporary folder beside the destination, and only then
-renamed to ``<dir>/<name>-<version>/`` in one step. A bundle with the same name and version that is
-already there is left alone: identical content is a no-op, different content is refused.
+Nothing is written before the archive's headers and its MANIFEST have been read and checked (a first
+pass that decompresses but writes nothing): at most ``MAX_MEMBERS`` members, each a plain file or
+folder under one top folder (no links, devices, absolute paths or ``..``), every file listed in the
+MANIFEST, and the files' total size within ``MAX_BYTES`` and the free space of ``--to``. The
+bundle's name and version must make a folder name (the rules ``pack`` applies) and that folder must
+resolve inside ``--to``. Then the files are written by this code (nothing is extracted by tarfile)
+into a hidden temporary folder beside the destination, checked against the MANIFEST, and renamed to
+``<dir>/<name>-<version>/`` in one step. A bundle with the same name and version that is already
+there is left alone: identical content is a no-op, different content is refused.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tarfile
@@ -21,11 +26,15 @@ from hpc_runner.registry.manifest import (
     MANIFEST_NAME,
     check_member_name,
     diff_manifest,
-    read_manifest,
+    parse_manifest,
 )
-from hpc_runner.registry.search import bundles_in, install_dir_name
+from hpc_runner.registry.search import META_RELPATH, bundles_in, install_dir_name
 
 _COPY_CHUNK = 1 << 20
+MAX_MEMBERS = 20_000  # files and folders in one archive
+MAX_BYTES = int(os.environ.get("HPCR_INSTALL_MAX_BYTES", 256 << 30))  # all files together (weights included)
+MAX_MANIFEST_BYTES = 8 << 20
+MAX_METADATA_BYTES = 4 << 20
 
 
 @dataclass
@@ -38,11 +47,33 @@ class InstallResult:
     status: str
 
 
-def _members(tar: tarfile.TarFile, where: str) -> tuple[str, list[tarfile.TarInfo]]:
-    """Return the archive's top folder and its members, refusing anything but plain files and folders."""
-    members = tar.getmembers()
+@dataclass
+class _Plan:
+    """What the header pass found: the top folder, the members, the MANIFEST and the bundle's identity."""
+
+    top: str
+    members: list[tarfile.TarInfo]
+    manifest: dict[str, str]
+    name: str
+    version: str
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int, where: str) -> bytes:
+    if member.size > limit:
+        raise BundleError(f"'{member.name}' is {member.size} bytes, more than {limit} allowed for it", where=where)
+    f = tar.extractfile(member)
+    return f.read(limit + 1) if f is not None else b""
+
+
+def _check_header(tar: tarfile.TarFile, where: str) -> _Plan:
+    """Read every header (no file written), the MANIFEST and the metadata; BundleError on any refusal."""
+    members: list[tarfile.TarInfo] = []
     tops, seen = set(), set()
-    for m in members:
+    manifest_text = meta_text = None
+    for m in tar:  # one header at a time: a huge member count stops here, not after all are read
+        if len(members) >= MAX_MEMBERS:
+            raise BundleError(f"the archive has more than {MAX_MEMBERS} members", where=where,
+                              expected="a bundle archive written by 'hpc-runner pack'")
         name = m.name.rstrip("/") if m.isdir() else m.name
         check_member_name(name, f"{where}: member")
         if not (m.isfile() or m.isdir()):
@@ -52,14 +83,61 @@ def _members(tar: tarfile.TarFile, where: str) -> tuple[str, list[tarfile.TarInf
             raise BundleError(f"member '{name}' appears twice", where=where, expected="each path once")
         seen.add(name)
         tops.add(name.split("/", 1)[0])
+        members.append(m)
+        rel = name.split("/", 1)[1] if "/" in name else ""
+        if m.isfile() and rel == MANIFEST_NAME:
+            manifest_text = _read_member(tar, m, MAX_MANIFEST_BYTES, where)
+        elif m.isfile() and rel == META_RELPATH.as_posix():
+            meta_text = _read_member(tar, m, MAX_METADATA_BYTES, where)
     if len(tops) != 1 or any(m.isfile() and "/" not in m.name for m in members):
         raise BundleError("the archive does not hold exactly one top folder", where=where,
                           expected="an archive written by 'hpc-runner pack' (NAME-VERSION/...)")
-    return tops.pop(), members
+    top = tops.pop()
+    if manifest_text is None:
+        raise BundleError(f"the archive has no {MANIFEST_NAME}", where=where,
+                          expected="an archive written by 'hpc-runner pack'")
+    try:
+        manifest = parse_manifest(manifest_text.decode("utf-8"), f"{where}: {MANIFEST_NAME}")
+    except UnicodeDecodeError:
+        raise BundleError(f"the {MANIFEST_NAME} is not text", where=where) from None
+    files = {m.name.split("/", 1)[1]: m for m in members if m.isfile()}
+    extra = sorted(set(files) - set(manifest) - {MANIFEST_NAME})
+    if extra:
+        raise BundleError(f"the archive holds files its {MANIFEST_NAME} does not list: {', '.join(extra[:5])}",
+                          where=where, expected="only the files the MANIFEST lists (nothing was written)")
+    missing = sorted(set(manifest) - set(files))
+    if missing:
+        raise BundleError(f"files listed in its {MANIFEST_NAME} are missing: {', '.join(missing[:5])}", where=where,
+                          expected="an intact archive (copy it again)")
+    total = sum(m.size for m in files.values())
+    if total > MAX_BYTES:
+        raise BundleError(f"the archive's files add up to {total} bytes, more than {MAX_BYTES}", where=where,
+                          hint="set HPCR_INSTALL_MAX_BYTES to allow more")
+    name, version = _identity(meta_text, where)
+    return _Plan(top, members, manifest, name, version)
 
 
-def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path) -> None:
-    for m in members:
+def _identity(meta_text: bytes | None, where: str) -> tuple[str, str]:
+    """The bundle's name and version from its metadata, under the rules ``pack`` applies to them."""
+    if meta_text is None:
+        raise BundleError(f"the archive has no {META_RELPATH}", where=where, expected="a bundle archive")
+    try:
+        meta = json.loads(meta_text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"the archive's {META_RELPATH} is not JSON ({exc})", where=where) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("version"), str):
+        raise BundleError(f"the archive's {META_RELPATH} has no version", where=where,
+                          expected="metadata with a 'name' and a 'version'")
+    name = meta.get("name")
+    if not isinstance(name, str):
+        raise BundleError(f"the archive's {META_RELPATH} has no name", where=where,
+                          expected="metadata with a 'name' and a 'version'")
+    install_dir_name(name, meta["version"], f"{where}: {META_RELPATH}")
+    return name, meta["version"]
+
+
+def _extract(tar: tarfile.TarFile, plan: _Plan, dest: Path) -> None:
+    for m in plan.members:
         target = dest / m.name.rstrip("/")
         if m.isdir():
             target.mkdir(parents=True, exist_ok=True)
@@ -73,15 +151,13 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path) -
             shutil.copyfileobj(src, out, _COPY_CHUNK)
 
 
-def _read_identity(root: Path, where: str) -> tuple[str, str]:
-    from hpc_runner.registry.pack import bundle_identity
-
-    try:
-        name, version, _ = bundle_identity(root)
-    except BundleError as err:
-        raise BundleError(f"the archive's bundle is not valid: {err.message}", where=where,
-                          expected=err.expected) from None
-    return name, version
+def _inside(dest_dir: Path, folder: str, where: str) -> Path:
+    """Return ``dest_dir/folder``; BundleError unless it resolves to a folder directly inside ``dest_dir``."""
+    target = dest_dir / folder
+    if target.resolve().parent != dest_dir.resolve():
+        raise BundleError(f"the bundle would be installed at {target.resolve()}, outside {dest_dir}", where=where,
+                          expected="a name and version that make a folder inside --to")
+    return target
 
 
 def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
@@ -91,37 +167,44 @@ def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
     if not archive.is_file():
         raise BundleError("archive not found", where=where, expected="a NAME-VERSION.tar.gz from 'hpc-runner pack'")
     dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            plan = _check_header(tar, where)
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # zlib, gzip and lzma errors among them
+        raise BundleError(f"cannot read the archive ({type(exc).__name__}: {exc})", where=where,
+                          expected="a .tar.gz written by 'hpc-runner pack'") from None
+    target = _inside(dest_dir, install_dir_name(plan.name, plan.version, where), where)
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(dest_dir).free
+    except OSError as exc:
+        raise BundleError(f"cannot use the install directory ({exc.strerror or exc})", where=str(dest_dir)) from None
+    size = sum(m.size for m in plan.members)
+    if size > free:
+        raise BundleError(f"the bundle needs {size} bytes and {dest_dir} has {free} free", where=where)
+    existing = _existing(dest_dir, target, plan.name, plan.version)
+    if existing is not None:
+        return _compare_existing(existing, plan.manifest, plan.name, plan.version)
     tmp = Path(tempfile.mkdtemp(prefix=".hpcr-install-", dir=dest_dir))
     try:
         try:
             with tarfile.open(archive, "r:*") as tar:
-                top, members = _members(tar, where)
-                _extract(tar, members, tmp)
-        except (tarfile.TarError, EOFError, OSError) as exc:
+                _extract(tar, plan, tmp)
+        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise BundleError(f"cannot read the archive ({type(exc).__name__}: {exc})", where=where,
                               expected="a .tar.gz written by 'hpc-runner pack'") from None
-        staged = tmp / top
-        manifest = read_manifest(staged)
-        if manifest is None:
-            raise BundleError(f"the archive has no {MANIFEST_NAME}", where=where,
-                              expected="an archive written by 'hpc-runner pack'")
-        diff = diff_manifest(staged, manifest)
+        staged = tmp / plan.top
+        diff = diff_manifest(staged, plan.manifest)
         if not diff.ok:
             raise BundleError(f"the archive does not match its own {MANIFEST_NAME}: {diff.describe()}", where=where,
                               expected="an intact archive (copy it again)")
-        name, version = _read_identity(staged, where)
-        target = dest_dir / install_dir_name(name, version)
-        existing = _existing(dest_dir, target, name, version)
-        if existing is not None:
-            return _compare_existing(existing, manifest, name, version)
         try:
             os.rename(staged, target)
         except OSError:
             if target.exists():  # another install won the race: same rules as if it had been there before
-                return _compare_existing(target, manifest, name, version)
+                return _compare_existing(target, plan.manifest, plan.name, plan.version)
             raise
-        return InstallResult(target, name, version, "installed")
+        return InstallResult(target, plan.name, plan.version, "installed")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

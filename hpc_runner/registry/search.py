@@ -60,8 +60,26 @@ def default_install_dir(environ: Mapping[str, str] | None = None) -> Path:
     return search_path(environ)[0]
 
 
-def install_dir_name(name: str, version: str) -> str:
-    """Return the folder name of an installed bundle: ``<name>-<version>``."""
+# what an installed bundle's folder is made of (metadata.strict.schema.json says the same of the name)
+INSTALL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+INSTALL_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+
+
+def check_identity(name: str, version: str, where: str | None = None) -> None:
+    """BundleError unless ``name`` and ``version`` can make a folder name on their own (``pack``, ``install``)."""
+    for what, value, pattern in (("name", name, INSTALL_NAME), ("version", version, INSTALL_VERSION)):
+        if not pattern.fullmatch(value) or value in (".", ".."):
+            raise BundleError(
+                f"metadata {what} {value[:80]!r} cannot name an installed bundle's folder",
+                where=where,
+                expected=f"a {what} of letters, digits, '_', '.' and '-' (plus '+' in a version), starting with a "
+                "letter or digit: no '/', '..' or spaces",
+            )
+
+
+def install_dir_name(name: str, version: str, where: str | None = None) -> str:
+    """Return the folder name of an installed bundle, ``<name>-<version>``; BundleError if it cannot be one."""
+    check_identity(name, version, where)
     return f"{name}-{version}"
 
 

@@ -206,7 +206,7 @@ def test_unsafe_or_broken_archives_are_refused(tmp_path: Path, members: list, me
     dest = tmp_path / "shared"
     with pytest.raises(BundleError, match=message):
         install_archive(archive, dest)
-    assert list(dest.iterdir()) == []  # nothing half-installed, no temp folder left
+    assert not dest.exists() or list(dest.iterdir()) == []  # nothing written: no half install, no temp folder
     assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/absolute.txt").exists()
 
 
@@ -220,3 +220,71 @@ def test_archive_that_does_not_match_its_manifest_is_refused(tmp_path: Path) -> 
     forged = _archive(tmp_path / "forged.tar.gz", members)
     with pytest.raises(BundleError, match=r"does not match its own MANIFEST: changed: configs/train\.yaml"):
         install_archive(forged, tmp_path / "shared")
+
+
+def _bundle_archive(path: Path, meta: dict | None = None, extra: list[tuple[str, bytes]] = (),
+                    top: str = "b-1.0.0", unlisted: list[tuple[str, int]] = ()) -> Path:
+    """A bundle archive with a MANIFEST that matches it, as a forger would make one: the example's files with
+    ``meta`` merged into its metadata, ``extra`` files (listed), and ``unlisted`` zero-filled files (not listed)."""
+    files = {p.relative_to(EXAMPLE).as_posix(): p.read_bytes() for p in sorted(EXAMPLE.rglob("*"))
+             if p.is_file() and "data" not in p.parts and "__pycache__" not in p.parts}
+    metadata = {**json.loads(files["configs/metadata.json"]), **(meta or {})}
+    files["configs/metadata.json"] = json.dumps(metadata).encode()
+    files.update(dict(extra))
+    manifest = "".join(f"{hashlib.sha256(d).hexdigest()}  {rel}\n" for rel, d in sorted(files.items()))
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, data in [*files.items(), ("MANIFEST", manifest.encode())]:
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for rel, size in unlisted:
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        ({"name": "../../ESC16"}, "cannot name an installed bundle's folder"),
+        ({"name": "/tmp/hpcr-abs-install-escape"}, "cannot name an installed bundle's folder"),
+        ({"name": ".."}, "cannot name an installed bundle's folder"),
+        ({"version": "1.0/../../x"}, "metadata version"),
+        ({"name": "a b"}, "cannot name an installed bundle's folder"),
+        ({"name": 7}, "has no name"),
+    ],
+)
+def test_install_refuses_a_name_or_version_that_would_leave_to(cli, tmp_path: Path, meta: dict, message: str):
+    archive = _bundle_archive(tmp_path / "evil.tar.gz", meta)
+    dest = tmp_path / "deep" / "er" / "shared"
+    proc = cli("install", archive, "--to", dest)
+    assert proc.returncode == 2, out(proc)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not dest.exists()  # refused before anything was written, --to included
+    assert not (tmp_path / "deep" / "ESC16-0.1.0").exists() and not Path("/tmp/hpcr-abs-install-escape-0.1.0").exists()
+
+
+def test_install_refuses_a_file_its_manifest_does_not_list_before_writing_a_byte(tmp_path: Path):
+    archive = _bundle_archive(tmp_path / "b.tar.gz", unlisted=[("models/extra.bin", 256 << 20)])
+    dest = tmp_path / "shared"
+    with pytest.raises(BundleError, match=r"files its MANIFEST does not list: models/extra\.bin"):
+        install_archive(archive, dest)
+    assert not dest.exists()
+
+
+def test_install_refuses_an_archive_of_too_many_members_from_its_headers(tmp_path: Path):
+    from hpc_runner.registry import install
+
+    archive = _bundle_archive(tmp_path / "b.tar.gz", extra=[(f"many/{i}.txt", b"") for i in range(install.MAX_MEMBERS)])
+    dest = tmp_path / "shared"
+    with pytest.raises(BundleError, match=f"more than {install.MAX_MEMBERS} members"):
+        install_archive(archive, dest)
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("damage", [b"not a tar at all", b"\x1f\x8b\x08\x00garbage"])
+def test_a_damaged_archive_is_bad_input(cli, tmp_path: Path, damage: bytes):
+    (tmp_path / "b.tar.gz").write_bytes(damage)
+    proc = cli("install", tmp_path / "b.tar.gz", "--to", tmp_path / "shared")
+    assert proc.returncode == 2 and "cannot read the archive" in proc.stderr and "Traceback" not in proc.stderr

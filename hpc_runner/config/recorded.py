@@ -80,4 +80,6 @@ def check_recorded_bundle(cfg: BundleConfig, record: dict, *, trust: bool = Fals
     if cfg.safe:
         from hpc_runner.registry.safe_mode import check_safe
 
+        if cfg.logging_file is None and (record.get("bundle") or {}).get("logging_file"):
+            cfg.logging_file = Path(record["bundle"]["logging_file"])  # the run applies it again: check it again
         check_safe(cfg)

@@ -1,102 +1,98 @@
-"""``--safe``: run a bundle only when its config is purely declarative and calls allow-listed code.
+"""``--safe``: no code from the bundle runs on your account (see docs/security.md for the whole promise).
 
-Refused: every ``$`` expression (MONAI ``eval()``s them) except ``$import M`` of an allowed module;
-``_target_`` values that are computed (``$``/``@``) or that resolve outside the allow-list (the
-resolved object's own module counts, so ``torch.os.system`` is refused); known code-running entry
-points inside the allowed packages (``DENIED``); ``reader``/``writer`` names that MONAI would import;
-pickle switches (``weights_only: false``, ``allow_pickle: true``); and bundle folders whose Python
-modules would shadow an installed module while the bundle root is on ``sys.path``.
-The allow-list is monai, torch and hpc_runner plus ``safe_targets`` of the user's config file.
+What is checked, everywhere in the config, ``_meta_`` included (the resolver follows ``@_meta_::x``):
+
+- every ``$`` expression is refused (MONAI ``eval()``s it), except ``$import M`` of an allowed module;
+- every ``_target_``, and every reader/writer/merger name MONAI imports, must be a literal name that
+  resolves to a class or a module-level function of an allowed category (registry/safe_policy.py);
+  its written path is checked before anything is imported, its real location after;
+- writers inside the categories may write only to ``@output_dir`` (the run dir);
+- values that make an allowed class unpickle or download (``weights_only: false``, ``pretrained: true``);
+- ``_mode_: debug`` (pdb);
+- the bundle's ``logging.conf``: Python's ``fileConfig`` evaluates its ``args`` lines and imports its
+  ``class`` names, so only stream handlers and plain formatters pass;
+- Python modules of the bundle that would shadow an installed module while the bundle is on sys.path.
+
+``run --safe``, ``submit``/``sweep --safe``, the job's own re-check, ``--resume`` and ``verify --safe`` all
+call ``bundle_problems``: they refuse exactly the same things.
 """
 
 from __future__ import annotations
 
+import configparser
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.ids import iter_ids, join_id
+from hpc_runner.config.ids import get_by_id, iter_ids, join_id
 from hpc_runner.config.merge import locate
 from hpc_runner.registry.problems import Problem, problems_error
+from hpc_runner.registry.safe_policy import (
+    DOWNLOAD_KEYS,
+    NAME_KEYS,
+    RUN_DIR_REF,
+    UNSAFE_VALUES,
+    WRITERS,
+    allowed_prefixes,
+    not_safe_reason,
+    under,
+)
 from hpc_runner.registry.targets import import_statement_modules
 
-DEFAULT_ALLOWED = ("monai", "torch", "hpc_runner")
-# code-running entry points inside the allowed packages (prefixes of module paths or object paths)
-DENIED = (
-    "monai.bundle",  # runs other bundles and their $ expressions
-    "monai.utils.module",  # instantiate / optional_import / locate: import anything
-    "monai.utils.misc.run_cmd",
-    "monai.utils.run_cmd",
-    "monai.auto3dseg",
-    "monai.apps.auto3dseg",
-    "monai.apps.nnunet",
-    "monai.apps.mmars",
-    "monai.fl",
-    "torch.hub",
-    "torch.load",
-    "torch.serialization",
-    "torch.package",
-    "torch.jit.load",
-    "torch.jit._serialization",
-    "torch.utils.cpp_extension",
-    "torch.utils.benchmark",  # Timer(stmt=...) compiles strings
-    "torch.ops",
-    "torch._ops",
-    "torch.classes",
-    "torch._classes",
-    "torch.library",
-    "torch.distributed.run",
-    "torch.distributed.launch",
-    "torch.distributed.elastic",
-    "torch.distributed.rpc",
-    "hpc_runner.cli",
-    "hpc_runner.config",
-    "hpc_runner.registry",
-    "hpc_runner.slurm",
-)
-UNSAFE_VALUES: dict[str, Any] = {"weights_only": False, "allow_pickle": True, "trust_remote_code": True}
-NAME_KEYS = ("reader", "writer")  # MONAI's LoadImage/SaveImage import dotted names given here
+TRUSTED_PACKAGES = ("monai", "torch", "hpc_runner")  # importing their modules runs only their own code
 EXPECTED = (
-    "a declarative config: no '$' expressions, and _target_/reader/writer names inside monai, torch, "
-    "hpc_runner or the 'safe_targets' of your user config file"
+    "a declarative config: no '$' expressions, and _target_/reader/writer names of networks, transforms, "
+    "datasets, losses, optimizers, metrics, inferers, handlers or hpc-runner's own (docs/security.md), or the "
+    "'safe_targets' of your user config file"
 )
-
-
-def _under(name: str, prefixes: Sequence[str]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 class SafePolicy:
-    """What ``--safe`` allows: module prefixes minus the denied entry points."""
+    """What ``--safe`` allows: the categories of registry/safe_policy.py plus the user's ``safe_targets``."""
 
-    def __init__(self, allowed: Sequence[str] = DEFAULT_ALLOWED, denied: Sequence[str] = DENIED) -> None:
-        self.allowed = tuple(allowed)
-        self.denied = tuple(denied)
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        self.extra = tuple(extra)
+        self.allowed = allowed_prefixes(self.extra)
 
-    def refusal(self, dotted: str, *, private_ok: bool = False) -> str | None:
-        """Return why a dotted path is refused, or None when it is allowed."""
-        if _under(dotted, self.denied):
-            return "it is a code-running entry point that --safe denies"
-        if not _under(dotted, self.allowed):
-            return f"it is outside the allow-list ({', '.join(self.allowed)})"
-        if not private_ok and any(part.startswith("_") for part in dotted.split(".")):
-            return "it names a private attribute"
-        return None
+    def may_import(self, dotted: str) -> bool:
+        """Whether naming ``dotted`` may import its module: only inside packages whose code we run anyway."""
+        return under(dotted, (*TRUSTED_PACKAGES, *self.extra))
+
+    def refusal(self, real: str) -> str | None:
+        """Return why the object at ``real`` (module.qualname) is refused, or None when it is allowed."""
+        if under(real, self.extra):
+            return None  # the user's own choice
+        if not under(real, self.allowed):
+            return "it is not a network, transform, dataset, loss, optimizer, metric, inferer, handler or " \
+                   "hpc-runner's own (the --safe allow-list)"
+        return not_safe_reason(real)
 
 
 def policy_for_user(environ: Mapping[str, str] | None = None) -> SafePolicy:
-    """Return the policy: the defaults plus the user's ``safe_targets``."""
+    """Return the policy: the categories plus the user's ``safe_targets``."""
     from hpc_runner.registry.user_config import safe_targets
 
-    return SafePolicy((*DEFAULT_ALLOWED, *safe_targets(environ)))
+    return SafePolicy(safe_targets(environ))
+
+
+def _real_path(obj: Any) -> str | None:
+    """Return ``module.qualname`` of a class or a module-level function, None for anything else."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if inspect.isclass(obj) or ((inspect.isfunction(obj) or inspect.isbuiltin(obj)) and "." not in qualname):
+        return f"{module}.{qualname}"
+    return None
 
 
 class _Checker:
-    def __init__(self, policy: SafePolicy, where: Callable[[str], str | None]) -> None:
+    def __init__(self, policy: SafePolicy, config: Mapping[str, Any], where: Callable[[str], str | None]) -> None:
         self.policy = policy
+        self.config = config
         self.where = where
         self.problems: list[Problem] = []
 
@@ -110,52 +106,84 @@ class _Checker:
             self.add(id_path, f"'$' expression {shown!r} is refused: MONAI runs it with Python eval()")
             return
         for module in modules:
-            why = self.policy.refusal(module)
-            if why:
-                self.add(id_path, f"'$import {module}' is refused: {why}")
+            if not self.policy.may_import(module):  # importing monai/torch/hpc_runner runs only their own code
+                self.add(id_path, f"'$import {module}' is refused: it is outside the packages --safe imports "
+                         f"({', '.join((*TRUSTED_PACKAGES, *self.policy.extra))})")
                 continue
             try:  # imported now, so a module of the bundle cannot shadow it later
                 importlib.import_module(module)
             except Exception as exc:
                 self.add(id_path, f"'$import {module}' fails: {type(exc).__name__}: {exc}")
 
-    def dotted_name(self, id_path: str, name: str, what: str) -> None:
-        """Check a dotted or bare name that MONAI will import (``_target_``, reader, writer)."""
-        from hpc_runner.registry.targets import TargetError, locate_target, object_path, target_path
+    def dotted_name(self, id_path: str, name: str, what: str) -> str | None:
+        """Check a name MONAI will import (``_target_``, reader, writer); return its real path when allowed."""
+        from hpc_runner.registry.targets import TargetError, locate_target, target_path
 
         path = target_path(name)
         if "." not in path:
             self.add(id_path, f"{what} '{name}' is not a MONAI component; MONAI would import it as a top-level "
                      "Python name (e.g. a builtin)")
-            return
-        why = self.policy.refusal(path)
-        if why:
-            self.add(id_path, f"{what} '{name}' is refused: {why}")
-            return
+            return None
+        if not self.policy.may_import(path):
+            self.add(id_path, f"{what} '{name}' is refused: it is outside the packages --safe imports "
+                     f"({', '.join((*TRUSTED_PACKAGES, *self.policy.extra))})")
+            return None
         try:
             obj = locate_target(name)
         except TargetError as exc:
             self.add(id_path, f"{what} '{name}' cannot be imported: {exc}")
-            return
-        real = object_path(obj)  # where it really lives: attribute chains can leave the allowed package
-        why = self.policy.refusal(real, private_ok=True) if real else None
+            return None
+        real = _real_path(obj)  # where it really lives: attribute chains can leave the package they start in
+        if real is None:
+            self.add(id_path, f"{what} '{name}' is not a class or a module-level function")
+            return None
+        why = self.policy.refusal(real)
         if why:
-            self.add(id_path, f"{what} '{name}' resolves to {real}, which is refused: {why}")
-            return
-        if not callable(obj) or type(obj).__name__ == "module":
-            self.add(id_path, f"{what} '{name}' is not a class or function")
+            shown = f"'{name}' resolves to {real}, which" if real != path else f"'{name}'"
+            self.add(id_path, f"{what} {shown} is refused: {why}")
+            return None
+        return real
 
     def component(self, id_path: str, node: dict) -> None:
         target = node["_target_"]
         tid = join_id(id_path, "_target_") if id_path else "_target_"
+        real = None
         if not isinstance(target, str):
             self.add(tid, f"_target_ of type {type(target).__name__} is refused")
         elif target.startswith(("$", "@", "%")):
             self.add(tid, f"computed _target_ {target!r} is refused: only a literal class or function name is allowed")
         else:
-            self.dotted_name(tid, target, "_target_")
+            real = self.dotted_name(tid, target, "_target_")
         if str(node.get("_mode_", "")).lower() == "debug":
             self.add(join_id(id_path, "_mode_"), "_mode_ 'debug' (pdb) is refused")
+        for key, value in node.items():
+            if key in UNSAFE_VALUES and value is UNSAFE_VALUES[key][0]:
+                self.add(join_id(id_path, key), f"'{key}: {str(value).lower()}' is refused: {UNSAFE_VALUES[key][1]}")
+            elif key in DOWNLOAD_KEYS and value:
+                self.add(join_id(id_path, key), f"'{key}' is refused: it downloads")
+        if real in WRITERS:
+            self.writer(id_path, node, real)
+
+    def writer(self, id_path: str, node: dict, real: str) -> None:
+        for arg in WRITERS[real]:
+            if not self._is_run_dir(node.get(arg)):
+                shown = "not given (its default is a folder of its own)" if arg not in node else repr(node[arg])
+                self.add(join_id(id_path, arg), f"{real.rsplit('.', 1)[-1]} writes files to {arg} {shown}: under "
+                         f"--safe a writer may write only to {RUN_DIR_REF}, the run dir")
+
+    def _is_run_dir(self, value: Any, depth: int = 0) -> bool:
+        """True when ``value`` is ``@output_dir``, directly or through a chain of plain references."""
+        if not isinstance(value, str) or depth > 20:
+            return False
+        text = value.replace("#", "::")
+        if text == RUN_DIR_REF:
+            return True
+        if text.startswith("@") and not any(c in text for c in " +()[]'\""):
+            try:
+                return self._is_run_dir(get_by_id(dict(self.config), text[1:]), depth + 1)
+            except (KeyError, IndexError, TypeError):
+                return False
+        return False
 
     def reader_writer(self, id_path: str, key: str, value: str) -> None:
         if "." in value:
@@ -197,18 +225,51 @@ def _shadowing_problems(bundle_dir: Path) -> list[Problem]:
     return problems
 
 
+_SAFE_HANDLER_CLASSES = frozenset({"StreamHandler", "logging.StreamHandler", "NullHandler", "logging.NullHandler"})
+_SAFE_HANDLER_ARGS = frozenset({"", "()", "(sys.stdout,)", "(sys.stderr,)", "(sys.stdout)", "(sys.stderr)"})
+_SAFE_FORMATTER_CLASSES = frozenset({"", "logging.Formatter", "Formatter"})
+
+
+def logging_problems(path: Path) -> list[Problem]:
+    """What ``--safe`` refuses in a logging INI file: ``fileConfig`` evals ``args``/``kwargs`` and imports ``class``."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(path.read_text(encoding="utf-8"), source=str(path))
+    except (OSError, UnicodeDecodeError, configparser.Error) as exc:
+        return [Problem(str(path), None, f"the logging config cannot be read ({type(exc).__name__}); --safe refuses "
+                        "what it cannot check")]
+    problems = []
+    for section in parser.sections():
+        items = {k: v.strip() for k, v in parser.items(section)}
+        where = f"{path} [{section}]"
+        if section.startswith("handler_"):
+            if items.get("class", "") not in _SAFE_HANDLER_CLASSES:
+                problems.append(Problem(where, None, f"handler class {items.get('class', '')!r} is refused: fileConfig "
+                                        "imports it by name; --safe allows StreamHandler"))
+            if items.get("args", "").replace(" ", "") not in _SAFE_HANDLER_ARGS:
+                problems.append(Problem(where, None, f"handler args {items.get('args', '')[:60]!r} are refused: "
+                                        "fileConfig evaluates them with eval(); --safe allows (sys.stdout,) or "
+                                        "(sys.stderr,)"))
+            if items.get("kwargs", "{}").replace(" ", "") not in ("{}", ""):
+                problems.append(Problem(where, None, "handler kwargs are refused: fileConfig evaluates them with "
+                                        "eval()"))
+        elif section.startswith("formatter_") and items.get("class", "") not in _SAFE_FORMATTER_CLASSES:
+            problems.append(Problem(where, None, f"formatter class {items['class']!r} is refused: fileConfig imports "
+                                    "it by name"))
+    return problems
+
+
 def safe_problems(
     config: Mapping[str, Any],
     where: Mapping[str, str],
     policy: SafePolicy | None = None,
     bundle_dir: Path | None = None,
 ) -> list[Problem]:
-    """Return everything ``--safe`` refuses in an expanded config (``_meta_`` is not checked)."""
-    checker = _Checker(policy or SafePolicy(), lambda id_path: locate(dict(where), id_path))
-    body = {k: v for k, v in config.items() if k != "_meta_"}
-    if isinstance(body.get("_target_"), str):
-        checker.component("", body)
-    for id_path, value in iter_ids(body):
+    """Return everything ``--safe`` refuses in an expanded config (``_meta_`` included)."""
+    checker = _Checker(policy or SafePolicy(), config, lambda id_path: locate(dict(where), id_path))
+    if isinstance(config.get("_target_"), str):
+        checker.component("", dict(config))
+    for id_path, value in iter_ids(config):
         key = id_path.rsplit("::", 1)[-1]
         if isinstance(value, dict) and "_target_" in value:
             checker.component(id_path, value)
@@ -217,18 +278,25 @@ def safe_problems(
                 checker.expression(id_path, value)
             elif key in NAME_KEYS and value and not value.startswith(("@", "%")):
                 checker.reader_writer(id_path, key, value)
-        elif key in UNSAFE_VALUES and value is UNSAFE_VALUES[key]:
-            checker.add(id_path, f"'{key}: {str(value).lower()}' is refused: it lets pickle files run code")
     if bundle_dir is not None and bundle_dir.is_dir():
         checker.problems.extend(_shadowing_problems(bundle_dir))
     return checker.problems
+
+
+def bundle_problems(cfg: Any, policy: SafePolicy, bundle_dir: Path | None = None) -> list[Problem]:
+    """Return everything ``--safe`` refuses in a loaded BundleConfig: its config and its logging file."""
+    problems = safe_problems(cfg.expanded(), cfg.where, policy, bundle_dir)
+    logging_file = getattr(cfg, "logging_file", None)
+    if logging_file is not None and Path(logging_file).is_file():
+        problems += logging_problems(Path(logging_file))
+    return problems
 
 
 def check_safe(cfg: Any, environ: Mapping[str, str] | None = None) -> None:
     """Raise BundleError listing everything ``--safe`` refuses in a BundleConfig (all at once)."""
     from hpc_runner.registry.user_config import user_config_path
 
-    problems = safe_problems(cfg.expanded(), cfg.where, policy_for_user(environ), cfg.bundle_dir)
+    problems = bundle_problems(cfg, policy_for_user(environ), cfg.bundle_dir)
     if problems:
         raise problems_error(
             problems,

@@ -143,7 +143,7 @@ def verify_bundle(
 
 
 def _safe_problems(cfgs: list, bundle_dir: Path, environ: Mapping[str, str]) -> list[Problem]:
-    from hpc_runner.registry.safe_mode import policy_for_user, safe_problems
+    from hpc_runner.registry.safe_mode import bundle_problems, policy_for_user
 
     try:
         policy = policy_for_user(environ)
@@ -152,8 +152,7 @@ def _safe_problems(cfgs: list, bundle_dir: Path, environ: Mapping[str, str]) -> 
     problems = []
     for i, cfg in enumerate(cfgs):
         try:
-            expanded = cfg.expanded()
+            problems += bundle_problems(cfg, policy, bundle_dir if i == 0 else None)
         except UserError:
             continue
-        problems += safe_problems(expanded, cfg.where, policy, bundle_dir if i == 0 else None)
     return problems

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.bundle_config import META_KEY, BundleConfig
+from hpc_runner.config.bundle_config import META_KEY, BundleConfig, logging_file_for
 from hpc_runner.config.env import expand_env_refs, has_env_refs
 from hpc_runner.config.ids import has_id, iter_ids, join_id, set_by_id
 from hpc_runner.config.loader import SUFFIXES, load_file
@@ -95,6 +95,7 @@ def load_set(
     where.update(meta_where)
     name = str(meta.get("name") or bundle_dir.name)
     cfg = BundleConfig(name, bundle_dir, list(files), meta_path, merged, where)
+    cfg.logging_file = logging_file_for(None, files)  # what a run applies: logging.conf beside the first config
     for id_path, value in list(iter_ids(cfg.config)):
         if has_env_refs(value):
             try:

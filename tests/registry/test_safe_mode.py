@@ -69,11 +69,12 @@ def test_run_safe_refuses_everything_at_once(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert rc == 2, err
     expected = [
-        (_line(train, "_target_: os.system"), "evil::_target_", "'os.system' is refused: it is outside the allow-list"),
+        (_line(train, "_target_: os.system"), "evil::_target_", "'os.system' is refused: it is outside the packages"),
         (_line(train, "torch.os.system"), "sneaky::_target_", "resolves to posix.system"),
         (_line(train, "subprocess.getoutput"), "loader::reader", "reader 'subprocess.getoutput' is refused"),
         (_line(train, "weights_only"), "cache::weights_only", "lets pickle files run code"),
-        (_line(train, "run_cmd"), "shell::_target_", "code-running entry point"),
+        (_line(train, "cache_dir: /tmp/cache"), "cache::cache_dir", "may write only to @output_dir"),
+        (_line(train, "run_cmd"), "shell::_target_", "is not a network, transform, dataset"),
         (_line(train, "_target_: eval"), "builtin::_target_", "'eval' is not a MONAI component"),
         (_line(train, "@evil_name"), "computed::_target_", "computed _target_"),
         (_line(train, "$import subprocess"), "modules::0", "'$import subprocess' is refused"),
@@ -103,7 +104,7 @@ def test_the_example_passes_and_user_allow_list(tmp_path: Path) -> None:
         check_safe(cfg, environ)
     user_config.write_text("safe_targets: [ignite]\n")
     check_safe(cfg, environ)
-    assert policy_for_user(environ).allowed == ("monai", "torch", "hpc_runner", "ignite")
+    assert policy_for_user(environ).extra == ("ignite",)
 
 
 def test_bundle_modules_that_shadow_installed_ones_are_refused(tmp_path: Path) -> None:
@@ -133,3 +134,111 @@ def test_the_example_runs_with_safe_and_a_zoo_style_entry_is_refused(cli, tmp_pa
     assert proc.returncode == 2, out(proc)
     run_line = _line(train, '- "$@trainer.run()"')
     assert f"{train}:{run_line}: id 'zoo_run::0'" in proc.stderr
+
+
+# ------------------------------------------------------------------ attacks through the real CLI
+
+def _hostile(tmp_path: Path, name: str, train_extra: str = "", meta_extra: dict | None = None,
+             logging_conf: str | None = None) -> Path:
+    bundle = copy_bundle(EXAMPLE, tmp_path / name)
+    train = bundle / "configs" / "train.yaml"
+    train.write_text(train.read_text() + train_extra)
+    if meta_extra:
+        meta_path = bundle / "configs" / "metadata.json"
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), **meta_extra}, indent=2))
+    if logging_conf is not None:
+        (bundle / "configs" / "logging.conf").write_text(logging_conf)
+    return bundle
+
+
+def _refusals(stderr: str) -> set[str]:
+    """The problem lines of a `run --safe` refusal (indented, one per problem)."""
+    return {line.strip().rstrip(".") for line in stderr.splitlines() if line.startswith("  ")}
+
+
+def test_code_hidden_in_metadata_and_reached_by_a_reference_is_refused(cli, tmp_path: Path) -> None:
+    marker = tmp_path / "M6"
+    bundle = _hostile(tmp_path, "meta", "shown: '@_meta_::evil'\n",
+                      {"evil": f"$__import__('os').system('touch {marker}')"})
+    proc = cli("run", "--safe", "--bundle", bundle, *TINY, "--dataset_dir", tmp_path / "data",
+               "--output_dir", tmp_path / "run")
+    assert proc.returncode == 2, out(proc)
+    assert "id '_meta_::evil': '$' expression" in proc.stderr
+    assert not marker.exists() and not (tmp_path / "run").exists()
+    verify = cli("verify", bundle, "--safe", "--no-imports")
+    assert verify.returncode == 2 and "id '_meta_::evil': '$' expression" in verify.stdout
+
+
+def test_a_target_that_writes_a_pth_file_into_site_packages_is_refused(cli, tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    payload = tmp_path / "payload.pth"
+    payload.write_text(f"import os; os.system('touch {tmp_path / 'M7'}')\n")
+    bundle = _hostile(tmp_path, "dl", f"""
+fetch:
+  _target_: monai.apps.utils.download_url
+  url: file://{payload}
+  filepath: {site / 'evil.pth'}
+  hash_val: null
+save:
+  _target_: SaveImaged
+  keys: [image]
+  output_dir: {site}
+  output_ext: .pth
+""")
+    proc = cli("run", "--safe", "--bundle", bundle, *TINY, "--dataset_dir", tmp_path / "data")
+    assert proc.returncode == 2, out(proc)
+    assert "id 'fetch::_target_': _target_ 'monai.apps.utils.download_url' is refused" in proc.stderr
+    assert "id 'save::output_dir': SaveImaged writes files to output_dir" in proc.stderr
+    assert list(site.iterdir()) == [] and not (tmp_path / "M7").exists()
+
+
+def test_a_logging_conf_that_runs_code_is_refused(cli, tmp_path: Path) -> None:
+    marker = tmp_path / "M8"
+    conf = (EXAMPLE / "configs" / "logging.conf").read_text().replace(
+        "args=(sys.stdout,)", f"args=(__import__('os').system('touch {marker}') and sys.stdout,)")
+    bundle = _hostile(tmp_path, "log", logging_conf=conf)
+    proc = cli("run", "--safe", "--bundle", bundle, *TINY, "--dataset_dir", tmp_path / "data")
+    assert proc.returncode == 2, out(proc)
+    assert "[handler_consoleHandler]: handler args" in proc.stderr and "eval()" in proc.stderr
+    assert not marker.exists()
+
+
+_CORPUS = {
+    "meta_code": ("shown: '@_meta_::evil'\n", {"evil": "$print(1)"}, None),
+    "downloader": ("fetch:\n  _target_: monai.apps.utils.download_url\n  url: file:///etc/hostname\n"
+                   "  filepath: x.pth\n", None, None),
+    "pretrained": ("net2:\n  _target_: DenseNet121\n  spatial_dims: 2\n  in_channels: 1\n  out_channels: 2\n"
+                   "  pretrained: true\n", None, None),
+    "hub_loss": ("perc:\n  _target_: monai.losses.PerceptualLoss\n  spatial_dims: 2\n", None, None),
+    "writer_default": ("saver:\n  _target_: monai.handlers.CheckpointSaver\n  save_dict: {}\n"
+                       "  save_dir: /tmp/elsewhere\n", None, None),
+    "writer_ok": ("saver:\n  _target_: monai.handlers.CheckpointSaver\n  save_dict: {}\n"
+                  "  save_dir: '@output_dir'\n", None, None),
+    "merger_by_name": ("pinf:\n  _target_: PatchInferer\n  merger_cls: subprocess.Popen\n", None, None),
+    "bound_method": ("reg:\n  _target_: monai.networks.nets.flexible_unet.FLEXUNET_BACKBONE.register_class\n"
+                     "  name: os.system\n", None, None),
+    "file_handler": ("", None, "[loggers]\nkeys=root\n[handlers]\nkeys=f\n[formatters]\nkeys=\n[logger_root]\n"
+                     "handlers=f\n[handler_f]\nclass=FileHandler\nargs=('/tmp/x.log',)\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CORPUS))
+def test_verify_safe_reports_exactly_what_run_safe_refuses(tmp_path: Path, case: str) -> None:
+    from hpc_runner.registry.verify import verify_bundle
+
+    train_extra, meta_extra, logging_conf = _CORPUS[case]
+    bundle = _hostile(tmp_path, case, train_extra, meta_extra, logging_conf)
+    environ = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    cfg = load_bundle_config(bundle=str(bundle), environ={})  # what `run --safe --bundle B` loads and checks
+    try:
+        check_safe(cfg, environ)
+        refused: set[str] = set()
+    except BundleError as err:
+        refused = {line.strip().rstrip(".") for line in err.message.splitlines()[1:]}
+    report = verify_bundle(bundle, imports=False, safe=True, environ=environ)
+    # verify also checks the bundle's other configs (inference, evaluate): compare what run loads
+    verified = {p.line() for p in report.problems if "inference.yaml" not in p.line()
+                and "evaluate.yaml" not in p.line()}
+    assert refused == verified
+    assert bool(refused) == (case != "writer_ok")

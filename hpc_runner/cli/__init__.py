@@ -99,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hpc_runner.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal (PYTHONIOENCODING=ascii) shows ü as \xfc
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
+            stream.reconfigure(errors="backslashreplace")
     parser, subparsers = build_parser()
     index = next((i for i, tok in enumerate(argv) if tok in COMMANDS), None)
     if index is None:
@@ -126,3 +129,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hpc-runner {name}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        import errno
+
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exc()
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"hpc-runner {name}: error: {where}the filesystem refused a write ({exc.strerror}). Expected a folder "
+              "on a filesystem with free space that this user may write.", file=sys.stderr)
+        return 2

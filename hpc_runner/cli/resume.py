@@ -28,14 +28,20 @@ ACCEPTS_OVERRIDES = True
 CAUSES = ("OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "ERROR", "BAD_INPUT")
 
 
+MAX_LISTED = 1_000_000  # point numbers one --points may name (a sweep has at most this many)
+
+
 def _indices(text: str) -> list[int]:
-    out = []
+    out: list[int] = []
     for part in text.split(","):
         a, _, b = part.strip().partition("-")
         try:
-            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+            first, last = int(a), int(b) if b else int(a)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a list of point numbers like 3,7,10-12") from None
+        if last - first + 1 + len(out) > MAX_LISTED:  # counted before the list is made
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} names more than {MAX_LISTED:,} points")
+        out += range(first, last + 1)
     return out
 
 

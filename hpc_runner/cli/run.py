@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -110,10 +111,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume:
         prepare_checkpoints(args.resume, restart=args.restart)
     from hpc_runner.engine.runner import prepare_run
+    from hpc_runner.records.rundir import default_run_dir
 
+    if output_dir is None:
+        output_dir = str(default_run_dir(cfg.name))
+    fresh = not args.resume and not os.path.exists(output_dir)  # made by this command: removed if input is bad
     run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
     print(f"hpc-runner: run dir {run_dir.path}", flush=True)
-    return execute_and_report(cfg, run_dir, expanded, entry, "run", requeue=not args.no_requeue, debug=args.debug)
+    return execute_and_report(cfg, run_dir, expanded, entry, "run", requeue=not args.no_requeue, debug=args.debug,
+                              fresh=fresh)
 
 
 def prepare_checkpoints(run_dir: str, *, restart: bool) -> None:
@@ -136,9 +142,14 @@ def prepare_checkpoints(run_dir: str, *, restart: bool) -> None:
 
 
 def execute_and_report(
-    cfg: Any, run_dir: Any, expanded: dict, entry: str | None, command: str, *, requeue: bool, debug: bool
+    cfg: Any, run_dir: Any, expanded: dict, entry: str | None, command: str, *, requeue: bool, debug: bool,
+    fresh: bool = False,
 ) -> int:
-    """Execute a prepared run with stop signals handled; print how it ended and return the exit code."""
+    """Execute a prepared run with stop signals handled; print how it ended and return the exit code.
+
+    A run that fails on bad input before it trained anything (a UserError from a component: a refused
+    checkpoint, a logging file that does not load, a Trainer argument that makes no sense) is bad input:
+    exit 2 with its paragraph, and the run dir goes again when this command made it (``fresh``)."""
     from hpc_runner.engine.runner import describe_failure, execute_run
     from hpc_runner.engine.stop import install_stop_handlers
 
@@ -175,9 +186,29 @@ def execute_and_report(
     if outcome.status == "interrupted":
         print(f"hpc-runner {command}: interrupted; run dir {run_dir.path}", file=sys.stderr)
         return 130
-    print(f"hpc-runner {command}: error: {describe_failure(outcome)}", file=sys.stderr)
+    from hpc_runner.engine.runner import bad_input_in
+
+    bad = bad_input_in(outcome)
+    if bad is not None:
+        left = _remove_if_untouched(run_dir.path) if fresh else f"; run dir {run_dir.path}"
+        at = f" (while building id '{outcome.failing_id}')" if outcome.failing_id else ""
+        print(f"hpc-runner {command}: error: {bad.paragraph().rstrip('.')}{at}{left}.", file=sys.stderr)
+    else:
+        print(f"hpc-runner {command}: error: {describe_failure(outcome)}", file=sys.stderr)
     if debug and outcome.error is not None:
         import traceback
 
         traceback.print_exception(outcome.error)
-    return EXIT_FAILED
+    return bad.exit_code if bad is not None else EXIT_FAILED
+
+
+def _remove_if_untouched(path: Any) -> str:
+    """Remove a run dir this command made that holds no result; say what happened to it."""
+    import shutil
+
+    from hpc_runner.records.rundir import CHECKPOINT_DIR
+
+    if any((path / CHECKPOINT_DIR).glob("*")) or (path / "model.pt").exists():
+        return f"; run dir {path} kept (it holds checkpoints)"
+    shutil.rmtree(path, ignore_errors=True)
+    return "; nothing was kept"

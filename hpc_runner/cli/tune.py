@@ -97,9 +97,9 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def key_values(pairs: list[str], flag: str, example: str) -> dict[str, Any]:
-    """Return ``KEY=VALUE`` pairs as keyword arguments, each value read as a YAML scalar (1, 0.5, auto)."""
-    import yaml
-
+    """Return ``KEY=VALUE`` pairs as keyword arguments, each value typed like every other value a user types
+    (YAML 1.2, config/values.py: ``1e3`` is a number, ``on`` stays text)."""
+    from hpc_runner.config.values import parse_value
     from hpc_runner.errors import UserError
 
     out: dict[str, Any] = {}
@@ -107,7 +107,7 @@ def key_values(pairs: list[str], flag: str, example: str) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
             raise UserError(f"{flag} {pair!r} is not KEY=VALUE", expected=f"e.g. {flag} {example}")
-        out[key] = yaml.safe_load(value)
+        out[key] = parse_value(value, what=f"value of {flag} {key}")
     return out
 
 

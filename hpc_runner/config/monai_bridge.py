@@ -111,10 +111,18 @@ def apply_logging_file(path: Path | None) -> None:
     if path is None:
         return
     try:
-        from monai.bundle.workflows import _apply_logging_file
-    except ImportError:  # older MONAI: the plain stdlib call it used to make
-        import logging.config
+        try:
+            from monai.bundle.workflows import _apply_logging_file
+        except ImportError:  # older MONAI: the plain stdlib call it used to make
+            import logging.config
 
-        logging.config.fileConfig(str(path), disable_existing_loggers=False)
-        return
-    _apply_logging_file(str(path))
+            logging.config.fileConfig(str(path), disable_existing_loggers=False)
+            return
+        _apply_logging_file(str(path))
+    except Exception as exc:  # refused (code in it) or malformed: bad input, named, before anything is built
+        from hpc_runner.errors import ConfigError
+
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigError(f"the logging file cannot be applied ({type(exc).__name__}: {message[:300]})",
+                          where=str(path), expected="an INI file for logging.config.fileConfig with stream handlers "
+                          "and formatters, as MONAI's bundles have (or --logging_file False)") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from hpc_runner.errors import ConfigError
 
 ADD_PREFIX = "+"
 # args-file keys that are options of `run` rather than override ids (as in MONAI's args_file)
+ARGS_FILE_MAX_BYTES = 16 << 20  # an args file is a list of overrides: a few KB
 ARGS_FILE_OPTIONS = ("config_file", "meta_file", "logging_file", "tracking", "run_id", "init_id", "final_id")
 
 
@@ -87,11 +89,15 @@ def parse_env_overrides(environ: Mapping[str, str]) -> list[Override]:
 
 def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
     """Load an args file (YAML/JSON mapping of id to value); return its overrides and file options."""
+    from hpc_runner.records.read import RecordError, read_record_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the args file ({exc.strerror or exc})", where=str(path)) from None
+    try:  # bounded, and never a device: --args_file /dev/zero must not read forever
+        text = read_record_text(path, "args file", ARGS_FILE_MAX_BYTES, pipe=True)
+    except RecordError as err:
+        raise ConfigError(err.message, where=err.where, expected=err.expected) from None
+    if text is None:
+        raise ConfigError("cannot read the args file (No such file or directory)", where=str(path))
     try:  # depth and alias limits first: the composer recurses and aliases expand when walked
         node, data = compose_checked(Yaml12Loader, text, path)
     except yaml.MarkedYAMLError as exc:
@@ -138,6 +144,8 @@ def check_value_type(old: Any, new: Any) -> str | None:
     if old is None or new is None or isinstance(old, str):
         return None
     old_kind, new_kind = _kind(old), _kind(new)
+    if isinstance(old, int) and not isinstance(old, bool) and isinstance(new, float) and not math.isfinite(new):
+        return f"a whole number (like the current {old!r}); {new!r} is not a count"
     if old_kind == new_kind:
         return None
     if old_kind == "collection" and isinstance(new, dict | list):

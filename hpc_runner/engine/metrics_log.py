@@ -65,18 +65,15 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Read metrics.jsonl, ignoring a last line cut short by a crash."""
-    records = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return records
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    """Read metrics.jsonl: a last line cut short by a crash is dropped quietly, damaged lines are named."""
+    import warnings
+
+    from hpc_runner.records.read import read_json_lines
+
+    lines = read_json_lines(path, "metrics file")
+    if lines.damaged:
+        warnings.warn(lines.describe(path), stacklevel=2)
+    return lines.records
 
 
 def truncate_after_step(path: Path, step: int) -> None:

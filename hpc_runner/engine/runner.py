@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,11 +15,12 @@ from hpc_runner.config.bundle_config import BundleConfig, apply_overrides
 from hpc_runner.config.display import to_plain
 from hpc_runner.config.ids import has_id
 from hpc_runner.config.overrides import Override, suggest_ids
-from hpc_runner.errors import ConfigError
+from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records import environment
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import tee_to_log
 from hpc_runner.records.rundir import (
+    CHECKPOINT_DIR,
     CONFIG_FILE,
     ERROR_FILE,
     LOG_FILE,
@@ -110,7 +112,30 @@ def prepare_run(
     output_dir: str | Path | None = None,
     argv: Sequence[str] | None = None,
 ) -> tuple[RunDir, dict]:
-    """Create the run dir and write config.yaml, overrides.yaml and run.yaml; return it and the config."""
+    """Create the run dir and write config.yaml, overrides.yaml and run.yaml; return it and the config.
+
+    A filesystem that refuses the writes (read-only, full, no permission) is bad input: the folder this
+    call made is removed again and the UserError names it."""
+    target = Path(output_dir) if output_dir is not None else None
+    made = target is not None and not target.exists()
+    try:
+        return _prepare_run(cfg, entry, output_dir, argv)
+    except OSError as exc:
+        if made and target is not None:
+            import shutil
+
+            shutil.rmtree(target, ignore_errors=True)
+        where = target or exc.filename
+        raise UserError(f"cannot write the run dir {where} ({exc.strerror or exc})",
+                        expected="--output_dir on a filesystem with free space that this user may write") from None
+
+
+def _prepare_run(
+    cfg: BundleConfig,
+    entry: str | None,
+    output_dir: str | Path | None = None,
+    argv: Sequence[str] | None = None,
+) -> tuple[RunDir, dict]:
     from hpc_runner.engine.distributed import launched_world
 
     run_id = check_entry(cfg, entry)
@@ -316,7 +341,8 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
                 logger.info("%s", pruned)
             else:
                 outcome = RunOutcome(run_dir.path, "failed", exc, failing_id(exc))
-                write_text_atomic(run_dir.file(ERROR_FILE), "".join(traceback.format_exception(exc)))
+                text = "".join(traceback.format_exception(exc))
+                _record_quietly(lambda: write_text_atomic(run_dir.file(ERROR_FILE), text))
                 logger.error("failed%s: %s", f" at id '{outcome.failing_id}'" if outcome.failing_id else "", exc)
         finish_tracking(tracked, outcome.status)  # artefacts, status; at most a bounded wait for the server
     fields: dict[str, Any] = {"status": outcome.status, "ended": now_iso()}
@@ -327,8 +353,19 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
         fields["pruned"] = {"epoch": p.epoch + 1, "metric": p.metric_name, "value": p.value}  # type: ignore[union-attr]
     elif outcome.error is not None:
         fields["error"] = failure_record(outcome.error, outcome.failing_id, cfg)
-    run_dir.update_record(**fields)
+    if outcome.status == "failed":  # the failure may be the filesystem's own (full, read-only): still report it
+        _record_quietly(lambda: run_dir.update_record(**fields))
+    else:
+        run_dir.update_record(**fields)
     return outcome
+
+
+def _record_quietly(write: Any) -> None:
+    """Write a failed run's record; a filesystem that refuses it must not hide the failure being recorded."""
+    try:
+        write()
+    except OSError as exc:
+        print(f"hpc-runner: could not record the failure in the run dir ({exc.strerror or exc})", file=sys.stderr)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -411,6 +448,26 @@ def run_bundle(
     """Prepare a run dir for ``cfg`` and run ``entry`` in it (the Python API behind ``hpc-runner run``)."""
     run_dir, expanded = prepare_run(cfg, entry, output_dir, argv)
     return execute_run(cfg, run_dir, expanded, entry)
+
+
+def bad_input_in(outcome: RunOutcome) -> Any:
+    """Return the UserError a failed run failed on before it trained anything (bad input), else None."""
+    import errno
+
+    if outcome.status != "failed" or outcome.error is None or any((outcome.run_dir / CHECKPOINT_DIR).glob("*")):
+        return None
+    chain = _chain(outcome.error)
+    user = next((e for e in chain if isinstance(e, UserError)), None)
+    if user is not None:
+        return user
+    refused = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # the filesystem, not the run, said no
+    full = next((e for e in chain if isinstance(e, OSError) and e.errno in refused), None)
+    if full is not None:
+        return UserError(f"the run's filesystem refused a write ({full.strerror})",
+                         where=full.filename or str(outcome.run_dir),
+                         expected="--output_dir (and the data folders) on a filesystem with free space that this "
+                         "user may write")
+    return None
 
 
 def describe_failure(outcome: RunOutcome) -> str:

@@ -34,6 +34,7 @@ from hpc_runner.engine.distributed import (
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
+from hpc_runner.engine.trainer_args import check_trainer_arguments
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
@@ -198,8 +199,8 @@ class Trainer:
         grad_clip_norm: float | None = None,
         resume: bool = True,
     ) -> None:
-        if scheduler_interval not in ("epoch", "iteration"):
-            raise ValueError(f"scheduler_interval must be 'epoch' or 'iteration', got {scheduler_interval!r}")
+        check_trainer_arguments(max_epochs, val_interval, checkpoint_interval, keep_checkpoints, scheduler_interval,
+                                grad_clip_norm)
         self.network = network
         # `_mode_: callable` in a bundle gives a factory: build it on this network (no `$` needed)
         if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):

@@ -39,7 +39,13 @@ def state_dict_of(obj: Any) -> dict[str, Any]:
 
 
 def _load_file(network: torch.nn.Module, path: Path, map_location: Any) -> None:
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    import pickle
+
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:  # weights_only refused an object: loading it could run code
+        raise _error(path, f"the file holds objects that torch's weights-only loader refuses (loading them could "
+                     f"run code): {str(exc).splitlines()[0][:200]}") from None
     weights = state_dict_of(state)
     # DDP-saved weights carry "module."; the network built from the config does not
     if weights and all(k.startswith("module.") for k in weights):

@@ -89,27 +89,28 @@ class SweepRecord:
 
     @classmethod
     def load(cls, path: str | Path) -> SweepRecord:
-        """Read ``path/sweep.yaml`` (JSON fast path, YAML for a hand-edited file)."""
+        """Read ``path/sweep.yaml`` (JSON fast path, YAML for a hand-edited file); ClusterError when unusable."""
+        from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
+
         path = Path(path)
         file = path / SWEEP_FILE
         try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ClusterError(f"cannot read the sweep record ({exc.strerror or exc})", where=str(file)) from None
-        try:
-            data = json.loads(text)
-        except ValueError:
-            import yaml
-
+            text = read_record_text(file, "sweep record")
+            if text is None:
+                raise ClusterError("the sweep record does not exist", where=str(file))
             try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise ClusterError(f"the sweep record is not valid YAML ({exc})", where=str(file)) from None
+                data = json.loads(text)
+            except (ValueError, RecursionError):
+                data = parse_yaml_record(text, file, "sweep record")
+        except RecordError as err:
+            raise ClusterError(err.message, where=err.where, expected=err.expected) from None
         if not isinstance(data, dict) or data.get("kind") != KIND or not isinstance(data.get("points"), list):
             raise ClusterError(
                 "not a sweep record", where=str(file), expected=f"a {SWEEP_FILE} written by hpc-runner sweep"
             )
         points = data.pop("points")
+        for n, p in enumerate(points):
+            _check_point(p, n, file)
         return cls(path, data, points)
 
     def save(self) -> Path:
@@ -130,6 +131,29 @@ class SweepRecord:
     def effective_overrides(self, point: dict[str, Any]) -> dict[str, Any]:
         """Return the point's swept values with the fixes given on resume on top."""
         return {**point.get("params", {}), **point.get("extra", {})}
+
+
+def _check_point(point: Any, n: int, file: Path) -> None:
+    """ClusterError unless entry ``n`` of sweep.yaml's points is one hpc-runner could have written."""
+    problem = None
+    if not isinstance(point, dict):
+        problem = f"is a {type(point).__name__}, not a mapping"
+    elif point.get("index") != n:
+        problem = f"has index {point.get('index')!r}, not {n}"
+    elif not isinstance(point.get("dir"), str) or not _is_point_dir(point["dir"]):
+        problem = f"has dir {point.get('dir')!r}, not a folder under {POINTS_DIR}/"
+    elif not isinstance(point.get("params", {}), dict) or not isinstance(point.get("extra", {}), dict):
+        problem = "has params or extra that are not mappings"
+    elif point.get("job_id") is not None and not isinstance(point.get("job_id"), str):
+        problem = f"has job_id {point.get('job_id')!r}, not text"
+    if problem:
+        raise ClusterError(f"point {n} of the sweep record {problem}", where=str(file),
+                           expected=f"the {SWEEP_FILE} hpc-runner wrote (hand edits may change params only)")
+
+
+def _is_point_dir(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and parts[0] == POINTS_DIR and parts[1].isdigit()
 
 
 @contextlib.contextmanager

@@ -107,6 +107,11 @@ def _clean(x: float) -> float:
     return float(f"{x:.12g}")
 
 
+def _check_count(n: int, name: str) -> None:
+    if n > MAX_POINTS:
+        raise ValueError(f"{name}() gives {n:,} values, more than the {MAX_POINTS:,} points a sweep may have")
+
+
 def expand_function(name: str, args_text: str) -> list[Any]:
     """Return the values of ``range(a,b[,step])`` (end excluded), ``linspace(a,b,n)`` or ``logspace(a,b,n)``."""
     args = [_number(a, f"argument of {name}()") for a in split_top_level(args_text)]
@@ -117,12 +122,18 @@ def expand_function(name: str, args_text: str) -> list[Any]:
         if step == 0:
             raise ValueError("range() step must not be zero")
         if all(isinstance(a, int) for a in (start, stop, step)):
+            _check_count(len(range(start, stop, step)), name)  # counted before a value is made
             return list(range(start, stop, step))
-        n = max(0, math.ceil((stop - start) / step - 1e-9))
+        count = (stop - start) / step
+        if not math.isfinite(count):
+            raise ValueError("range() of numbers that are not finite")
+        n = max(0, math.ceil(count - 1e-9))
+        _check_count(n, name)
         return [_clean(start + i * step) for i in range(n)]
     if len(args) != 3 or not isinstance(args[2], int) or args[2] < 1:
         raise ValueError(f"{name}() takes start, stop and a whole number of values: {name}(a, b, n)")
     start, stop, n = args
+    _check_count(n, name)
     values = [start + (stop - start) * i / (n - 1) for i in range(n)] if n > 1 else [start]
     if name == "logspace":
         return [_clean(10.0**v) for v in values]
@@ -151,6 +162,8 @@ def parse_values(text: str, what: str) -> list[Any]:
             if not expanded:
                 raise ClusterError(f"{what}: {stripped} gives no values")
             values.extend(expanded)
+            if len(values) > MAX_POINTS:
+                raise ClusterError(f"{what} has more than {MAX_POINTS:,} values", expected="a smaller sweep")
             continue
         try:
             values.append(parse_value(stripped, what=f"value {stripped!r} of {what}"))

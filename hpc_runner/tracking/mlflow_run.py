@@ -289,14 +289,14 @@ def send_unsent(run_dir: str | Path) -> tuple[int, int]:
         raise UserError("there is nothing unsent in this run dir", where=str(path),
                         expected=f"a run dir with {UNSENT_FILE} (written when MLflow could not be reached)")
     settings = load_settings(run_dir) or {"kind": "mlflow"}
-    items = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict) and item.get("kind") != "open":
-            items.append(item)
+    import warnings
+
+    from hpc_runner.records.read import read_json_lines
+
+    lines = read_json_lines(path, "unsent MLflow records")
+    if lines.damaged:
+        warnings.warn(lines.describe(path) + "; they are not sent", stacklevel=2)
+    items = [item for item in lines.records if item.get("kind") != "open"]
     from hpc_runner.records.rundir import RunDir
 
     bundle = (RunDir(run_dir).record().get("bundle") or {}).get("name")

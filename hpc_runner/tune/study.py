@@ -58,10 +58,16 @@ def make_sampler(name: str, seed: int | None = None, stream: tuple[Any, ...] = (
         with warnings.catch_warnings():  # "experimental" (QMC, some TPE options): not the user's concern
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return cls(**{**kwargs, **options})
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise UserError(f"bad options for the {name} sampler: {exc}", expected="options of its Optuna class",
                         hint=f"--sampler-option KEY=VALUE takes the keyword arguments of optuna.samplers.{cls.__name__}"
                         ) from None
+
+
+# what Optuna's pruners need of their numeric options (optuna.pruners: SuccessiveHalving, Hyperband, Median)
+PRUNER_MINIMUMS = {"reduction_factor": 2, "min_resource": 1, "max_resource": 1, "min_early_stopping_rate": 0,
+                   "n_startup_trials": 0, "n_warmup_steps": 0, "interval_steps": 1, "n_min_trials": 1,
+                   "bootstrap_count": 0}
 
 
 def make_pruner(name: str, **options: Any) -> Any:
@@ -75,9 +81,14 @@ def make_pruner(name: str, **options: Any) -> Any:
         "median": optuna.pruners.MedianPruner,
         "none": optuna.pruners.NopPruner,
     }
+    for key, minimum in PRUNER_MINIMUMS.items():  # Hyperband takes reduction_factor=-1 and fails trials later
+        value = options.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < minimum:
+            raise UserError(f"--pruner-option {key}={value} is too small for the {name} pruner",
+                            expected=f"{key} >= {minimum}")
     try:
         return factories[name](**options)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise UserError(f"bad options for the {name} pruner: {exc}", expected="options of its Optuna class") from None
 
 

@@ -21,7 +21,6 @@ Order of events in a worker:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -237,18 +236,10 @@ def _record(sweep_dir: str, point: dict[str, Any], state: str, value: float | No
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    from hpc_runner.engine.metrics_log import read_metrics
     from hpc_runner.records.rundir import METRICS_FILE
 
-    path = run_dir / METRICS_FILE
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut by a kill
-    return out
+    return read_metrics(run_dir / METRICS_FILE)
 
 
 def _last_value(run_dir: Path, metric: str) -> float | None:

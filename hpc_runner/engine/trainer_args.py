@@ -1,0 +1,39 @@
+"""The Trainer's plain arguments, checked when it is built: a value that makes no sense is bad input.
+
+``max_epochs: -1`` used to train zero epochs and save an untrained model as if it had finished; such
+values now raise a ConfigError, which the runner reports as bad input (exit 2, the new run dir removed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hpc_runner.errors import ConfigError
+
+
+def _whole(name: str, value: Any, minimum: int) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        ok = True
+    if not ok or value < minimum:
+        raise ConfigError(f"Trainer {name} {value!r} is not valid", id_path=None,
+                          expected=f"{name}: a whole number >= {minimum}")
+
+
+def check_trainer_arguments(
+    max_epochs: Any, val_interval: Any, checkpoint_interval: Any, keep_checkpoints: Any, scheduler_interval: Any,
+    grad_clip_norm: Any = None,
+) -> None:
+    """ConfigError for an argument of the Trainer that cannot mean anything."""
+    _whole("max_epochs", max_epochs, 1)
+    _whole("val_interval", val_interval, 1)
+    _whole("checkpoint_interval", checkpoint_interval or 0, 0)
+    _whole("keep_checkpoints", keep_checkpoints, 1)
+    if scheduler_interval not in ("epoch", "iteration"):
+        raise ConfigError(f"Trainer scheduler_interval {scheduler_interval!r} is not valid",
+                          expected="scheduler_interval: epoch or iteration")
+    if grad_clip_norm is not None and (isinstance(grad_clip_norm, bool) or not isinstance(grad_clip_norm, int | float)
+                                       or not math.isfinite(grad_clip_norm) or grad_clip_norm <= 0):
+        raise ConfigError(f"Trainer grad_clip_norm {grad_clip_norm!r} is not valid",
+                          expected="grad_clip_norm: a positive number, or null")

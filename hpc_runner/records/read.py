@@ -1,0 +1,147 @@
+"""Read the records hpc-runner wrote (run.yaml, sweep.yaml, summary.json, *.jsonl) as untrusted input.
+
+A record may have been hand-edited, cut short by a crash, copied in binary mode or written by someone
+else: reading one never runs code (YAML's safe loader: a ``!!python/...`` tag is an error, not an
+object), never reads without bound (``MAX_BYTES``; ``/dev/zero`` is not a file), and a record that
+cannot be used is a UserError naming the file (exit 2), never a traceback. JSON-lines files keep
+their good lines; the damaged ones are named (``JsonLines.damaged``), never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import UserError
+
+MAX_BYTES = 512 << 20  # the largest record read (a 100,000-point sweep.yaml is ~30 MB)
+
+
+class RecordError(UserError):
+    """A record that cannot be read or used; the message names the file."""
+
+
+def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False) -> str | None:
+    """Return a record file's text (None when it does not exist); RecordError when it cannot be a record.
+
+    ``pipe``: a named pipe (``<(...)`` in bash) is read too, up to ``limit``; devices never are."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RecordError(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not (stat.S_ISREG(info.st_mode) or (pipe and stat.S_ISFIFO(info.st_mode))):
+            raise RecordError(f"the {what} is not a regular file", where=str(path),
+                              expected=f"the {what} as a file (not a device{'' if pipe else ', pipe'} or folder)")
+        if stat.S_ISFIFO(info.st_mode):
+            os.set_blocking(f.fileno(), True)  # opened non-blocking so that a device could not hang the open
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise RecordError(f"the {what} is larger than {limit >> 20} MiB", where=str(path),
+                          expected=f"a {what} of a sensible size")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"the {what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
+                          where=str(path), expected="the YAML or JSON text hpc-runner wrote") from None
+
+
+def parse_yaml_record(text: str, path: Path, what: str = "record") -> Any:
+    """Parse a record's YAML with the safe loader (libyaml when available); RecordError naming the line."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RecordError(f"the {what} is not valid YAML ({problem})", where=where,
+                          expected="the record as hpc-runner wrote it (YAML tags such as !!python/... are refused)"
+                          ) from None
+    except RecursionError:
+        raise RecordError(f"the {what} nests too deeply", where=str(path)) from None
+
+
+def read_yaml_record(path: Path, what: str = "record", kind: type | None = dict) -> Any:
+    """Return a YAML record (None when absent); RecordError when unreadable or not of ``kind``."""
+    text = read_record_text(path, what)
+    if text is None:
+        return None
+    data = parse_yaml_record(text, path, what)
+    if data is None:
+        return kind() if kind is not None else None
+    if kind is not None and not isinstance(data, kind):
+        raise RecordError(f"the {what} holds a {type(data).__name__}, not a {kind.__name__}", where=str(path),
+                          expected="the record as hpc-runner wrote it")
+    return data
+
+
+def read_json_record(path: Path, what: str = "record", kind: type | None = dict) -> Any:
+    """Return a JSON record (None when absent); RecordError when unreadable or not of ``kind``."""
+    text = read_record_text(path, what)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"the {what} is not valid JSON ({exc})", where=str(path)) from None
+    except RecursionError:
+        raise RecordError(f"the {what} nests too deeply", where=str(path)) from None
+    if kind is not None and not isinstance(data, kind):
+        raise RecordError(f"the {what} holds a {type(data).__name__}, not a {kind.__name__}", where=str(path))
+    return data
+
+
+@dataclass
+class JsonLines:
+    """The objects of a JSON-lines file, and the numbers of the lines that could not be read."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    damaged: list[int] = field(default_factory=list)
+    cut: bool = False  # the last line was cut short (a writer killed mid-line): expected, not damage
+
+    def describe(self, path: Path) -> str:
+        """Return the warning that names the damaged lines."""
+        lines = ", ".join(map(str, self.damaged[:10])) + (" ..." if len(self.damaged) > 10 else "")
+        return f"{path}: {len(self.damaged)} damaged line(s) skipped (line {lines})"
+
+
+def read_json_lines(path: Path, what: str = "JSON-lines file") -> JsonLines:
+    """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged."""
+    out = JsonLines()
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return out
+    except OSError as exc:
+        raise RecordError(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise RecordError(f"the {what} is not a regular file", where=str(path))
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise RecordError(f"the {what} is larger than {MAX_BYTES >> 20} MiB", where=str(path))
+    lines = data.split(b"\n")
+    last = len(lines)
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            item = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            item = None
+        if isinstance(item, dict):
+            out.records.append(item)
+        elif n == last and not data.endswith(b"\n"):
+            out.cut = True
+        else:
+            out.damaged.append(n)
+    return out

@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 from hpc_runner.cli.common import add_preflight_argument
-from hpc_runner.slurm.cli_args import add_cluster_arguments, positive_int
+from hpc_runner.cli.slurm_options import add_cluster_arguments, positive_int
 
 HELP = "resubmit the failed or missing points of a sweep as a new array (never a completed one)"
 DESCRIPTION = """Ask the scheduler once where every point stands, then resubmit the points that failed,
@@ -24,7 +24,7 @@ EPILOG = """examples:
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --cause TIMEOUT --slurm time=04:00:00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --points 3,7 --batch_size 1"""
 ACCEPTS_OVERRIDES = True
-# hpc_runner.slurm.causes.CAUSES, spelled out: a command module imports only the standard library
+# hpc_runner.sweep.causes.CAUSES, spelled out: a command module imports only the standard library
 CAUSES = ("OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "ERROR", "BAD_INPUT")
 
 
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _profile(args: argparse.Namespace, recorded: dict):
-    from hpc_runner.slurm.profiles import ClusterProfile, check_settings, load_profile, parse_setting_overrides
+    from hpc_runner.scheduler.profiles import ClusterProfile, check_settings, load_profile, parse_setting_overrides
 
     changes = parse_setting_overrides(args.slurm)
     if args.cluster:
@@ -87,7 +87,7 @@ def _profile(args: argparse.Namespace, recorded: dict):
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.sweep.targets import load_target
 
     target = load_target(args.dir)
     d = shlex.quote(str(target.path))
@@ -95,8 +95,8 @@ def main(args: argparse.Namespace) -> int:
         return _resume_run(args, target)
     from hpc_runner.config.overrides import parse_cli_overrides
     from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.slurm.resume import plan_resume, resume_sweep
-    from hpc_runner.slurm.sweep_check import check_extra_overrides
+    from hpc_runner.sweep.check import check_extra_overrides
+    from hpc_runner.sweep.resume import plan_resume, resume_sweep
 
     record = target.record
     profile = _profile(args, record.data.get("cluster") or {})
@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         f"{len(plan.resubmit)} to resubmit"
     )
     if not plan.resubmit:
-        from hpc_runner.slurm.resume import top_up_waiting
+        from hpc_runner.sweep.resume import top_up_waiting
 
         sent = top_up_waiting(target, print)  # points waiting for a submit slot go now if slots are free
         print("hpc-runner: nothing to resubmit" + (f"; {sent} waiting point(s) submitted" if sent else ""))
@@ -171,8 +171,8 @@ def _resume_tune(args: argparse.Namespace, target, profile) -> int:
 
 def _resume_run(args: argparse.Namespace, target) -> int:
     from hpc_runner.errors import ClusterError
-    from hpc_runner.slurm.resume import resume_run
-    from hpc_runner.slurm.tracking import DONE
+    from hpc_runner.sweep.resume import resume_run
+    from hpc_runner.sweep.states import DONE
 
     if args.override_tokens:
         raise ClusterError(

@@ -44,8 +44,8 @@ def _table(rows: list[list[str]]) -> str:
 
 def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
-    from hpc_runner.slurm.sweep_spec import format_cell
-    from hpc_runner.slurm.tracking import cause_counts, counts, failure_text
+    from hpc_runner.sweep.spec import format_cell
+    from hpc_runner.sweep.states import cause_counts, counts, failure_text
 
     c = counts(states)
     what = f"sweep of {len(states)} points" if target.kind == "sweep" else "run"
@@ -94,7 +94,7 @@ def _top_up(path: Any, quiet: bool = False) -> int:
     """Submit the sweep's waiting points into free submit slots (the governor); never fail status for it."""
     import sys
 
-    from hpc_runner.slurm.governor import top_up
+    from hpc_runner.sweep.governor import top_up
 
     def log(line: str) -> None:
         print(line, file=sys.stderr if quiet else sys.stdout)
@@ -108,8 +108,8 @@ def _top_up(path: Any, quiet: bool = False) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.slurm.targets import load_target
-    from hpc_runner.slurm.tracking import ENDED_WELL, UNKNOWN
+    from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
+    from hpc_runner.sweep.targets import load_target
 
     if args.watch:
         from hpc_runner.report.watch import watch_status

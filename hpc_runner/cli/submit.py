@@ -13,8 +13,8 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from hpc_runner.slurm.submission import submit_run
+    from hpc_runner.sweep.submission import submit_run
 
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
@@ -89,7 +89,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from hpc_runner.slurm.follow import follow_job
+    from hpc_runner.scheduler.follow import follow_job
 
     state = follow_job(job_id, Path(job["stdout"]), Path(job["stderr"]), since=None)
     status = RunDir(res.directory).record().get("status")
@@ -102,9 +102,9 @@ def _submit_shards(args: argparse.Namespace, cfg, profile) -> int:
     from pathlib import Path
 
     from hpc_runner.cli.sweep import report_submitted
-    from hpc_runner.slurm.shards import check_shardable, shard_overrides
-    from hpc_runner.slurm.submission import default_sweep_dir, submit_sweep
-    from hpc_runner.slurm.sweep_spec import build_spec
+    from hpc_runner.sweep.shards import check_shardable, shard_overrides
+    from hpc_runner.sweep.spec import build_spec
+    from hpc_runner.sweep.submission import default_sweep_dir, submit_sweep
 
     if args.wait:
         print("hpc-runner: --wait follows one job; with --shards use `hpc-runner status DIR --watch`", file=sys.stderr)

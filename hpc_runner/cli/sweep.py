@@ -14,8 +14,8 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
 DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
@@ -83,8 +83,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from hpc_runner.slurm.submission import submit_sweep
-    from hpc_runner.slurm.sweep_spec import build_spec
+    from hpc_runner.sweep.spec import build_spec
+    from hpc_runner.sweep.submission import submit_sweep
 
     spec = build_spec(args.sweep, args.zip, args.sweep_file)
     cpus_into_profile_settings(args)

@@ -25,7 +25,7 @@ class WatchResult:
 
 def is_pending(state: Any) -> bool:
     """True while a point may still change: queued or running, or submitted but not yet known to sacct."""
-    from hpc_runner.slurm.tracking import UNKNOWN
+    from hpc_runner.sweep.states import UNKNOWN
 
     return bool(state.active or (state.state == UNKNOWN and state.job_id))
 
@@ -37,7 +37,7 @@ def _default_render(target: Any, states: list[Any], answer: Any) -> str:
 
 
 def _postfix(states: list[Any]) -> str:
-    from hpc_runner.slurm.tracking import counts
+    from hpc_runner.sweep.states import counts
 
     c = counts(states)
     return " ".join(f"{s} {n}" for s, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -56,7 +56,7 @@ def watch_status(
     """Redraw the sweep's state table and a bar of finished points every ``interval`` s until all are final."""
     from tqdm.auto import tqdm
 
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.sweep.targets import load_target
 
     stream = stream or sys.stdout
     render = render or _default_render

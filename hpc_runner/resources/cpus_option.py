@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hpc_runner.cli.slurm_options import positive_int
 from hpc_runner.resources.cpus import CLI_FLAG, ENV_CPUS, decide_cpus, set_explicit_cpus
-from hpc_runner.slurm.cli_args import positive_int
 
 LOCAL_ORIGIN = "cpus_per_task of the local profile"
 

@@ -50,8 +50,8 @@ def resume_tune(directory: Any, record: Any, profile: Any, *, hold: bool = False
     """Plan and start the workers a tune dir needs; return the plan and the submission (None when none)."""
     from pathlib import Path
 
-    from hpc_runner.slurm.resume import still_queued
-    from hpc_runner.slurm.submission import Submitted
+    from hpc_runner.sweep.resume import still_queued
+    from hpc_runner.sweep.submission import Submitted
     from hpc_runner.tune.submit import _run_workers_here, send_workers, worker_jobs
 
     jobs = [j for j in worker_jobs(record).values() if j and j != "local"]

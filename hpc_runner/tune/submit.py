@@ -44,7 +44,7 @@ def submit_tune(
     """Check the space, write the tune dir and start ``parallel`` workers; return a Submitted."""
     from hpc_runner.engine.runner import check_entry
     from hpc_runner.records.rundir import check_folder_path
-    from hpc_runner.slurm.submission import Submitted, _fresh_dir, _remove_sweep, default_sweep_dir
+    from hpc_runner.sweep.submission import Submitted, _fresh_dir, _remove_sweep, default_sweep_dir
     from hpc_runner.tune.tune_dir import check_space, create_tune_dir
 
     workers = check_workers(parallel, settings.trials)
@@ -81,7 +81,7 @@ def submit_tune(
 def _run_workers_here(directory: Path, indices: Sequence[int], profile: Any, reason: str, out: Any,
                       log: Log) -> None:
     from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
     from hpc_runner.tune.worker import FAILED, run_tune_worker
 
     sweep_dir = str(directory.resolve())
@@ -102,9 +102,9 @@ def send_workers(directory: Path, indices: list[int], profile: Any, *, reason: s
                  preflight: bool = True) -> None:
     """Submit workers ``indices`` of the tune in ``directory`` as one job array; record it in sweep.yaml."""
     from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_array
-    from hpc_runner.slurm.governor import outside_the_job
+    from hpc_runner.scheduler.slurm_executor import make_executor, slurm_parameters, submit_array
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.governor import outside_the_job
     from hpc_runner.tune.worker import run_tune_worker
 
     sweep_dir = str(Path(directory).resolve())
@@ -117,7 +117,7 @@ def send_workers(directory: Path, indices: list[int], profile: Any, *, reason: s
             chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
         )
         if preflight:
-            from hpc_runner.slurm.scheduler_check import check_resources
+            from hpc_runner.scheduler.resource_check import check_resources
 
             check_resources(profile, record.job_folder, params, map_count=len(indices) if len(indices) > 1 else None,
                             what=f"the tune's {len(indices)} worker(s)")
@@ -145,9 +145,9 @@ def worker_jobs(record: Any) -> dict[int, str]:
 
 
 def _dry_run(cfg: Any, directory: Path, settings: Any, profile: Any, workers: int, hold: bool, note: str) -> Any:
-    from hpc_runner.slurm import sweep_record as sr
-    from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
-    from hpc_runner.slurm.submission import Submitted
+    from hpc_runner.scheduler.slurm_executor import sbatch_script, slurm_parameters
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.submission import Submitted
 
     out = Submitted(directory, dry_run=True)
     out.notes.append(f"{settings.trials} trial(s) by {workers} worker(s), space valid ({note})")

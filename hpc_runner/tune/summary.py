@@ -62,7 +62,7 @@ class TuneSummary:
 
 def summarize(sweep_dir: str | Path) -> TuneSummary:
     """Read sweep.yaml and the journal of the tune dir ``sweep_dir``."""
-    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.sweep.ledger import SweepRecord
     from hpc_runner.tune.settings import TuneSettings
 
     record = SweepRecord.load(Path(sweep_dir))

@@ -17,7 +17,7 @@ from hpc_runner.tune.settings import TUNE_KEY, TuneSettings
 
 def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str:
     """Raise a UserError when a corner of the space is not a valid config; return what was checked."""
-    from hpc_runner.slurm.sweep_check import check_points, make_override
+    from hpc_runner.sweep.check import check_points, make_override
     from hpc_runner.tune.space import parse_space, space_corners
     from hpc_runner.tune.study import rehearse
 
@@ -75,7 +75,7 @@ def create_tune_dir(
     """Check the space, then write ``directory`` (base/ and sweep.yaml); return the SweepRecord."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.records.rundir import command_line, now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
     from hpc_runner.tune.space import parse_space
 
     check_entry(cfg, entry)

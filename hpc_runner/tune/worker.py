@@ -36,8 +36,8 @@ def run_tune_worker(
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.resources.threads import use_cpu_budget
-    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
-    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.sweep.ledger import SweepRecord
     from hpc_runner.tune.settings import TuneSettings
     from hpc_runner.tune.space import parse_space
     from hpc_runner.tune.study import open_study
@@ -90,7 +90,7 @@ def _claim_trial(
 ) -> dict[str, Any] | None:
     """Return the trial this worker must run next (its unfinished one first), or None when the budget is spent."""
     from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
 
     with sr.locked(sweep_dir) as record:
         for p in record.points:
@@ -171,7 +171,7 @@ def _run_trial(
     from hpc_runner.engine.stop import Pruned
     from hpc_runner.records.environment import device_binding
     from hpc_runner.records.rundir import LOG_FILE, RunDir
-    from hpc_runner.slurm.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
+    from hpc_runner.sweep.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
 
     trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
     reported = set(_frozen(study, point["trial"]).intermediate_values)
@@ -226,7 +226,7 @@ def _record(sweep_dir: str, point: dict[str, Any], state: str, value: float | No
             error: str | None) -> None:
     """Write the trial's end into its point in sweep.yaml."""
     from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
 
     with sr.locked(sweep_dir) as record:
         p = record.points[point["index"]]

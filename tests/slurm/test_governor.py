@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.slurm.governor import Backoff, group_tasks, outside_the_job, plan_arrays, top_up
-from hpc_runner.slurm.limits import read_limits
+from hpc_runner.scheduler.limits import read_limits
+from hpc_runner.sweep.governor import Backoff, group_tasks, outside_the_job, plan_arrays, top_up
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(Path(__file__).parent / "data" / "tiny_point")  # its run prints one line

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.records.rundir import RunDir
-from hpc_runner.slurm import causes
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.targets import Target
-from hpc_runner.slurm.tracking import (
+from hpc_runner.sweep import causes
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.states import (
     DONE,
     NOT_STARTED,
     PRUNED,
@@ -29,6 +28,7 @@ from hpc_runner.slurm.tracking import (
     explain_failures,
     parse_sacct,
 )
+from hpc_runner.sweep.targets import Target
 
 HEADER = "JobID|State|Elapsed|ExitCode"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import UserError
-from hpc_runner.slurm.sweep_record import SweepRecord
+from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.tune.settings import TuneSettings
 
 

@@ -47,8 +47,8 @@ def run_sweep_task(
     """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.slurm.job import RunFailed
-    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.sweep.job import RunFailed
 
     freeze_at_exit()
     task = current_job_id()
@@ -103,7 +103,7 @@ def run_sweep_task(
 
 def _read_sweep(sweep_dir: str) -> Any:
     """sweep.yaml as it is once no writer holds the lock (the submitter records job ids under it)."""
-    from hpc_runner.slurm.sweep_record import LOCK_FILE, SweepRecord
+    from hpc_runner.sweep.ledger import LOCK_FILE, SweepRecord
 
     lock = Path(sweep_dir) / LOCK_FILE
     try:
@@ -120,7 +120,7 @@ def _read_sweep(sweep_dir: str) -> Any:
 def _skip_reason(sweep_dir: str, point: dict[str, Any], record: Any, task: str | None) -> tuple[str, str] | None:
     """Why this task must not run ``point`` (an outcome and a message), or None to run it."""
     from hpc_runner.records.rundir import RunDir
-    from hpc_runner.slurm.sweep_record import WAITING
+    from hpc_runner.sweep.ledger import WAITING
 
     run = RunDir(Path(sweep_dir) / point["dir"]).record()
     if run.get("status") == COMPLETED:
@@ -140,7 +140,7 @@ def _skip_reason(sweep_dir: str, point: dict[str, Any], record: Any, task: str |
 
 def _task_clock(record: Any, task: str | None) -> Any:
     """The job's end (one scheduler call) and the margin and hint from the sweep's latest profile."""
-    from hpc_runner.slurm.job_clock import JobClock, job_end_time, stop_margin_s
+    from hpc_runner.scheduler.job_clock import JobClock, job_end_time, stop_margin_s
 
     settings = dict((record.data.get("cluster") or {}).get("settings") or {})
     for sub in record.data.get("submissions") or []:
@@ -153,7 +153,7 @@ def _task_clock(record: Any, task: str | None) -> Any:
 
 def _return_points(sweep_dir: str, indices: list[int], task: str | None, why: str) -> None:
     """Put the points this task could not start back in the sweep's queue (only those still ours)."""
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
 
     with sr.locked(sweep_dir) as record:
         ours = [i for i in indices if record.points[i].get("job_id") in (None, task)]
@@ -166,7 +166,7 @@ def _run_one(
     sweep_dir: str, p: dict[str, Any], entry: str | None, job_record: dict[str, Any] | None, pack: dict[str, Any]
 ) -> tuple[str, str]:
     """Run one point in this process; return (outcome, message)."""
-    from hpc_runner.slurm.job import run_sweep_point
+    from hpc_runner.sweep.job import run_sweep_point
 
     try:
         res = run_sweep_point(sweep_dir, p["index"], f"{sweep_dir}/{p['dir']}", p["overrides"], entry,
@@ -351,7 +351,7 @@ def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
 
 def _top_up(sweep_dir: str) -> None:
     """Let the governor fill the slot this task is about to free (never fails the task)."""
-    from hpc_runner.slurm.governor import top_up_after_task
+    from hpc_runner.sweep.governor import top_up_after_task
 
     try:
         top_up_after_task(Path(sweep_dir))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.scheduler.profiles import ClusterProfile
 
 # profile key -> submitit SlurmExecutor parameter (same meaning, passed through when set)
 _PASS_THROUGH = {
@@ -46,7 +46,7 @@ def slurm_parameters(
     chdir: str | None = None,
 ) -> dict[str, Any]:
     """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir)."""
-    from hpc_runner.slurm.job_script import check_parameters, safe_job_name
+    from hpc_runner.scheduler.job_script import check_parameters, safe_job_name
 
     # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
     params: dict[str, Any] = {"job_name": safe_job_name(profile.get("job_name") or job_name),
@@ -73,7 +73,7 @@ def slurm_parameters(
 
 def python_command(profile: ClusterProfile) -> str:
     """Return the command that starts python in the job (the profile's, else this interpreter)."""
-    from hpc_runner.slurm.job_script import check_python_command
+    from hpc_runner.scheduler.job_script import check_python_command
 
     command = profile.get("python") or shlex.quote(sys.executable)
     check_python_command(command, profile.where)
@@ -84,7 +84,7 @@ def sbatch_script(
     profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None
 ) -> str:
     """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven."""
-    from hpc_runner.slurm.job_script import checked_script
+    from hpc_runner.scheduler.job_script import checked_script
 
     try:
         return checked_script(parameters, folder, python_command(profile), map_count, profile.where)
@@ -96,7 +96,7 @@ def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, A
     """Return a submitit SlurmExecutor writing into ``folder`` (which may hold ``%j``)."""
     from submitit import SlurmExecutor
 
-    from hpc_runner.slurm.job_script import check_path
+    from hpc_runner.scheduler.job_script import check_path
 
     check_path(Path(folder).expanduser().absolute(), "the job's log folder", profile.where)
     try:
@@ -150,6 +150,6 @@ def submit_one(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _prove(executor: Any, map_count: int | None) -> None:
     """Prove the script the executor is about to hand sbatch (submitit writes it from these same values)."""
-    from hpc_runner.slurm.job_script import checked_script
+    from hpc_runner.scheduler.job_script import checked_script
 
     checked_script(executor.parameters, executor.folder, executor.python, map_count)

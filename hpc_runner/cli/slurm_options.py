@@ -38,7 +38,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
 
 def load_profile_from_args(args: argparse.Namespace, name: str | None = None) -> Any:
     """Return the ClusterProfile that --cluster and --slurm describe."""
-    from hpc_runner.slurm.profiles import load_profile, parse_setting_overrides
+    from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
 
     return load_profile(name or args.cluster, parse_setting_overrides(args.slurm))
 

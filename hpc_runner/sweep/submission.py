@@ -20,9 +20,9 @@ from typing import Any
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import RunDir, check_folder_path, now_iso, timestamp_name
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.profiles import ClusterProfile
-from hpc_runner.slurm.sweep_spec import SweepSpec
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.spec import SweepSpec
 
 Log = Callable[[str], None]
 
@@ -75,7 +75,7 @@ def _job_name(cfg_name: str, kind: str) -> str:
 
 
 def _max_array(profile: ClusterProfile) -> tuple[int, str]:
-    from hpc_runner.slurm.cluster_info import max_array_size
+    from hpc_runner.scheduler.cluster_info import max_array_size
 
     return max_array_size(profile.get("max_array_size"))
 
@@ -131,8 +131,8 @@ def submit_run(
     """Prepare a run dir for ``cfg`` and submit one job running it (or run it here with a local profile)."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.records.rundir import default_run_dir
-    from hpc_runner.slurm.executor import make_executor, sbatch_script, slurm_parameters, submit_one
-    from hpc_runner.slurm.job import run_submitted
+    from hpc_runner.scheduler.slurm_executor import make_executor, sbatch_script, slurm_parameters, submit_one
+    from hpc_runner.sweep.job import run_submitted
 
     check_entry(cfg, entry)
     if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
@@ -158,7 +158,7 @@ def submit_run(
         )
         return out
     if preflight and profile.executor != "local":
-        from hpc_runner.slurm.scheduler_check import check_resources
+        from hpc_runner.scheduler.resource_check import check_resources
 
         check_resources(profile, folder, params, what="the job")
     created = _fresh_dir(path, "the run dir")
@@ -215,7 +215,7 @@ def submit_points(
 
     ``before_chunk(indices)`` runs before each sbatch and returns an undo for when that sbatch fails.
     """
-    from hpc_runner.slurm.governor import pack_of, send_points
+    from hpc_runner.sweep.governor import pack_of, send_points
 
     out = Submitted(record.path, pack=pack_of(record))
     if profile.executor == "local":
@@ -256,7 +256,7 @@ def _run_points_here(
     out: Submitted,
     log: Log,
 ) -> Submitted:
-    from hpc_runner.slurm.job import run_sweep_point
+    from hpc_runner.sweep.job import run_sweep_point
 
     for i in indices:
         p = record.points[i]
@@ -342,7 +342,7 @@ def submit_sweep(
 ) -> Submitted:
     """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays."""
     from hpc_runner.engine.runner import check_entry, prepare_run
-    from hpc_runner.slurm.sweep_check import check_points
+    from hpc_runner.sweep.check import check_points
 
     check_pack(pack, pack_parallel)
     check_entry(cfg, entry)
@@ -350,7 +350,7 @@ def submit_sweep(
     note = check_points(cfg, points)
     if preflight:
         from hpc_runner.config.preflight import check_points as preflight_points
-        from hpc_runner.slurm.sweep_check import make_override
+        from hpc_runner.sweep.check import make_override
 
         note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points])
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
@@ -427,16 +427,16 @@ def _dry_run_sweep(
 ) -> Submitted:
     from hpc_runner.config.display import to_plain
     from hpc_runner.records.rundir import dump_yaml
-    from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
-    from hpc_runner.slurm.governor import group_tasks, plan_arrays
-    from hpc_runner.slurm.sweep_spec import describe_point
+    from hpc_runner.scheduler.slurm_executor import sbatch_script, slurm_parameters
+    from hpc_runner.sweep.governor import group_tasks, plan_arrays
+    from hpc_runner.sweep.spec import describe_point
 
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
     if profile.executor == "local":
         out.notes.append(f"profile '{profile.name}' runs the points here, one after another (no sbatch script)")
     else:
-        from hpc_runner.slurm.limits import read_limits
+        from hpc_runner.scheduler.limits import read_limits
 
         limits = read_limits(profile.settings)
         out.limits = limits

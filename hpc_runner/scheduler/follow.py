@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from hpc_runner.slurm import tracking
+from hpc_runner.sweep import states as tracking
 
 
 class _Tail:

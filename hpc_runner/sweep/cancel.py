@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import RunDir, now_iso
-from hpc_runner.slurm.targets import Target
-from hpc_runner.slurm.tracking import array_ids
+from hpc_runner.sweep.states import array_ids
+from hpc_runner.sweep.targets import Target
 
 
 @dataclass
@@ -29,8 +29,8 @@ def cancel_target(target: Target) -> Cancelled:
     """
     if target.record is None:
         return _cancel(target)
-    from hpc_runner.slurm import sweep_record as sr
-    from hpc_runner.slurm.governor import cancel_waiting
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.governor import cancel_waiting
 
     with sr.locked(target.path) as record:
         target.record, target.points = record, record.points

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.scheduler.profiles import ClusterProfile
 
 _ANSWERS: dict[str, str | None] = {}  # script -> refusal (None: it could start); one call per distinct script
 _PREFIXES = ("sbatch: error: ", "sbatch: ", "error: ")
@@ -59,7 +59,7 @@ def check_resources(
     profile: ClusterProfile, folder: Path, parameters: dict[str, Any], *, map_count: int | None = None, what: str
 ) -> None:
     """Raise ClusterError with sbatch's reason when the job ``what`` could never start with these resources."""
-    from hpc_runner.slurm.executor import sbatch_script
+    from hpc_runner.scheduler.slurm_executor import sbatch_script
 
     reason = sbatch_refusal(sbatch_script(profile, folder, parameters, map_count=map_count))
     if reason:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.sweep import ledger as sr
 
 # states after which a job never runs again, and that mean the point must be run again
 FAILED_STATES = frozenset(
@@ -79,7 +79,7 @@ class PointState:
     requeues: int = 0  # how many times the scheduler requeued its job (sacct -D records, run.yaml)
     scheduler_state: str | None = None  # sacct's whole State ("CANCELLED by 1000")
     exit_code: str | None = None  # sacct's ExitCode ("2:0")
-    cause: Any = None  # hpc_runner.slurm.causes.Cause of a failed point (see explain_failures)
+    cause: Any = None  # hpc_runner.sweep.causes.Cause of a failed point (see explain_failures)
 
     @property
     def cause_kind(self) -> str | None:
@@ -375,7 +375,7 @@ def _requeue_counter(rec: dict[str, Any]) -> int:
 
 def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> None:
     """Set ``cause`` (and run.yaml's requeue count) on every failed point; reads only failed points' files."""
-    from hpc_runner.slurm.causes import decide
+    from hpc_runner.sweep.causes import decide
 
     for ps in states:
         if ps.state not in FAILED_STATES:

@@ -8,8 +8,8 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import RUN_FILE, RunDir
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm import tracking
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep import states as tracking
 
 
 @dataclass

@@ -168,7 +168,7 @@ def decide(
     ``record`` the point's run.yaml and ``log_line`` the job log's error line, or a function that
     reads it: it is called only when the others do not tell.
     """
-    from hpc_runner.slurm.tracking import FAILED_STATES
+    from hpc_runner.sweep.states import FAILED_STATES
 
     if state not in FAILED_STATES:
         return None

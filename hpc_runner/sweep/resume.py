@@ -11,12 +11,12 @@ from typing import Any
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import now_iso
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm import tracking
-from hpc_runner.slurm.governor import waiting_indices
-from hpc_runner.slurm.profiles import ClusterProfile
-from hpc_runner.slurm.submission import Submitted, submit_points
-from hpc_runner.slurm.targets import Target
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep import states as tracking
+from hpc_runner.sweep.governor import waiting_indices
+from hpc_runner.sweep.submission import Submitted, submit_points
+from hpc_runner.sweep.targets import Target
 
 
 @dataclass
@@ -111,7 +111,7 @@ def resume_sweep(
     if preflight:  # the recorded base config plus each point's values and fixes, before any sbatch
         from hpc_runner.config.preflight import check_points
         from hpc_runner.config.recorded import load_recorded_config
-        from hpc_runner.slurm.sweep_check import make_override
+        from hpc_runner.sweep.check import make_override
 
         record = target.record
         base, _ = load_recorded_config(record.base_dir)
@@ -148,7 +148,7 @@ def resume_sweep(
 
 def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:
     """Submit the sweep's waiting points into the free submit slots (``resume`` with nothing to resubmit)."""
-    from hpc_runner.slurm.governor import top_up
+    from hpc_runner.sweep.governor import top_up
 
     return top_up(target.path, log) if target.record is not None else 0
 
@@ -196,8 +196,8 @@ def resume_run(
 ) -> Submitted:
     """Submit a single failed run dir again; it continues from its newest checkpoint."""
     from hpc_runner.records.rundir import RunDir
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_one
-    from hpc_runner.slurm.job import run_submitted
+    from hpc_runner.scheduler.slurm_executor import make_executor, slurm_parameters, submit_one
+    from hpc_runner.sweep.job import run_submitted
 
     if preflight:  # the recorded config must still start (targets, $ lines, input paths)
         from hpc_runner.config.preflight import check_config
@@ -223,7 +223,7 @@ def resume_run(
     cwd = (rec.get("command") or {}).get("cwd")
     params = slurm_parameters(profile, job_name=f"hpcr-run-{name}", hold=hold, chdir=cwd)
     if preflight:
-        from hpc_runner.slurm.scheduler_check import check_resources
+        from hpc_runner.scheduler.resource_check import check_resources
 
         check_resources(profile, target.path / sr.RUN_JOB_FOLDER, params, what="the resumed job")
     executor = make_executor(profile, target.path / sr.RUN_JOB_FOLDER, params)

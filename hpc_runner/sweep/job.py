@@ -65,7 +65,7 @@ def stderr_into_log(log_file: Path) -> Iterator[None]:
 def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
     """Put the job fields back on run.yaml and turn the outcome into a result, a requeue or RunFailed."""
     from hpc_runner.engine.runner import describe_failure
-    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
 
     rd = RunDir(outcome.run_dir)
     # run_recorded rewrote run.yaml when it started, so the job and sweep fields go back on now
@@ -106,8 +106,8 @@ def materialize_point(
         return point_dir
     from hpc_runner.config.recorded import load_recorded_config
     from hpc_runner.engine.runner import prepare_run
-    from hpc_runner.slurm.sweep_check import make_override
-    from hpc_runner.slurm.sweep_record import BASE_DIR
+    from hpc_runner.sweep.check import make_override
+    from hpc_runner.sweep.ledger import BASE_DIR
 
     cfg, _ = load_recorded_config(Path(sweep_dir) / BASE_DIR, [make_override(k, v) for k, v in overrides.items()])
     prepare_run(cfg, entry, point_dir)

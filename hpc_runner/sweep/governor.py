@@ -38,9 +38,9 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import now_iso
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.limits import SubmitLimits, is_limit_refusal, read_limits
-from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.scheduler.limits import SubmitLimits, is_limit_refusal, read_limits
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
 
 Log = Callable[[str], None]
 DEFAULT_BACKOFF = (1.0, 2.0, 4.0, 8.0)  # seconds before each retry of a limit refusal: 15 s at most in all
@@ -99,7 +99,7 @@ def outside_the_job() -> Iterator[None]:
 
 def profile_from_record(record: sr.SweepRecord) -> ClusterProfile:
     """Rebuild the cluster profile of the sweep's latest submission (else the one recorded at creation)."""
-    from hpc_runner.slurm.profiles import check_settings
+    from hpc_runner.scheduler.profiles import check_settings
 
     recorded = next((s["profile"] for s in reversed(record.submissions()) if s.get("profile")), None)
     recorded = recorded or record.data.get("cluster") or {}
@@ -121,7 +121,7 @@ def _wait_for_leaving(
     leaving = (set(record.data.get("leaving") or []) & {j for j, _, _ in limits.jobs}) - {me}
     if not leaving:
         return limits
-    from hpc_runner.slurm.limits import queued_jobs
+    from hpc_runner.scheduler.limits import queued_jobs
 
     deadline = time.monotonic() + LEAVING_WAIT_S
     while time.monotonic() < deadline:
@@ -153,7 +153,7 @@ def send_points(
     ``give_up``: what a limit refusal that outlasts the back-off does: ``error`` (mark the rest
     not-submitted and raise, as any sbatch error does) or ``wait`` (leave them waiting: a top-up).
     """
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters
+    from hpc_runner.scheduler.slurm_executor import make_executor, slurm_parameters
 
     backoff = backoff or Backoff()
     reader = limits_reader or read_limits
@@ -251,7 +251,7 @@ def send_points(
 def _preflight(profile: ClusterProfile, record: sr.SweepRecord, params: dict[str, Any], size: int, points: int,
                submission: dict[str, Any]) -> None:
     """sbatch --test-only for the largest array sent now; a limit refusal is not a reason to stop here."""
-    from hpc_runner.slurm.scheduler_check import check_resources
+    from hpc_runner.scheduler.resource_check import check_resources
 
     try:
         check_resources(profile, record.job_folder, params, map_count=size if size > 1 else None,
@@ -266,8 +266,8 @@ def _preflight(profile: ClusterProfile, record: sr.SweepRecord, params: dict[str
 def _sbatch(executor: Any, record: sr.SweepRecord, batch: list[list[int]], sweep_dir: str, entry: str | None,
             job_record: dict[str, Any], parallel: int) -> list[Any]:
     """One sbatch: an array of ``len(batch)`` tasks, each running its points with pack_runner."""
-    from hpc_runner.slurm.executor import submit_array
-    from hpc_runner.slurm.pack_runner import run_sweep_task
+    from hpc_runner.scheduler.slurm_executor import submit_array
+    from hpc_runner.sweep.task import run_sweep_task
 
     n = len(batch)
     points = [
@@ -311,7 +311,7 @@ def top_up(
 
     ``leaving``: the caller is an array task of this sweep that is about to end (see the module doc).
     """
-    from hpc_runner.slurm.submission import Submitted
+    from hpc_runner.sweep.submission import Submitted
 
     path = Path(sweep_dir)
     if not (path / sr.SWEEP_FILE).is_file():

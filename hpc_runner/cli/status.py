@@ -12,7 +12,10 @@ DESCRIPTION = """Show the state of every job of a sweep dir (or of one run dir) 
 (`squeue` when sacct does not answer), the counts per state and per cause, and one line per failed
 point: its cause (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, ERROR, BAD_INPUT), job id
 and error (type, message, config id, file:line; from its run.yaml, error.txt or the job's log).
-Points WAITING for a free submit slot count as not finished (--wait waits for them).
+Points WAITING for a free submit slot count as not finished (--wait waits for them), and are
+submitted when a slot is free: the sweep's one top-up step, which --watch and resume take too. That
+is the only thing status ever writes (no lock is taken when nothing waits); --no-submit makes it
+strictly read-only. A tune's trials are listed from the start: PENDING until a worker claims them.
 Works from the directory alone."""
 EPILOG = """examples:
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00
@@ -31,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true", help="poll until no point is queued or running")
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (--wait)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
+    parser.add_argument(
+        "--no-submit", "--no_submit", dest="no_submit", action="store_true",
+        help="read only: do not submit the points that wait for a free submit slot",
+    )
     parser.add_argument(
         "--watch", action="store_true",
         help="redraw the table and a progress bar every --interval s until every point is final (Ctrl-C stops)",
@@ -91,10 +98,10 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
 
 
 def _top_up(path: Any, quiet: bool = False) -> int:
-    """Submit the sweep's waiting points into free submit slots (the governor); never fail status for it."""
+    """Submit the sweep's waiting points into free submit slots (the governor's one step); never fail status."""
     import sys
 
-    from hpc_runner.sweep.governor import top_up
+    from hpc_runner.sweep.submission import top_up
 
     def log(line: str) -> None:
         print(line, file=sys.stderr if quiet else sys.stdout)
@@ -108,13 +115,15 @@ def _top_up(path: Any, quiet: bool = False) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
+    from hpc_runner.report.watch import is_pending
+    from hpc_runner.sweep.states import ENDED_WELL
     from hpc_runner.sweep.targets import load_target
 
+    step = None if args.no_submit else (lambda path: _top_up(path, quiet=True))
     if args.watch:
         from hpc_runner.report.watch import watch_status
 
-        watched = watch_status(args.dir, args.interval, timeout=args.timeout,
+        watched = watch_status(args.dir, args.interval, timeout=args.timeout, top_up=step,
                                render=lambda t, s, a: render(t, s, a, args.all))
         if watched.interrupted:
             return 130
@@ -122,10 +131,10 @@ def main(args: argparse.Namespace) -> int:
     target = load_target(args.dir)
     started = time.monotonic()
     while True:
-        if target.kind == "sweep" and _top_up(target.path, quiet=args.json):
+        if step is not None and target.kind == "sweep" and _top_up(target.path, quiet=args.json):
             target = load_target(args.dir)  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()
-        pending = [s for s in states if s.active or (s.state == UNKNOWN and s.job_id)]
+        pending = [s for s in states if is_pending(s)]
         if not args.wait or not pending:
             break
         if args.timeout is not None and time.monotonic() - started > args.timeout:

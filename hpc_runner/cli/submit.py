@@ -73,7 +73,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     run_dir = shlex.quote(str(res.directory))
     job_id = res.job_ids[0]
-    if job_id == "local":
+    if res.ran_here:
         print(f"hpc-runner: {'failed' if res.local_failures else 'done'}; run dir {res.directory}")
         return 1 if res.local_failures else 0
     from hpc_runner.records.rundir import RunDir

@@ -119,7 +119,7 @@ def report_started(res: Any, profile: Any, hold: bool = False) -> int:
             print(text if text.startswith("#") else f"# {text}")
         return 0
     d = shlex.quote(str(res.directory))
-    if profile.executor == "local":
+    if res.ran_here:
         print(f"hpc-runner: tune ran here ({res.notes[-1]}); tune dir {res.directory}")
         print(f"  results: hpc-runner collect {d}")
         return 1 if res.local_failures else 0

@@ -30,12 +30,6 @@ def is_pending(state: Any) -> bool:
     return bool(state.active or (state.state == UNKNOWN and state.job_id))
 
 
-def _default_render(target: Any, states: list[Any], answer: Any) -> str:
-    from hpc_runner.cli.status import render
-
-    return render(target, states, answer, False)
-
-
 def _postfix(states: list[Any]) -> str:
     from hpc_runner.sweep.states import counts
 
@@ -47,19 +41,21 @@ def watch_status(
     sweep_dir: str | Path,
     interval: float = 10.0,
     *,
+    render: Callable[[Any, list[Any], Any], str],
+    top_up: Callable[[Path], int] | None = None,
     stream: TextIO | None = None,
-    render: Callable[[Any, list[Any], Any], str] | None = None,
     max_polls: int | None = None,
     timeout: float | None = None,
     clear: bool | None = None,
 ) -> WatchResult:
-    """Redraw the sweep's state table and a bar of finished points every ``interval`` s until all are final."""
+    """Redraw the sweep's state table (``render``) and a bar of finished points every ``interval`` s until all
+    are final. ``top_up`` is the sweep's one top-up step (``status`` takes the same): called before each poll,
+    so points that wait for a free submit slot are sent while watching."""
     from tqdm.auto import tqdm
 
     from hpc_runner.sweep.targets import load_target
 
     stream = stream or sys.stdout
-    render = render or _default_render
     clear = stream.isatty() if clear is None else clear
     target = load_target(sweep_dir)
     result = WatchResult()
@@ -68,6 +64,8 @@ def watch_status(
     started = time.monotonic()
     try:
         while True:
+            if top_up is not None and target.kind == "sweep" and top_up(target.path):
+                target = load_target(sweep_dir)  # the top-up recorded new job ids
             states, answer = target.states()
             result.states, result.polls = states, result.polls + 1
             table = render(target, states, answer)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 
-from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import RunDir, now_iso
-from hpc_runner.sweep.states import array_ids
+from hpc_runner.scheduler.executor import is_scheduler_job
 from hpc_runner.sweep.targets import Target
 
 
@@ -18,51 +16,51 @@ class Cancelled:
     job_ids: list[str] = field(default_factory=list)
     points: int = 0
     message: str = ""
-    waiting: int = 0  # waiting points turned not-submitted
+    waiting: int = 0  # points no job had, now cancelled in the ledger
 
 
 def cancel_target(target: Target) -> Cancelled:
-    """scancel every job of ``target`` that may still run; completed points are untouched.
+    """Cancel every job of ``target`` that may still run; completed points are untouched.
 
-    For a sweep the waiting points first become not-submitted, under the sweep's lock, so that no
-    task of the sweep submits them afterwards; the lock is held until scancel returned.
+    For a sweep the points no job has yet (waiting, not-submitted) are cancelled in the ledger first,
+    under the sweep's lock, so that no task of the sweep submits them afterwards; the lock is held until
+    the scheduler was asked to cancel the rest.
     """
     if target.record is None:
         return _cancel(target)
     from hpc_runner.sweep import ledger as sr
     from hpc_runner.sweep.governor import cancel_waiting
 
-    with sr.locked(target.path) as record:
-        target.record, target.points = record, record.points
-        waiting = cancel_waiting(record)
+    refused: Exception | None = None
+    with sr.locked(target.path) as ledger:
+        target.record, target.points = ledger.record, ledger.points
+        waiting = cancel_waiting(ledger)
+        entry: dict = {"at": now_iso(), "jobs": [], "waiting": waiting}
+        ledger.data.setdefault("cancelled", []).append(entry)
         try:
             out = _cancel(target)
-        except BaseException:
-            record.save()  # the waiting points stay cancelled even when scancel failed
-            raise
-        out.waiting = waiting
-        if waiting:
-            out.message += f"; {waiting} waiting point(s) will not be submitted (now not-submitted)"
-        if out.job_ids or waiting:
-            record.data.setdefault("cancelled", []).append({"at": now_iso(), "jobs": out.job_ids, "waiting": waiting})
+        except Exception as exc:  # scancel refused: the waiting points stay cancelled all the same
+            refused = exc
+        else:
+            entry["jobs"] = out.job_ids
+    if refused is not None:
+        raise refused
+    out.waiting = waiting
+    if waiting:
+        out.message += f"; {waiting} waiting point(s) will not be submitted (now cancelled)"
     return out
 
 
 def _cancel(target: Target) -> Cancelled:
     states, _ = target.states()
-    live = [s for s in states if s.job_id and s.job_id != "local" and (s.active or s.state == "UNKNOWN")]
-    ids = array_ids(s.job_id for s in live)
+    live = [s for s in states if is_scheduler_job(s.job_id) and (s.active or s.state == "UNKNOWN")]
+    workers = [j for j in target._worker_jobs() if is_scheduler_job(j)]  # a tune's workers run its trials
     out = Cancelled(points=len(live))
+    ids = target.executor().cancel([s.job_id for s in live if s.job_id] + workers)
     if not ids:
         out.message = "nothing to cancel: no point is queued or running"
         return out
     out.job_ids = ids
-    try:
-        res = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ClusterError(f"scancel failed: {exc}") from None
-    if res.returncode != 0 and "already completing or completed" not in res.stderr:
-        raise ClusterError(f"scancel refused: {res.stderr.strip()[:500]}")
     if target.record is None:
         RunDir(target.path).update_record(cancelled=now_iso())
     out.message = f"cancelled {len(live)} point(s): scancel {' '.join(ids)}"

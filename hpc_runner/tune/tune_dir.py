@@ -103,6 +103,6 @@ def create_tune_dir(
     }
     base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
     base.update_record(status="sweep-base", note="the shared config of the tune; points/NNNN are its trials")
-    record = sr.SweepRecord(directory, data, [])
-    record.save()
+    record = sr.SweepRecord(directory, data, sr.new_trials(settings.trials))  # listed by status from the start
+    sr.write_new(record)
     return record

@@ -8,10 +8,10 @@ import sys
 import pytest
 import yaml
 
-from hpc_runner.engine.assigned_gpus import assigned_gpu_problem, assigned_gpus
-
 
 def test_given_gpus_and_none_visible_is_a_problem_and_the_rest_is_not():
+    from hpc_runner.engine.assigned_gpus import assigned_gpu_problem, assigned_gpus
+
     env = {"HPCR_ASSIGNED_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "4,5"}
     assert assigned_gpus(env) == ["4", "5"]
     assert "given GPU 4,5 (HPCR_ASSIGNED_GPUS) but torch sees no GPU" in assigned_gpu_problem(env, 0)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from hpc_runner.engine.seeding import restore_rng
-from hpc_runner.engine.trainer import Trainer, cpu_state_dict, ddp_options
+from hpc_runner.engine.trainer import Trainer
 from hpc_runner.errors import ConfigError
 
 ITEMS = [{"image": torch.randn(1, 6, 6), "label": torch.randn(1, 6, 6)} for _ in range(4)]
@@ -44,6 +44,8 @@ def test_a_resume_on_another_device_keeps_the_random_states_and_adams_step_on_th
 def test_model_pt_is_written_from_cpu_copies_of_the_weights():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from hpc_runner.engine.trainer import cpu_state_dict
+
     with FakeTensorMode(allow_non_fake_inputs=True):  # CUDA tensors without a GPU
         net = nn.Linear(3, 2, device="meta")
         net.weight = nn.Parameter(torch.empty(2, 3, device="cuda"))
@@ -62,6 +64,8 @@ def test_model_pt_loads_without_map_location(tmp_path):
 
 
 def test_ddp_options_are_the_ones_ddp_takes_and_device_ids_stay_the_trainers():
+    from hpc_runner.engine.trainer import ddp_options
+
     assert ddp_options({"find_unused_parameters": True, "static_graph": False}) == {
         "find_unused_parameters": True, "static_graph": False}
     assert ddp_options(None) == {}

@@ -71,7 +71,7 @@ def test_a_signal_ends_the_wait_for_a_missing_peer_at_once(tiny_bundle, tmp_path
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("variable", ["SLURM_NTASKS", "LOCAL_RANK"])
+@pytest.mark.parametrize("variable", ["SLURM_NTASKS", pytest.param("LOCAL_RANK", marks=pytest.mark.slow)])
 def test_a_rank_variable_that_is_not_an_integer_is_one_paragraph_naming_it(tiny_bundle, tmp_path, cli, variable):
     """SLURM_NTASKS decides the number of processes; LOCAL_RANK is read only when the Trainer is built."""
     env = lone_rank_env(cli, SLURM_PROCID="0", SLURM_STEP_ID="0", SLURM_NTASKS="2", LOCAL_RANK="0")

@@ -68,11 +68,13 @@ def analyse(
     cached: bool | None = None,
     transforms: Sequence[dict[str, Any]] | None = None,
     cpus: int | None = None,
+    device: str | None = None,
 ) -> BottleneckReport:
     """Return the bottleneck report; the first iteration (pipeline fill) is reported apart.
 
     ``transforms`` are the rows of summary.json's ``transforms`` (hpc_runner.data.transform_timing);
-    ``cpus`` is the job's CPU budget, for advice on worker counts.
+    ``cpus`` is the job's CPU budget, for advice on worker counts; ``device`` the rank's training
+    device (``cuda:1``), named in the advice to move a transform to the GPU.
     """
     first = data_s[0] if data_s else 0.0
     wait = sum(data_s[1:])
@@ -95,7 +97,7 @@ def analyse(
     else:
         verdict = "compute-bound: data is ready before the step needs it"
     slowest = slowest_transforms(rows)
-    advice += transform_advice(slowest, rows, wait_fraction=fraction, step_time_s=total + first)
+    advice += transform_advice(slowest, rows, wait_fraction=fraction, step_time_s=total + first, device=device)
     return BottleneckReport(len(data_s), wait, compute, first, fraction, verdict, advice, slowest)
 
 
@@ -120,6 +122,7 @@ def transform_advice(
     *,
     wait_fraction: float,
     step_time_s: float,
+    device: str | None = None,
 ) -> list[str]:
     """Return advice about the slowest transforms: what runs every epoch that need not, and what to make cheaper.
 
@@ -128,6 +131,7 @@ def transform_advice(
     when the step waits for data or the transform's time is a real part of the run.
     """
     advice: list[str] = []
+    to_gpu = gpu_transform_advice(device)
     for row in slowest:
         if float(row.get("share") or 0.0) < NOTABLE_SHARE or not row.get("calls"):
             continue
@@ -158,14 +162,26 @@ def transform_advice(
             advice.append(
                 f"{name} is an expensive random resampling ({_cost(row)}): resample the volumes once to the "
                 "target spacing and size before the cache (Spacingd/Resized) so it works on less data, and run it "
-                "on the GPU (EnsureTyped with device=cuda before it)"
+                f"on the GPU ({to_gpu})"
             )
         elif costly:
             advice.append(
                 f"{name} is the costliest random transform ({_cost(row)}): make it cheaper (smaller crops, a lower "
-                "prob) or move it to the GPU (EnsureTyped with device=cuda before it)"
+                f"prob) or move it to the GPU ({to_gpu})"
             )
     return advice
+
+
+def gpu_transform_advice(device: str | None) -> str:
+    """Return how to move a random transform to this rank's GPU, naming its index.
+
+    A bare ``cuda`` is GPU 0 in a loader thread (a new thread starts on device 0, whatever the
+    training thread set) and cannot start at all in a forked worker process.
+    """
+    gpu = device if device and device.startswith("cuda:") else "cuda:<this rank's GPU>"
+    return (f"EnsureTyped(device=\"{gpu}\") before it, in a loader whose workers are threads "
+            "(ThreadDataLoader, use_thread_workers: true): forked worker processes cannot start CUDA, and a "
+            "bare \"cuda\" is GPU 0 for every rank")
 
 
 def _worker_advice(num_workers: int | None, cpus: int | None, rows: Sequence[dict[str, Any]]) -> str:

@@ -7,57 +7,43 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+# the launcher's and the rendezvous' decisions, imported from here by older callers
+from hpc_runner.engine.hostlist import first_host  # noqa: F401
+from hpc_runner.engine.launch_env import (  # noqa: F401
+    env_int,
+    launched_world,
+    local_rank,
+    node_rank,
+    srun_without_torchrun,
+    visible_gpu_count,
+)
+from hpc_runner.engine.rendezvous import master_port, rendezvous_env, rendezvous_plan  # noqa: F401
+
 log = logging.getLogger("hpc_runner.distributed")
 
 
-def launched_world(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """Return ``(rank, world_size)`` this process was launched as (torchrun's RANK, or srun's tasks)."""
-    environ = os.environ if environ is None else environ
-    if "WORLD_SIZE" in environ and "RANK" in environ:
-        return int(environ["RANK"]), int(environ["WORLD_SIZE"])
-    ntasks = int(environ.get("SLURM_NTASKS", environ.get("SLURM_NPROCS", "1")) or 1)
-    if ntasks > 1 and "SLURM_PROCID" in environ and "SLURM_STEP_ID" in environ:
-        return int(environ["SLURM_PROCID"]), ntasks  # one process per srun task
-    return 0, 1
+def world_size() -> int:
+    """Return the number of ranks: the process group's when there is one, else what the launcher says."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return launched_world()[1]
 
 
-def srun_without_torchrun(environ: Mapping[str, str] | None = None) -> bool:
-    """Return True for a task of a multi-task srun step that no launcher (torchrun) gave a RANK."""
-    environ = os.environ if environ is None else environ
-    if "RANK" in environ and "WORLD_SIZE" in environ:
-        return False
-    return launched_world(environ)[1] > 1 and "SLURM_PROCID" in environ
-
-
-def local_rank(environ: Mapping[str, str] | None = None) -> int:
-    """Return this process's rank on its node: torchrun's LOCAL_RANK, else srun's SLURM_LOCALID, else 0."""
-    environ = os.environ if environ is None else environ
-    if "LOCAL_RANK" in environ:
-        return int(environ["LOCAL_RANK"])
-    if srun_without_torchrun(environ) and "SLURM_LOCALID" in environ:
-        return int(environ["SLURM_LOCALID"])
-    return 0
-
-
-def visible_gpu_count(environ: Mapping[str, str] | None = None) -> int:
-    """Return how many GPUs CUDA_VISIBLE_DEVICES names (what ``torch.cuda.device_count()`` is on a GPU node)."""
-    environ = os.environ if environ is None else environ
-    value = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if not value or value.lower() in ("none", "nodevfiles"):  # SLURM writes NoDevFiles without GPUs
-        return 0
-    return len([v for v in value.split(",") if v.strip()])
-
-
-def rank_device(rank_on_node: int, cuda_devices: int, requested: str | None = None) -> str:
+def rank_device(rank_on_node: int, cuda_devices: int, requested: str | None = None, ranks: int = 1) -> str:
     """Return the device a rank trains on: ``cuda:<local rank>`` among the GPUs it sees, else ``cpu``.
 
     A rank that sees one GPU (srun --gpus-per-task, or CUDA_VISIBLE_DEVICES set per task) uses it;
     a rank that sees all of its node's GPUs uses the one of its local rank. ``requested`` (the
-    bundle's ``device``) wins when it names an index; a bare ``cuda`` gets the local rank's index.
+    bundle's ``device``) wins when the run is one process; a bare ``cuda`` gets the local rank's
+    index. Under several ranks (``ranks`` > 1) a CUDA index in the bundle (``cuda:0``, as zoo
+    configs say) is remapped to the rank's own GPU: honoured, it would put every rank on one GPU
+    and NCCL would fail ("Duplicate GPU detected"). See :func:`device_remap_line`.
     """
     if requested is not None:
         req = str(requested)
-        if req != "cuda":
+        if req != "cuda" and not (ranks > 1 and req.startswith("cuda:")):
             return req
         if cuda_devices <= 0:
             return req  # torch says what is wrong when the network is moved there
@@ -73,6 +59,14 @@ def rank_device(rank_on_node: int, cuda_devices: int, requested: str | None = No
             expected="as many tasks per node as GPUs per node (--ntasks-per-node equal to --gres=gpu:N)",
         )
     return f"cuda:{rank_on_node}"
+
+
+def device_remap_line(requested: str | None, chosen: str, rank: int, rank_on_node: int) -> str | None:
+    """Return the line that says a bundle's explicit CUDA device was replaced by this rank's own (None if not)."""
+    if requested is None or not str(requested).startswith("cuda:") or str(requested) == chosen:
+        return None
+    return (f"hpc-runner: rank {rank} (local rank {rank_on_node}) trains on {chosen}, not the bundle's device "
+            f"{requested}: under several ranks each one takes its own GPU")
 
 
 def collective_device_type(backend: str) -> str:
@@ -97,49 +91,6 @@ def collective_device_type(backend: str) -> str:
     if not by_device:
         raise ValueError(f"no device for the process-group backend {backend!r}")
     return next(iter(by_device))
-
-
-def master_port(job_id: str | int) -> int:
-    """Return the rendezvous port of a SLURM job: 20000 + job id mod 12000 (no two of 12000 jobs in a row share it).
-
-    Below Linux's ephemeral range (32768 up), so the kernel does not hand the port to an outgoing connection.
-    """
-    return 20000 + int(job_id) % 12000
-
-
-def first_host(nodelist: str) -> str:
-    """Return the first host of a SLURM node list (``gpu[03-05,9],cpu1`` -> ``gpu03``)."""
-    from submitit.slurm.slurm import _parse_node_list
-
-    hosts = _parse_node_list(nodelist.strip())
-    if not hosts:
-        raise ValueError(f"empty SLURM node list {nodelist!r}")
-    return hosts[0]
-
-
-def rendezvous_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the torch.distributed variables to set for an srun task without torchrun (empty otherwise).
-
-    RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE come from SLURM's task ids; MASTER_ADDR is the
-    first host of the step (rank 0 runs there) and MASTER_PORT derives from the job id. Variables
-    already set win, so ``MASTER_PORT=... srun ...`` still chooses the port.
-    """
-    environ = os.environ if environ is None else environ
-    if not srun_without_torchrun(environ):
-        return {}
-    rank, world = launched_world(environ)
-    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
-    nodes = int(environ.get("SLURM_STEP_NUM_NODES") or environ.get("SLURM_JOB_NUM_NODES") or 1)
-    values = {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world),
-        "LOCAL_RANK": str(local_rank(environ)),
-        "LOCAL_WORLD_SIZE": str(world // nodes if world % nodes == 0 else ""),
-        "MASTER_ADDR": first_host(nodelist) if nodelist else "127.0.0.1",
-        "MASTER_PORT": str(master_port(job)) if job else "",
-    }
-    return {k: v for k, v in values.items() if v and k not in environ}
 
 
 def bundle_makes_process_group(config: Any) -> bool:
@@ -182,38 +133,74 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     """Start the default process group when launched as several processes; return True if it did.
 
     Under srun without torchrun the rendezvous variables are set from SLURM's first (see
-    :func:`rendezvous_env`). A group that already exists is used as it is, and none is started for a
+    :func:`rendezvous_plan`). A group that already exists is used as it is, and none is started for a
     bundle that calls ``init_process_group`` itself (``bundle_config``): it finds the variables set.
+    The wait for the other ranks is bounded by ``HPCR_RENDEZVOUS_TIMEOUT`` and ends on SIGINT or a
+    stop request (:func:`hpc_runner.engine.rendezvous.connect_store`): ClusterError, exit code 2.
     """
+    global _OWN_GROUP
     import torch
     import torch.distributed as dist
 
-    os.environ.update(rendezvous_env())
+    from hpc_runner.engine.rendezvous import choose_gloo_interface, connect_store, rendezvous_timeout
+    from hpc_runner.engine.stop import stop_requested
+
+    values, notes = rendezvous_plan()
+    os.environ.update(values)
     rank, world = launched_world()
     if world <= 1:
         return False
-    # each rank says which GPU it takes (the same decision as the Trainer's), CUDA or not
-    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-    print(f"hpc-runner: {describe_device_choice()}; rendezvous {where}", flush=True)
     if dist.is_available() and dist.is_initialized():
         return False
+    # each rank says which GPU it takes (the same decision as the Trainer's), CUDA or not
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    how = f" ({'; '.join(notes)})" if notes else ""
+    _say(f"hpc-runner: {describe_device_choice()}; rendezvous {where}{how}")
     if bundle_config is not None and bundle_makes_process_group(bundle_config):
-        print(f"hpc-runner: rank {rank}: the bundle starts torch.distributed itself", flush=True)
+        _say(f"hpc-runner: rank {rank}: the bundle starts torch.distributed itself")
         return False
+    timeout_s = rendezvous_timeout()  # a bad value is refused before anything waits
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    # gloo carries the group (CPU) or the stop votes beside NCCL: its interface must reach the other nodes
+    print(f"hpc-runner: rank {rank}: {choose_gloo_interface()}", flush=True)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        store = None  # torchrun's agent hosts the store and started every rank: torch's env:// rendezvous
+    else:
+        store = dist.PrefixStore("default_pg", connect_store(rank, world, timeout_s, stopped=stop_requested))
     if backend == "nccl":
         torch.cuda.set_device(rank_device(local_rank(), torch.cuda.device_count()))
-    dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    dist.init_process_group(backend=backend, rank=rank, world_size=world, store=store)
+    _OWN_GROUP = True
     log.info("torch.distributed: rank %d of %d (%s)", rank, world, backend)
     return True
 
 
+_OWN_GROUP = False
+_SAID: set[str] = set()
+
+
+def _say(line: str) -> None:
+    """Print ``line`` once per process (the run dir's preparation and the run both ask to start the group)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, flush=True)
+
+
+def owns_process_group() -> bool:
+    """Return True while the default process group is one :func:`init_distributed` started."""
+    import torch.distributed as dist
+
+    return _OWN_GROUP and dist.is_available() and dist.is_initialized()
+
+
 def shutdown_distributed() -> None:
     """Destroy the process group if this process started one."""
+    global _OWN_GROUP
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _OWN_GROUP = False
 
 
 def settle_distributed_threads(pause: float = 0.1) -> None:

@@ -8,7 +8,8 @@ dir's ``profile/`` folder:
 * ``rank0.pt.trace.json``: a Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing); the
   ``*.pt.trace.json`` name is what TensorBoard's profile plugin reads (``tensorboard --logdir RUN_DIR``);
 * ``top_ops.txt``: the operators sorted by self time (torch's ``key_averages().table``), also printed at
-  the end of the run; summary.json's ``profile`` has the top ones.
+  the end of the run; summary.json's ``profile`` has the top ones. Both rank by self *device* time on a
+  GPU run (a CUDA op's CPU time is its launch only) and by self CPU time otherwise.
 
 A run that ends before the recorded steps are over writes what it recorded; one that ends during the
 wait or the warm-up writes nothing and says so.
@@ -139,28 +140,38 @@ class StepProfiler:
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, trace)  # atomic: a reader never sees half a trace
         averages = prof.key_averages()
-        sort_by = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+        sort_by = "self_device_time_total" if self.cuda else "self_cpu_time_total"
         text = averages.table(sort_by=sort_by, row_limit=TABLE_ROWS)
         recorded = min(self.active, max(0, self._steps_done - self._first_recorded))
         header = (f"top operators by self time over {recorded or 'the last'} profiled training steps "
                   f"(steps {self._first_recorded + 1}..{self._first_recorded + self.active})\n")
         table = write_text_atomic(self.folder / TABLE_FILE, header + text + "\n")
-        self._result = ProfileResult(str(trace), str(table), recorded, top_operators(averages), None, text)
+        self._result = ProfileResult(str(trace), str(table), recorded,
+                                     top_operators(averages, device=self.cuda), None, text)
 
 
-def top_operators(averages: Any, count: int = TOP_OPS) -> list[dict[str, Any]]:
-    """Return the ``count`` operators with the largest self CPU time (ProfilerStep ranges left out)."""
+def top_operators(averages: Any, count: int = TOP_OPS, device: bool = False) -> list[dict[str, Any]]:
+    """Return the ``count`` operators with the largest self time (ProfilerStep ranges left out).
+
+    On a GPU run (``device``) they rank by self device time, as ``top_ops.txt`` does, and carry their
+    device times too; the CPU time of a CUDA op is only its launch.
+    """
     events = [e for e in averages if not str(e.key).startswith("ProfilerStep")]
-    events.sort(key=lambda e: -float(e.self_cpu_time_total))
-    return [
-        {
+    key = "self_device_time_total" if device else "self_cpu_time_total"
+    events.sort(key=lambda e: -float(getattr(e, key, 0.0) or 0.0))
+    out = []
+    for e in events[:count]:
+        row = {
             "name": str(e.key),
             "calls": int(e.count),
             "self_cpu_ms": round(float(e.self_cpu_time_total) / 1000.0, 3),
             "cpu_total_ms": round(float(e.cpu_time_total) / 1000.0, 3),
         }
-        for e in events[:count]
-    ]
+        if device:
+            row["self_device_ms"] = round(float(e.self_device_time_total) / 1000.0, 3)
+            row["device_total_ms"] = round(float(e.device_time_total) / 1000.0, 3)
+        out.append(row)
+    return out
 
 
 def for_run(output_dir: Path | None, main: bool, cuda: bool = False) -> StepProfiler | NoProfiler:

@@ -112,6 +112,8 @@ def prepare_run(
 ) -> tuple[RunDir, dict]:
     """Create the run dir and write config.yaml, overrides.yaml and run.yaml; return it and the config.
 
+    Several ranks meet first (:func:`hpc_runner.engine.distributed.init_distributed`): a rank whose
+    peers never come (a bad environment) gives up after HPCR_RENDEZVOUS_TIMEOUT with nothing written.
     A filesystem that refuses the writes (read-only, full, no permission) is bad input: the folder this
     call made is removed again and the UserError names it."""
     target = Path(output_dir) if output_dir is not None else None
@@ -134,10 +136,11 @@ def _prepare_run(
     output_dir: str | Path | None = None,
     argv: Sequence[str] | None = None,
 ) -> tuple[RunDir, dict]:
-    from hpc_runner.engine.distributed import launched_world
+    from hpc_runner.engine.distributed import init_distributed
+    from hpc_runner.engine.launch_env import check_launch_env
 
     run_id = check_entry(cfg, entry)
-    rank, world = launched_world()
+    rank, world = check_launch_env()  # a variable that is not an integer: one paragraph, exit 2
     if output_dir is None and world > 1:
         # every rank must pick the same folder, so it cannot come from each rank's clock
         job = os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "dist"
@@ -146,8 +149,6 @@ def _prepare_run(
     if cfg.recorded and cfg.logging_file is None:  # resumed runs and jobs log as the recorded run did
         recorded_logging = (run_dir.record().get("bundle") or {}).get("logging_file")
         cfg.logging_file = Path(recorded_logging) if recorded_logging else None
-    if rank == 0:
-        run_dir.create()
     if (
         not cfg.recorded  # a recorded config already holds the bundle_root it ran with
         and cfg.bundle_dir is not None
@@ -157,8 +158,12 @@ def _prepare_run(
         _set_runner_value(cfg, BUNDLE_ROOT_ID, str(cfg.bundle_dir.resolve()), "--bundle")
     _set_runner_value(cfg, OUTPUT_DIR_ID, str(run_dir.path.resolve()), "run dir")
     expanded = cfg.expanded()
+    determinism = _deterministic_env(expanded)  # before anything (the rendezvous' set_device) starts CUDA
+    if world > 1:
+        init_distributed(bundle_config=expanded)  # every rank is here before rank 0 writes anything
     if rank != 0:
         return run_dir, expanded  # only rank 0 writes the record
+    run_dir.create()
     config_text = dump_yaml(to_plain(expanded))
     existing = run_dir.file(CONFIG_FILE)
     if (
@@ -209,9 +214,31 @@ def _prepare_run(
             "safe": cfg.safe,
             "attempts": previous.get("attempts", 0),
             "created": previous.get("created", now_iso()),
+            **({"deterministic": determinism} if determinism else {}),
         },
     )
     return run_dir, expanded
+
+
+def wants_determinism(config: Any) -> bool:
+    """Return True when a config asks for deterministic kernels (an id ``deterministic`` that is true, at any depth)."""
+    if isinstance(config, dict):
+        return any((k == "deterministic" and v is True) or wants_determinism(v) for k, v in config.items())
+    if isinstance(config, list):
+        return any(wants_determinism(v) for v in config)
+    return False
+
+
+def _deterministic_env(expanded: dict) -> dict[str, Any] | None:
+    """Set CUBLAS_WORKSPACE_CONFIG for a deterministic run (unless set) and say so; return run.yaml's record."""
+    if not wants_determinism(expanded):
+        return None
+    from hpc_runner.engine.seeding import CUBLAS_VARIABLE, apply_cublas_workspace
+
+    line = apply_cublas_workspace(True)
+    if line:
+        print(f"hpc-runner: {line}", flush=True)
+    return {CUBLAS_VARIABLE: os.environ.get(CUBLAS_VARIABLE), "note": line}
 
 
 def _moved_copy_of(existing: Path, config_text: str) -> bool:
@@ -238,6 +265,7 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     from hpc_runner.engine.distributed import (
         init_distributed,
         launched_world,
+        owns_process_group,
         settle_distributed_threads,
         shutdown_distributed,
     )
@@ -245,9 +273,11 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     run_id = entry or RUN_ID
     rank, world = launched_world()
     try:
+        _check_devices(cfg, run_dir, rank)
         if rank != 0:
             return _execute_worker(cfg, run_dir, expanded, run_id)
-        started_group = init_distributed(bundle_config=expanded)  # not when the bundle makes its own group
+        # started by prepare_run, or here (a caller that prepared the run itself); not when the bundle makes its own
+        started_group = init_distributed(bundle_config=expanded) or owns_process_group()
         try:
             return _execute_main(cfg, run_dir, expanded, run_id)
         finally:
@@ -256,6 +286,24 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     finally:
         if world > 1:
             settle_distributed_threads()
+
+
+def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:
+    """Refuse a run that cannot use its GPUs: given some but sees none, or a torch without kernels for them.
+
+    Rank 0 records the refusal in run.yaml (``status: failed``, ``user_error``) before it is raised.
+    """
+    from hpc_runner.engine.assigned_gpus import check_assigned_gpus
+    from hpc_runner.engine.cuda_arch import check_cuda_arch
+    from hpc_runner.errors import UserError
+
+    try:
+        check_assigned_gpus()
+        check_cuda_arch()
+    except UserError as exc:
+        if rank == 0 and run_dir.file("run.yaml").exists():
+            run_dir.update_record(status="failed", ended=now_iso(), error=failure_record(exc, None, cfg))
+        raise
 
 
 def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
@@ -279,11 +327,11 @@ def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
 def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
     """Ranks other than 0 run the same ids but write no record (rank 0 owns the run dir)."""
     from hpc_runner.config.monai_bridge import failing_id
-    from hpc_runner.engine.distributed import init_distributed, shutdown_distributed
+    from hpc_runner.engine.distributed import init_distributed, owns_process_group, shutdown_distributed
     from hpc_runner.resources.threads import use_cpu_budget
 
     use_cpu_budget()  # before torch does parallel work: this rank's threads and variables
-    started_group = init_distributed(bundle_config=expanded)
+    started_group = init_distributed(bundle_config=expanded) or owns_process_group()
     try:
         _run_ids(cfg, expanded, run_id)
         return RunOutcome(run_dir.path, "completed")

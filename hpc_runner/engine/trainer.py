@@ -22,17 +22,27 @@ import torch
 
 from hpc_runner.data.prefetch import move_to_device
 from hpc_runner.engine import bottleneck, profiler, validation_hooks
-from hpc_runner.engine.checkpoint import load_latest_checkpoint, save_checkpoint
+from hpc_runner.engine.checkpoint import (
+    CheckpointError,
+    checkpoint_path,
+    load_latest_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from hpc_runner.engine.distributed import (
     all_ranks_agree,
+    collective_device,
     control_group,
+    device_remap_line,
     is_main_process,
+    launched_world,
     local_rank,
     rank_device,
     shard_loader,
+    world_size,
 )
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
-from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, seed_everything
+from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, rng_for_rank, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
 from hpc_runner.engine.trainer_args import check_trainer_arguments
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
@@ -54,10 +64,42 @@ def _reseed_transforms(loader: Any, seed: int) -> None:
         set_rnd(dataset, seed)
 
 
-def choose_device(requested: str | torch.device | None, rank_on_node: int, cuda_devices: int) -> torch.device:
-    """Return the device of this rank: the bundle's ``device`` if it names one, else its local rank's GPU, else CPU."""
+def choose_device(
+    requested: str | torch.device | None, rank_on_node: int, cuda_devices: int, ranks: int = 1
+) -> torch.device:
+    """Return the device of this rank: the bundle's ``device`` if it names one, else its local rank's GPU, else CPU.
+
+    Under several ``ranks`` a bundle's ``cuda:N`` becomes the rank's own GPU (see ``rank_device``).
+    """
     req = None if requested is None else str(torch.device(requested))
-    return torch.device(rank_device(rank_on_node, cuda_devices, req))
+    return torch.device(rank_device(rank_on_node, cuda_devices, req, ranks))
+
+
+# DistributedDataParallel options a bundle may set (torch.nn.parallel.DistributedDataParallel.__init__);
+# device_ids and output_device are the Trainer's: one per rank, from its device
+DDP_OPTIONS = frozenset({
+    "find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers", "bucket_cap_mb",
+})
+
+
+def ddp_options(ddp: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the bundle's DDP options checked against what the Trainer passes on; ConfigError for others."""
+    from hpc_runner.errors import ConfigError
+
+    options = dict(ddp or {})
+    unknown = sorted(set(options) - DDP_OPTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown DistributedDataParallel option(s) {', '.join(unknown)}",
+            id_path="trainer#ddp",
+            expected=f"some of {', '.join(sorted(DDP_OPTIONS))} (device_ids follow each rank's device)",
+        )
+    return options
+
+
+def cpu_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Return ``module``'s state dict with every tensor copied to the CPU, so the file loads on any machine."""
+    return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in module.state_dict().items()}
 
 
 def ddp_device_ids(device: torch.device) -> list[int] | None:
@@ -198,6 +240,7 @@ class Trainer:
         prefetch: bool = True,
         grad_clip_norm: float | None = None,
         resume: bool = True,
+        ddp: dict[str, Any] | None = None,
     ) -> None:
         check_trainer_arguments(max_epochs, val_interval, checkpoint_interval, keep_checkpoints, scheduler_interval,
                                 grad_clip_norm)
@@ -213,7 +256,12 @@ class Trainer:
         self.max_epochs = int(max_epochs)
         # one device per rank, chosen once: the network, the batches and DDP's device_ids all use it
         cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self.device = choose_device(device, local_rank(), cuda_devices)
+        ranks, rank_on_node = world_size(), local_rank()
+        self.device = choose_device(device, rank_on_node, cuda_devices, ranks)
+        requested = None if device is None else str(torch.device(device))
+        if (line := device_remap_line(requested, str(self.device), launched_world()[0], rank_on_node)) is not None:
+            print(line, flush=True)
+        self.ddp = ddp_options(ddp)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # NCCL and the CUDA calls without a device use the current one
         self.val_loader = val_loader
@@ -263,23 +311,31 @@ class Trainer:
 
     def _wrap_distributed(self) -> None:
         dist = torch.distributed
-        if dist.is_available() and dist.is_initialized() and not isinstance(
-            self.network, torch.nn.parallel.DistributedDataParallel
-        ):
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        if isinstance(self.network, torch.nn.parallel.DistributedDataParallel):
+            if self.ddp:
+                print(f"hpc-runner: the network arrived wrapped in DistributedDataParallel: its own options "
+                      f"apply, not ddp {self.ddp}", flush=True)
+        else:
             self.network = torch.nn.parallel.DistributedDataParallel(
-                self.network, device_ids=ddp_device_ids(self.device)
+                self.network, device_ids=ddp_device_ids(self.device), **self.ddp
             )
+        if dist.get_world_size() > 1:  # wrapped here or by the bundle: each rank trains on its share
             self.train_loader = shard_loader(self.train_loader, seed=self.seed or 0)
-        if dist.is_available() and dist.is_initialized():
-            self._control = control_group()  # the stop vote each step, read by the host without a GPU sync
+        self._control = control_group()  # the stop vote each step, read by the host without a GPU sync
 
     @property
     def _ckpt_dir(self) -> Path | None:
         return self.output_dir / CHECKPOINT_DIR if self.output_dir else None
 
     # ---- checkpoints -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Return everything needed to continue exactly from this point."""
+    def state_dict(self, rng_by_rank: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Return everything needed to continue exactly from this point.
+
+        ``rng_by_rank`` are every rank's random states (:meth:`save` gathers them); ``rng`` is rank 0's.
+        """
+        rngs = rng_by_rank or [capture_rng()]
         return {
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
@@ -287,7 +343,8 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": capture_rng(),
+            "rng": rngs[0],
+            "rng_by_rank": rngs,
             "history": json.loads(json.dumps(self.history)),
             "epoch_losses": list(self.epoch_losses),
         }
@@ -307,10 +364,78 @@ class Trainer:
         self.epoch_losses = [float(x) for x in state.get("epoch_losses", [])]
 
     def save(self) -> Path | None:
-        """Write a checkpoint of the current step (rank 0 only)."""
-        if self._ckpt_dir is None or not self.main:
+        """Write a checkpoint of the current step (rank 0 writes; every rank must call it at the same step).
+
+        Every rank's random states go in it: each rank continues from its own after a resume.
+        """
+        if self._ckpt_dir is None:
             return None
-        return save_checkpoint(self._ckpt_dir, self.step, self.state_dict(), keep=self.keep_checkpoints)
+        rngs = _gather_rng(self._control)
+        if not self.main:
+            return None
+        return save_checkpoint(self._ckpt_dir, self.step, self.state_dict(rngs), keep=self.keep_checkpoints)
+
+    def _resume(self) -> tuple[dict[str, Any] | None, str | None]:
+        """Load the newest checkpoint rank 0 can read, on every rank; return this rank's RNG states and its path.
+
+        Loaded to the CPU: ``load_state_dict`` moves weights and optimizer state to the parameters' device
+        (Adam's ``step`` stays on the CPU, as torch keeps it unless capturable/fused), and the random
+        states must be CPU tensors. Rank 0 chooses and broadcasts the step: on a shared filesystem each
+        rank listing the folder itself may see another newest file, and ranks that resume from
+        different steps hang.
+        """
+        if not self.resume or self._ckpt_dir is None:
+            return None, None
+        dist = torch.distributed
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        if not distributed:
+            found = load_latest_checkpoint(self._ckpt_dir, map_location="cpu")
+        else:
+            found = self._load_chosen_by_rank_0()
+        if not found:
+            return None, None
+        path, state = found
+        self.load_state_dict(state)
+        rank = dist.get_rank() if distributed else 0
+        rng, note = rng_for_rank(state, rank, dist.get_world_size() if distributed else 1)
+        if note:
+            print(f"hpc-runner: {note}", flush=True)
+        print(f"hpc-runner: resuming from {path} (epoch {self.epoch + 1}, step {self.step})", flush=True)
+        return rng, str(path)
+
+    def _load_chosen_by_rank_0(self) -> tuple[Path, dict[str, Any]] | None:
+        """Rank 0 picks the checkpoint and broadcasts its step; every rank loads that step or all of them stop."""
+        dist = torch.distributed
+        self._control = control_group()  # collective the first time: every rank is here
+        group = self._control
+        chosen, problem = None, None
+        if dist.get_rank() == 0:
+            try:
+                chosen = load_latest_checkpoint(self._ckpt_dir, map_location="cpu")
+            except CheckpointError as exc:
+                problem = exc
+        step = -2 if problem is not None else (chosen[1]["step"] if chosen else -1)
+        t = torch.tensor([step], dtype=torch.int64, device=collective_device(group))
+        dist.broadcast(t, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
+        step = int(t.item())
+        if dist.get_rank() != 0 and step >= 0:
+            path = checkpoint_path(self._ckpt_dir, step)
+            try:
+                chosen = (path, read_checkpoint(path, map_location="cpu"))
+            except Exception as exc:  # not there, or damaged, on this node's view of the filesystem
+                problem = CheckpointError(
+                    f"rank {dist.get_rank()} cannot read {path}, the checkpoint rank 0 resumes from: "
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    where=str(self._ckpt_dir),
+                    expected="the run dir on a filesystem every node of the job sees",
+                )
+        failed = all_ranks_agree(problem is not None or step == -2, group)
+        if problem is not None:
+            raise problem
+        if failed:
+            raise CheckpointError("another rank could not read the checkpoint to resume from (see its error)",
+                                  where=str(self._ckpt_dir))
+        return chosen if step >= 0 else None
 
     # ---- the loop ----------------------------------------------------------------------------
     def _batches(self, epoch: int, skip: int) -> Iterator[Any]:
@@ -466,18 +591,9 @@ class Trainer:
         """Train to ``max_epochs`` (continuing from the newest checkpoint) and return the summary."""
         t_start = time.perf_counter()
         self.network.to(self.device)
-        if self.seed is not None:
+        if self.seed is not None or self.deterministic:
             seed_everything(self.seed, self.deterministic)
-        rng_after_skip = None
-        resumed_from = None
-        if self.resume and self._ckpt_dir is not None:
-            found = load_latest_checkpoint(self._ckpt_dir, map_location=self.device)
-            if found:
-                path, state = found
-                self.load_state_dict(state)
-                rng_after_skip = state["rng"]
-                resumed_from = str(path)
-                print(f"hpc-runner: resuming from {path} (epoch {self.epoch + 1}, step {self.step})", flush=True)
+        rng_after_skip, resumed_from = self._resume()
         self._wrap_distributed()
         metrics_path = self.output_dir / METRICS_FILE if self.output_dir and self.main else None
         if metrics_path is not None and resumed_from:
@@ -543,7 +659,7 @@ class Trainer:
         transforms = self._transform_times()
         report = bottleneck.analyse(
             self._data_s, self._compute_s, num_workers=getattr(self.train_loader, "num_workers", None),
-            transforms=transforms, cpus=_cpu_budget(),
+            transforms=transforms, cpus=_cpu_budget(), device=str(self.device),
         )
         profiled = self._profiler.result()
         losses = self.history["epoch_loss"]
@@ -570,7 +686,9 @@ class Trainer:
         if self.output_dir is not None and self.main:
             write_text_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
             if status == "completed":  # a pruned trial's weights are not a result
-                save_atomic(self.output_dir / "model.pt", lambda f: torch.save(self._model().state_dict(), f))
+                # CPU copies: a CUDA-tagged file would need map_location to load where there is no GPU
+                weights = cpu_state_dict(self._model())
+                save_atomic(self.output_dir / "model.pt", lambda f: torch.save(weights, f))
         if self.main:
             metric = ""
             if metric_values:
@@ -599,6 +717,17 @@ class Trainer:
         from hpc_runner.data.transform_timing import merged_rows, timers_in
 
         return merged_rows(timers_in(self.train_loader, self.val_loader))
+
+
+def _gather_rng(group: Any) -> list[dict[str, Any]]:
+    """Return every rank's random states, in rank order (this process's alone when not distributed)."""
+    dist = torch.distributed
+    mine = capture_rng()
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+        return [mine]
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, mine, group=group)  # CPU objects over the gloo (control) group
+    return out
 
 
 def _cpu_budget() -> int | None:

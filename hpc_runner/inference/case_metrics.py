@@ -28,7 +28,11 @@ def case_metrics(pred: torch.Tensor, label: torch.Tensor, num_classes: int,
 
     A metric MONAI cannot compute for a class (NaN/inf: the class is empty in the label or the
     prediction) gives None for that class; the value is the mean over the classes that have one.
+    The case is scored on CPU copies: on a CUDA tensor MONAI's surface distance takes a dense
+    distance transform of the volume (cuCIM's, or scipy's on a host copy without cuCIM) where on the
+    CPU it queries a KD-tree of the edge voxels (``monai/metrics/utils.py``, ``get_surface_distance``).
     """
+    pred, label = pred.detach().cpu(), label.detach().cpu()
     from monai.metrics import compute_dice, compute_hausdorff_distance
     from monai.networks.utils import one_hot
 

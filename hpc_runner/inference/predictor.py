@@ -169,15 +169,16 @@ class Predictor:
                 with torch.inference_mode():
                     logits = self._predict(image)
                 for b in todo:
-                    labels = self.postprocessing(logits[b])
+                    # one copy to the host: scored there (see case_metrics) and written from there
+                    labels = self.postprocessing(logits[b]).detach().cpu()
                     scores: dict[str, float | None] = {}
                     if self.label_key:
-                        truth = torch.as_tensor(batch[self.label_key][b]).to(labels.device)
+                        truth = torch.as_tensor(batch[self.label_key][b]).cpu()
                         scores = case_metrics(labels[None], truth[None], int(logits.shape[1]), self.metrics, names[b])
                         if any(v is None for v in scores.values()):
                             empty.append(names[b])
                     if self.write_predictions:
-                        array = labels[0].detach().cpu().numpy().astype(self.output_dtype)
+                        array = labels[0].numpy().astype(self.output_dtype)
                         writer.submit(names[b], self.output_name(names[b]), array,
                                       _affine(image, batch, self.image_key, b), metrics=scores)
                     else:

@@ -10,7 +10,7 @@ an empty GPU list.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -104,3 +104,111 @@ def describe_shares(shares: Sequence[Share]) -> str:
     if shares and shares[0].cpu_shared:
         notes.append("fewer CPUs than slots: slots share a CPU")
     return "; ".join(parts) + (f" ({'; '.join(notes)})" if notes else "")
+
+
+# ---------------------------------------------------------------- the GPU ids a slot's process is given
+
+ASSIGNED_ENV = "HPCR_ASSIGNED_GPUS"  # read by hpc_runner.engine.assigned_gpus at the start of the point's run
+
+
+def accessible_gpu_minors(dev: str = "/dev", can_open: Callable[[str], bool] | None = None) -> list[int] | None:
+    """Return the numbers N of the ``/dev/nvidiaN`` this process may open, or None where there is no such file.
+
+    Under SLURM's cgroup device limits (ConstrainDevices=yes) only the job's GPUs open; the others
+    fail with EPERM although their files exist. CUDA numbers the GPUs a process can open from 0.
+    """
+    names = [n for n in _listdir(dev) if n.startswith("nvidia") and n[6:].isdigit()]
+    if not names:
+        return None
+    opener = can_open or _can_open
+    return sorted(int(n[6:]) for n in names if opener(os.path.join(dev, n)))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _can_open(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    except OSError:
+        return False
+    return True
+
+
+def visible_gpu_ids(
+    environ: Mapping[str, str] | None = None, accessible: Sequence[int] | None = None
+) -> tuple[list[str], str]:
+    """Return the GPU ids a child of this process can be given in CUDA_VISIBLE_DEVICES, and where they came from.
+
+    A child inherits this process's device limits, so its CUDA_VISIBLE_DEVICES is read against what
+    this process sees: this process's own CUDA_VISIBLE_DEVICES entries when it has one; else, from
+    SLURM's grant (SLURM_STEP_GPUS, SLURM_JOB_GPUS: the node's global ids), the positions of those GPUs
+    among the ones this process can open (``accessible``, /dev/nvidiaN minors): 0..n-1 under cgroup
+    limits, where GPUs 4,5 of the node are this process's 0,1; the global ids where every GPU of the
+    node opens. Without a device list to compare (``accessible`` None) the global ids are kept: a
+    child that then sees no GPU is stopped by the assigned-GPU check, never run on the CPU.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is not None:
+        ids = [g.strip() for g in raw.split(",") if g.strip()]
+        return [g for g in ids if g not in ("-1", "NoDevFiles")], "CUDA_VISIBLE_DEVICES"
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        granted = [g.strip() for g in env.get(name, "").split(",") if g.strip()]
+        if not granted:
+            continue
+        if accessible is None or not all(g.isdigit() for g in granted):
+            return granted, f"{name} (global ids)"
+        opened = sorted(accessible)
+        if set(int(g) for g in granted) <= set(opened) and len(opened) == len(granted):
+            return [str(opened.index(int(g))) for g in granted], f"{name}, renumbered from 0 (cgroup device limits)"
+        return granted, f"{name} (global ids: every GPU of the node opens)"
+    return [], "no GPU"
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """Which GPU ids each slot's process gets, which GPUs stay idle, and where the ids came from."""
+
+    slots: tuple[tuple[str, ...], ...]
+    idle: tuple[str, ...]
+    shared: bool
+    source: str
+
+    def slot_environment(self, slot: int) -> dict[str, str]:
+        """Return the variables to set in slot ``slot``'s process before torch loads (empty without GPUs)."""
+        gpus = ",".join(self.slots[slot])
+        return {"CUDA_VISIBLE_DEVICES": gpus, ASSIGNED_ENV: gpus} if gpus else {}
+
+    def line(self) -> str:
+        """One line for the task's log: each slot's GPU, the idle ones, the ids' origin."""
+        parts = [f"slot {s}: GPU {','.join(g) or '-'}" for s, g in enumerate(self.slots)]
+        notes = [f"ids from {self.source}"]
+        if self.shared:
+            notes.append("fewer GPUs than slots: slots share a GPU")
+        if self.idle:
+            notes.append(f"GPU {','.join(self.idle)} idle: a packed point is one process on one GPU; "
+                         f"--pack-parallel {len(self.idle) + len(self.slots)} would use them")
+        return "; ".join(parts) + f" ({'; '.join(notes)})"
+
+
+def slot_gpu_plan(
+    parallel: int, environ: Mapping[str, str] | None = None, accessible: Sequence[int] | None = None
+) -> GpuPlan:
+    """Return each of ``parallel`` slots' GPU ids: one GPU each (a point runs as one process), shared when too few.
+
+    The ids are :func:`visible_gpu_ids`, so a slot's CUDA_VISIBLE_DEVICES means a GPU its process can open.
+    """
+    ids, source = visible_gpu_ids(environ, accessible)
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, not {parallel}")
+    if not ids:
+        return GpuPlan(tuple(() for _ in range(parallel)), (), False, source)
+    if len(ids) >= parallel:
+        return GpuPlan(tuple((g,) for g in ids[:parallel]), tuple(ids[parallel:]), False, source)
+    parts, _ = _split(ids, parallel)
+    return GpuPlan(tuple(tuple(p) for p in parts), (), True, source)

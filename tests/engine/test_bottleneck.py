@@ -101,3 +101,12 @@ def test_a_real_run_with_resampling_after_the_random_flip_is_told_to_resample_be
     assert resized["kind"] == "deterministic" and resized["threads"] == ["hpc-runner-data-producer"]
     assert "Resized" in {r["name"] for r in written["bottleneck"]["slowest_transforms"]}
     assert any(a.startswith("Resized resamples every epoch") for a in written["bottleneck"]["advice"])
+
+
+def test_advice_to_move_a_transform_to_the_gpu_names_the_ranks_own_gpu_and_thread_workers() -> None:
+    rows = [row("RandAffined", "every epoch", "random", 3.0)]
+    advice = " ".join(analyse(*DATA_BOUND, transforms=rows, device="cuda:1").advice)
+    assert 'EnsureTyped(device="cuda:1")' in advice and "threads" in advice
+    assert "device=cuda " not in advice and "device=cuda)" not in advice  # GPU 0 for every rank in a thread
+    advice = " ".join(analyse(*DATA_BOUND, transforms=rows, device="cpu").advice)
+    assert "cuda:<this rank's GPU>" in advice

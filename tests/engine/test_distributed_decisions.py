@@ -16,6 +16,7 @@ import torch
 from hpc_runner.engine.distributed import (
     bundle_makes_process_group,
     collective_device_type,
+    device_remap_line,
     first_host,
     local_rank,
     master_port,
@@ -49,9 +50,22 @@ def test_a_rank_takes_the_gpu_of_its_local_rank_among_the_gpus_it_sees():
     assert rank_device(1, cuda_devices=1) == "cuda:0"  # --gpus-per-task: each task sees its own GPU
     assert rank_device(1, cuda_devices=0) == "cpu"
     assert rank_device(1, cuda_devices=2, requested="cuda") == "cuda:1"  # a bare 'cuda' gets the index
-    assert rank_device(1, cuda_devices=2, requested="cuda:0") == "cuda:0"  # the bundle named one: it wins
+    assert rank_device(1, cuda_devices=2, requested="cuda:0") == "cuda:0"  # one process: the bundle's index wins
     with pytest.raises(ClusterError, match="two ranks would share one GPU"):
         rank_device(2, cuda_devices=2)
+
+
+def test_a_bundles_cuda_0_under_several_ranks_becomes_each_ranks_own_gpu_and_says_so():
+    # zoo configs say `device: cuda:0`; honoured on every rank, NCCL fails with "Duplicate GPU detected"
+    assert [rank_device(lr, cuda_devices=4, requested="cuda:0", ranks=4) for lr in range(4)] == [
+        "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert rank_device(0, cuda_devices=1, requested="cuda:3", ranks=2) == "cuda:0"  # --gpus-per-task: its one GPU
+    assert rank_device(1, cuda_devices=0, requested="cpu", ranks=2) == "cpu"  # a CPU run stays one
+    assert ddp_device_ids(choose_device("cuda:0", rank_on_node=1, cuda_devices=2, ranks=2)) == [1]
+    line = device_remap_line("cuda:0", "cuda:1", rank=1, rank_on_node=1)
+    assert line == ("hpc-runner: rank 1 (local rank 1) trains on cuda:1, not the bundle's device cuda:0: under "
+                    "several ranks each one takes its own GPU")
+    assert device_remap_line("cuda:0", "cuda:0", 0, 0) is None and device_remap_line(None, "cuda:1", 1, 1) is None
 
 
 def test_ddp_device_ids_name_the_ranks_own_gpu_not_gpu_0():
@@ -80,14 +94,19 @@ def test_a_collectives_tensor_goes_where_the_backend_takes_it():
     assert collective_device_type("cuda:nccl") == "cuda"
 
 
+def by_name(host: str) -> tuple[str, str]:
+    """An address finder that keeps the host's name (the name service is tested in test_rendezvous.py)."""
+    return host, "kept"
+
+
 def test_srun_tasks_without_torchrun_get_rendezvous_variables_from_slurm():
-    env = rendezvous_env(SRUN_TASK_1)
-    assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+    env = rendezvous_env(SRUN_TASK_1, address=by_name)
+    assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
                    "MASTER_ADDR": "gpu03", "MASTER_PORT": str(master_port(4242))}
 
 
 def test_variables_already_set_win_and_torchrun_needs_none():
-    assert "MASTER_PORT" not in rendezvous_env({**SRUN_TASK_1, "MASTER_PORT": "29500"})
+    assert "MASTER_PORT" not in rendezvous_env({**SRUN_TASK_1, "MASTER_PORT": "29500"}, address=by_name)
     torchrun = {**SRUN_TASK_1, "RANK": "0", "WORLD_SIZE": "8", "LOCAL_RANK": "0"}
     assert rendezvous_env(torchrun) == {}
     batch_shell = {k: v for k, v in SRUN_TASK_1.items() if k != "SLURM_STEP_ID"}

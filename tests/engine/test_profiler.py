@@ -91,3 +91,23 @@ def test_sweep_profile_reaches_every_point(tiny_bundle: Path, tmp_path: Path, cl
     for point in points:
         trace = json.loads((point / "profile" / "rank0.pt.trace.json").read_text())
         assert sum(1 for e in trace["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#")) == 1
+
+
+def event(key: str, self_cpu_us: float, self_device_us: float) -> object:
+    """An entry of ``prof.key_averages()`` with the fields torch's FunctionEventAvg has (profiler_util.py)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(key=key, count=3, self_cpu_time_total=self_cpu_us, cpu_time_total=self_cpu_us,
+                           self_device_time_total=self_device_us, device_time_total=self_device_us)
+
+
+def test_on_a_gpu_run_top_ops_rank_by_device_time_as_the_table_does() -> None:
+    from hpc_runner.engine.profiler import top_operators
+
+    averages = [event("aten::copy_", 900.0, 10.0), event("aten::convolution", 50.0, 4000.0),
+                event("ProfilerStep#3", 5000.0, 5000.0)]
+    gpu = top_operators(averages, device=True)  # a CUDA op's CPU time is its launch: it ranks by device time
+    assert [op["name"] for op in gpu] == ["aten::convolution", "aten::copy_"]
+    assert gpu[0]["self_device_ms"] == 4.0 and gpu[0]["self_cpu_ms"] == 0.05
+    cpu = top_operators(averages)
+    assert [op["name"] for op in cpu] == ["aten::copy_", "aten::convolution"] and "self_device_ms" not in cpu[0]

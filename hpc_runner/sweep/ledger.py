@@ -267,7 +267,7 @@ class Ledger:
         bound = self.record.limit("max_returns", MAX_RETURNS)
         if returns > bound:
             self._move("give_up", index)
-            p["returns"] = returns
+            p.update(job_id=None, returns=returns)
             p["cause"] = {"kind": "RETURNED", "message": f"returned unrun {returns} times by its tasks ({why}); "
                           f"ask for a longer time limit, or fewer points per task (--pack)"}
             return True
@@ -343,7 +343,8 @@ class Ledger:
 
 @contextlib.contextmanager
 def locked(path: str | Path, timeout: float = 600.0) -> Iterator[Ledger]:
-    """Take the sweep's lock, read sweep.yaml, yield its Ledger; write it atomically on a normal exit.
+    """Take the sweep's lock, read sweep.yaml, yield its Ledger; write it atomically on a normal exit (and
+    on an exception, when transitions were applied before it).
 
     Every change of sweep.yaml after it was first written (the submitting CLI, ``resume``, top-ups,
     ``cancel``, and the jobs when they return points or claim trials) goes through here, so no update
@@ -354,7 +355,14 @@ def locked(path: str | Path, timeout: float = 600.0) -> Iterator[Ledger]:
     path = Path(path)
     with exclusive(path / LOCK_FILE, timeout, what=f"the sweep {path}"):
         ledger = Ledger(SweepRecord.load(path))
-        yield ledger
+        try:
+            yield ledger
+        except BaseException:
+            # the transitions already applied happened (an sbatch that returned queued its jobs): each one
+            # is valid on its own, so they are written even when a later step fails
+            if ledger.events:
+                write_text_atomic(ledger.record.file, ledger.record.text())
+            raise
         write_text_atomic(ledger.record.file, ledger.record.text())
 
 

@@ -25,6 +25,7 @@ Order of events in a task (see docs/packing.md):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -229,10 +230,16 @@ def _worker_main(
 
 
 def _pin(gpus: list[str], cpus: list[int]) -> None:
-    """Give this process its share: CUDA_VISIBLE_DEVICES, the affinity mask and the CPU count that
-    resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger thread counts inherited from the job."""
-    if gpus or "CUDA_VISIBLE_DEVICES" in os.environ:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    """Give this process its share: CUDA_VISIBLE_DEVICES (ids this process can open, resources/shares.py) with
+    HPCR_ASSIGNED_GPUS (so a slot that was given GPUs and sees none stops instead of training on the CPU),
+    the affinity mask and the CPU count that resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger
+    thread counts inherited from the job."""
+    from hpc_runner.resources.shares import ASSIGNED_ENV
+
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[ASSIGNED_ENV] = ",".join(gpus)
+    elif "CUDA_VISIBLE_DEVICES" in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a slot with no GPU of its own uses none
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     if cpus:
@@ -274,11 +281,13 @@ def _run_concurrent(
     import multiprocessing
 
     from hpc_runner.engine.stop import stop_requested
-    from hpc_runner.resources.shares import describe_shares, job_cpus, job_gpus, slot_shares
+    from hpc_runner.resources.shares import accessible_gpu_minors, describe_shares, job_cpus, slot_gpu_plan, slot_shares
 
     ctx = multiprocessing.get_context("spawn")  # CUDA_VISIBLE_DEVICES must be set before CUDA starts
-    shares = slot_shares(job_gpus(), job_cpus(), parallel)
-    print(f"hpc-runner: {parallel} slots: {describe_shares(shares)}", flush=True)
+    plan = slot_gpu_plan(parallel, accessible=accessible_gpu_minors())  # ids a child can open, one GPU a slot
+    shares = slot_shares([], job_cpus(), parallel)
+    shares = [dataclasses.replace(sh, gpus=plan.slots[n], gpu_shared=plan.shared) for n, sh in enumerate(shares)]
+    print(f"hpc-runner: {parallel} slots: {plan.line()}; {describe_shares(shares)}", flush=True)
     outbox = ctx.Queue()
     args = (sweep_dir, entry, job_record, pack)
     slots = [_Slot(ctx, s, shares[s], args, outbox) for s in range(parallel)]

@@ -98,9 +98,8 @@ def test_a_lease_of_another_node_is_taken_only_long_after_it_expired(tmp_path: P
     monkeypatch.setenv("HPCR_LOCK", "lease")
     lease = lease_path(tmp_path / "sweep.lock")
     lease.write_text(json.dumps({"host": "node-that-died", "pid": 1, "token": "x", "expires": time.time() + 60}))
-    with pytest.raises(LockTimeout, match="has held"):  # a live lease of another node is respected
-        with exclusive(tmp_path / "sweep.lock", timeout=0.3):
-            pass
+    with pytest.raises(LockTimeout, match="has held"), exclusive(tmp_path / "sweep.lock", timeout=0.3):
+        pass  # a live lease of another node is respected
     lease.write_text(json.dumps({"host": "node-that-died", "pid": 1, "token": "x",
                                  "expires": time.time() - file_lock.STALE_S - 1}))
     with exclusive(tmp_path / "sweep.lock", timeout=5):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.records.rundir import RunDir
+from hpc_runner.scheduler.accounting import SchedulerAnswer, parse_sacct
 from hpc_runner.sweep import causes
 from hpc_runner.sweep import ledger as sr
-from hpc_runner.scheduler.accounting import SchedulerAnswer, parse_sacct
 from hpc_runner.sweep.states import (
     DONE,
     NOT_STARTED,

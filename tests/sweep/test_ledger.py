@@ -277,6 +277,6 @@ def test_the_ledger_holds_its_invariants_under_random_interleavings_from_two_pro
             assert self.sbatch <= N * (1 + MAX_RETRIES + MAX_RETURNS)
             assert all(self.jobs[i] <= 1 + MAX_RETRIES + MAX_RETURNS for i in range(N))
 
-    LedgerMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=40, deadline=None,
+    LedgerMachine.TestCase.settings = settings(max_examples=50, stateful_step_count=40, deadline=None,
                                                suppress_health_check=list(HealthCheck))
     LedgerMachine.TestCase().runTest()

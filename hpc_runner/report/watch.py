@@ -41,20 +41,22 @@ def watch_status(
     sweep_dir: str | Path,
     interval: float = 10.0,
     *,
-    render: Callable[[Any, list[Any], Any], str],
+    render: Callable[[Any, list[Any], Any], str] | None = None,
     top_up: Callable[[Path], int] | None = None,
     stream: TextIO | None = None,
     max_polls: int | None = None,
     timeout: float | None = None,
     clear: bool | None = None,
 ) -> WatchResult:
-    """Redraw the sweep's state table (``render``) and a bar of finished points every ``interval`` s until all
-    are final. ``top_up`` is the sweep's one top-up step (``status`` takes the same): called before each poll,
-    so points that wait for a free submit slot are sent while watching."""
+    """Redraw the sweep's state table (``render``, default the one of ``status``) and a bar of finished points
+    every ``interval`` s until all are final. ``top_up`` is the sweep's one top-up step (``status`` takes the
+    same): called before each poll, so points that wait for a free submit slot are sent while watching."""
     from tqdm.auto import tqdm
 
+    from hpc_runner.report.status_table import render as status_table
     from hpc_runner.sweep.targets import load_target
 
+    render = render or (lambda t, s, a: status_table(t, s, a, False))
     stream = stream or sys.stdout
     clear = stream.isatty() if clear is None else clear
     target = load_target(sweep_dir)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.scheduler.accounting import DONE, FAILED_STATES, SchedulerAnswer
-from hpc_runner.scheduler.executor import is_local_job
+from hpc_runner.scheduler.executor import is_local_job, is_scheduler_job
 from hpc_runner.sweep import ledger as sr
 
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
@@ -204,10 +204,12 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
 
 
 def job_alive(answer: SchedulerAnswer, job_id: str | None) -> bool:
-    """Whether the scheduler says the job is queued or running (not ended, not unknown)."""
-    info = answer.info.get(job_id or "")
-    state = _first_word((info or {}).get("State", ""))
-    return bool(state) and state not in FAILED_STATES and state not in ENDED_WELL
+    """Whether a scheduler's job may still run: queued or running, or not yet in sacct (it lags a few
+    seconds behind sbatch); a local job never is."""
+    if not is_scheduler_job(job_id):
+        return False
+    state = _first_word((answer.info.get(job_id or "") or {}).get("State", ""))
+    return state not in FAILED_STATES and state not in ENDED_WELL
 
 
 def unclaimed_trial(point: dict[str, Any], run_dir: Path, workers_alive: bool) -> PointState:

@@ -63,13 +63,16 @@ def test_status_lists_a_tunes_trials_from_the_start_and_wait_waits_for_them(slur
               "learning_rate=loguniform(1e-3,1e-2)", "--trials", "2", "--parallel", "1", "--metric", "val_dice",
               "--output_dir", "tn", "--hold", *tiny)
     assert out.returncode == 0, out.stdout + out.stderr
-    held = cli("status", "tn", "--json")  # the worker is held: queued, no trial claimed yet
-    rows = [json.loads(line) for line in held.stdout.splitlines() if line.startswith('{"point"')]
-    assert [r["state"] for r in rows] == ["PENDING", "PENDING"], held.stdout
-    assert "sweep of 2 points" in cli("status", "tn").stdout
     job = next(iter(_record(cli.cwd / "tn")["submissions"][0]["workers"].values()))
-    slurm_cluster.run("scontrol", "release", job.split("_")[0])
-    waited = cli("status", "tn", "--wait", "--interval", "2", "--timeout", "600")
+    try:
+        held = cli("status", "tn", "--json")  # the worker is held: queued, no trial claimed yet
+        rows = [json.loads(line) for line in held.stdout.splitlines() if line.startswith('{"point"')]
+        assert [r["state"] for r in rows] == ["PENDING", "PENDING"], held.stdout
+        assert "sweep of 2 points" in cli("status", "tn").stdout
+        slurm_cluster.run("scontrol", "release", job.split("_")[0])
+        waited = cli("status", "tn", "--wait", "--interval", "2", "--timeout", "600")
+    finally:  # never leave the worker queued for the next test
+        slurm_cluster.run("scancel", job.split("_")[0])
     assert waited.returncode == 0, waited.stdout + waited.stderr + slurm_cluster.explain(cli.cwd / "tn", [job])
     assert waited.stdout.count("COMPLETED") >= 1 and "PENDING" not in waited.stdout.split("\n", 2)[1]
     states = {p.get("state") for p in _record(cli.cwd / "tn")["points"]}
@@ -86,7 +89,11 @@ def test_watch_submits_the_points_that_wait_for_a_slot(slurm_cluster, qos_limit,
     assert out.returncode == 0 and "2 point(s) wait" in out.stdout, out.stdout + out.stderr
     first = [a["job_id"] for s in _record(cli.cwd / "sw")["submissions"] for a in s["arrays"]]
     slurm_cluster.run("scontrol", "release", first[0])
-    watch = cli("status", "sw", "--watch", "--interval", "2", "--timeout", "300")
+    try:
+        watch = cli("status", "sw", "--watch", "--interval", "2", "--timeout", "300")
+    finally:
+        jobs = {p["job_id"].split("_")[0] for p in _record(cli.cwd / "sw")["points"] if p.get("job_id")}
+        slurm_cluster.run("scancel", *jobs)
     assert watch.returncode == 0, watch.stdout + watch.stderr + slurm_cluster.explain(cli.cwd / "sw")
     record = _record(cli.cwd / "sw")
     assert all(p["submit"] == "submitted" for p in record["points"]), record["points"]

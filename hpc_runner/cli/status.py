@@ -74,9 +74,9 @@ def main(args: argparse.Namespace) -> int:
         if watched.interrupted:
             return 130
         return 0 if all(s.state in ENDED_WELL for s in watched.states) else 1
-    target = load_target(args.dir)
     started = time.monotonic()
     while True:
+        target = load_target(args.dir)  # each poll reads the record again: tasks and workers change it
         if step is not None and target.kind == "sweep" and _top_up(target.path, quiet=args.json):
             target = load_target(args.dir)  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()

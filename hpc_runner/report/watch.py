@@ -66,8 +66,9 @@ def watch_status(
     started = time.monotonic()
     try:
         while True:
-            if top_up is not None and target.kind == "sweep" and top_up(target.path):
-                target = load_target(sweep_dir)  # the top-up recorded new job ids
+            if top_up is not None and target.kind == "sweep":
+                top_up(target.path)
+            target = load_target(sweep_dir)  # read again each poll: tasks, workers and top-ups change it
             states, answer = target.states()
             result.states, result.polls = states, result.polls + 1
             table = render(target, states, answer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,15 +20,33 @@ from typing import Any
 from hpc_runner.errors import ConfigError, UserError
 
 LOGGER_NAME = "hpc_runner.monai_cli"
+MONAI_FORMAT = "%(asctime)s - %(levelname)s - %(message)s"  # monai.apps.utils.DEFAULT_FMT
 SUMMARY_EDGES = 5  # MONAI's PPRINT_CONFIG_N
 _quiet = False  # the submit pre-flight checks the arguments; the job prints their summary
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stdout`` is at the time (a job's tee, a test's capture)."""
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def get_logger() -> logging.Logger:
     """Return the logger of these commands: INFO lines on stdout in MONAI's format (``time - INFO - msg``)."""
-    from monai.apps.utils import get_logger as monai_logger
-
-    return monai_logger(LOGGER_NAME)
+    logger = logging.getLogger(LOGGER_NAME)
+    if not logger.handlers:
+        handler = _StdoutHandler()
+        handler.setFormatter(logging.Formatter(MONAI_FORMAT))
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+    return logger
 
 
 def log_input_summary(tag: str, args: dict) -> None:

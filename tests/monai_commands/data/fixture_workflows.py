@@ -112,3 +112,14 @@ class PythonicWithoutInferer(PythonicSegment):
         if name == "get_inferer":
             raise AttributeError(name)
         return super().__getattribute__(name)
+
+
+class CallOnRun:
+    """MONAI's integration test's second runnable: run() calls the function the config gave."""
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+
+    def run(self) -> None:
+        """Call it."""
+        self.func()

@@ -338,7 +338,8 @@ def options_from_args(spec: CommandSpec, args: argparse.Namespace) -> dict[str, 
     for p, value in zip(free, positional):
         given[p.name] = value
     by_name = {p.name: p for p in spec.params}
-    options = {name: type_value(spec, by_name[name], value) for name, value in given.items() if value is not None}
+    typed = {name: type_value(spec, by_name[name], value) for name, value in given.items() if value is not None}
+    options = {name: value for name, value in typed.items() if value is not None}  # Fire's None: not given
     if getattr(args, "network", None) is not None:
         raise UserError("init_bundle --network needs a torch.nn.Module (Python only)", expected="--ckpt_file FILE")
     tokens = list(getattr(args, "override_tokens", None) or [])

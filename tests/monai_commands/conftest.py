@@ -129,11 +129,20 @@ def assert_both_succeed(both: Both) -> None:
     assert both.hpcr.info() == both.monai.info(), both.explain()
 
 
-def assert_both_refuse(both: Both, *words: str) -> None:
-    """MONAI fails (a traceback, exit 1); hpc-runner refuses in one paragraph naming ``words``, exit 2."""
-    assert both.monai.code != 0, both.explain()
-    assert both.hpcr.code == 2, both.explain()
-    lines = [ln for ln in both.hpcr.stderr.splitlines() if re.match(r"hpc-runner \w+: error: ", ln)]
-    assert len(lines) == 1 and "Traceback" not in both.hpcr.stderr, both.explain()
-    for word in words:
-        assert word in lines[0], lines[0]
+def load_torchscript(path: Path, extra: list[str]) -> tuple:
+    """The network, metadata and extra files of a TorchScript export."""
+    from monai.data import load_net_with_metadata
+
+    return load_net_with_metadata(str(path), more_extra_files=extra)
+
+
+def assert_same_torchscript(a: Path, b: Path, extra: list[str], shape: tuple = (1, 1, 32, 32, 32)) -> None:
+    """Same metadata, same embedded configs, same output on the same input."""
+    import torch
+
+    net_a, meta_a, files_a = load_torchscript(a, extra)
+    net_b, meta_b, files_b = load_torchscript(b, extra)
+    assert meta_a == meta_b and files_a == files_b
+    x = torch.rand(shape)
+    with torch.no_grad():
+        assert torch.equal(net_a.eval()(x), net_b.eval()(x))

@@ -96,16 +96,3 @@ def test_a_pythonic_workflow_with_its_property_file(workspace: Workspace) -> Non
     assert_both_run(both)
     seg = [_segmentation(side.cwd / "out" / "image" / "image_seg.nii.gz") for side in (both.monai, both.hpcr)]
     assert (seg[0] == seg[1]).all()
-
-
-def test_a_missing_required_property_is_reported_and_the_workflow_still_runs(workspace: Workspace) -> None:
-    _image(workspace.path / "image.nii")
-    both = workspace.run_both(
-        "run_workflow", "--workflow_name", "fixture_workflows.PythonicWithoutInferer", "--workflow_type", "infer",
-        "--properties_path", "data/python_workflow_properties.json", "--meta_file", "data/metadata.json",
-        "--filename", "image.nii", "--output_dir", "out",
-    )
-    assert both.monai.code == 0 and both.hpcr.code == 0, both.explain()
-    warning = [ln for ln in both.hpcr.stderr.splitlines() if "lacks properties" in ln]
-    assert len(warning) == 1 and "inferer" in warning[0], both.explain()
-    assert (both.hpcr.cwd / "out" / "image" / "image_seg.nii.gz").is_file()

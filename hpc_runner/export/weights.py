@@ -32,9 +32,9 @@ def resolve_ckpt(ckpt_file: str | Path, key_in_ckpt: str) -> tuple[Path, str]:
         found = list_checkpoints(path / CHECKPOINT_DIR)
         if found:
             return found[-1], key_in_ckpt or CHECKPOINT_KEY
-        raise UserError(f"the folder holds no {MODEL_FILE} and no {CHECKPOINT_DIR}/ckpt_*.pt", where=str(path),
-                        id_path="ckpt_file", expected="a checkpoint file, or an hpc-runner run dir with weights")
-    raise UserError(f'Checkpoint file "{path}" not found', where=None, id_path="ckpt_file",
+        raise UserError(f"--ckpt_file names a folder with no {MODEL_FILE} and no {CHECKPOINT_DIR}/ckpt_*.pt",
+                        where=str(path), expected="a checkpoint file, or an hpc-runner run dir with weights")
+    raise UserError(f'Checkpoint file "{path}" not found (--ckpt_file)',
                     expected="an existing checkpoint file (MONAI's models/model.pt) or an hpc-runner run dir",
                     hint='Specify it with --ckpt_file (relative paths start at the working dir, or at --bundle_root '
                     'for the default models/model.pt)')

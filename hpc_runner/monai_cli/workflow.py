@@ -52,10 +52,10 @@ def resolve_workflow_class(name: Any) -> Any:
             try:
                 cls = locate(name)
             except Exception as exc:  # the module exists but fails to import
-                raise UserError(f"the workflow class {name} cannot be imported: {type(exc).__name__}: {exc}",
-                                id_path="workflow_name") from None
+                raise UserError(f"the workflow class {name} (--workflow_name) cannot be imported: "
+                                f"{type(exc).__name__}: {exc}") from None
         if cls is None:
-            raise UserError(f"cannot locate specified workflow class: {name}", id_path="workflow_name",
+            raise UserError(f"cannot locate specified workflow class: {name} (--workflow_name)",
                             expected="a class of monai.bundle (ConfigWorkflow) or an importable dotted path "
                             "(package.module.Class) to a BundleWorkflow subclass",
                             hint="A class in the bundle's scripts/ needs the bundle folder on PYTHONPATH (or run "
@@ -63,7 +63,7 @@ def resolve_workflow_class(name: Any) -> Any:
         name = cls
     if not (inspect.isclass(name) and issubclass(name, BundleWorkflow)):
         raise UserError(f"Argument `workflow_name` must be a bundle workflow class name or subclass of "
-                        f"BundleWorkflow, got: {name}", id_path="workflow_name")
+                        f"BundleWorkflow, got: {name} (--workflow_name)")
     return name
 
 
@@ -79,12 +79,12 @@ def _required_ids(workflow_type: str | None, properties_path: str | None) -> dic
         elif low in ("infer", "inference", "eval", "evaluation"):
             kind = "infer"
         else:
-            raise UserError(f"Unsupported workflow type: '{workflow_type}'", id_path="workflow_type",
+            raise UserError(f"Unsupported workflow type: '{workflow_type}' (--workflow_type)",
                             expected="train, training, infer, inference, eval or evaluation")
     if properties_path is not None:
         path = Path(properties_path)
         if not path.is_file():
-            raise UserError(f"Property file {path} does not exist", id_path="properties_path")
+            raise UserError(f"Property file {path} does not exist (--properties_path)")
         try:
             props = json.loads(path.read_text())
         except json.JSONDecodeError as exc:

@@ -22,6 +22,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow  # two traces and two forward passes at the metadata's 160^3
 def test_tracing_without_input_shape_takes_the_shape_from_metadata(here: Path, capsys) -> None:
     from monai.bundle import ckpt_export
 

@@ -167,6 +167,7 @@ def prepare_run(
         {
             **previous,  # keep what others recorded (the job id and profile, the sweep point, rerun_of)
             "entry": run_id,
+            **_init_final_record(cfg),
             "status": "prepared",
             "bundle": {
                 "name": cfg.name,
@@ -189,6 +190,16 @@ def prepare_run(
         },
     )
     return run_dir, expanded
+
+
+def _init_final_record(cfg: BundleConfig) -> dict[str, str]:
+    """``init_id``/``final_id`` for run.yaml when they are not MONAI's defaults (jobs and resumes run the same ids)."""
+    out = {}
+    if cfg.init_id != INIT_ID:
+        out["init_id"] = cfg.init_id
+    if cfg.final_id != FINAL_ID:
+        out["final_id"] = cfg.final_id
+    return out
 
 
 def _moved_copy_of(existing: Path, config_text: str) -> bool:
@@ -247,10 +258,10 @@ def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
         _seed_before_build(expanded)
         parser.parse(reset=True)
         try:
-            run_expr(parser, INIT_ID)
+            run_expr(parser, cfg.init_id)  # MONAI's --init_id / --final_id (default initialize / finalize)
             run_expr(parser, run_id)
         finally:
-            run_expr(parser, FINAL_ID)
+            run_expr(parser, cfg.final_id)
 
 
 def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:

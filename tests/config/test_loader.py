@@ -181,7 +181,9 @@ def test_keys_monai_tells_apart_are_not_duplicates(tmp_path: Path, monkeypatch: 
     assert load_file(f).data["a::b"] == 2  # `#` and `::` spellings are two keys of the file, as in MONAI
 
 
-def test_an_args_file_with_a_duplicate_key_follows_the_same_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_args_file_with_a_duplicate_key_follows_the_same_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hpc_runner.config.overrides import load_args_file
 
     f = tmp_path / "args.yaml"

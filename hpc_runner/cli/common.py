@@ -67,7 +67,8 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--trust",
         action="store_true",
-        help="use the bundle even if its files no longer match its MANIFEST (see 'hpc-runner verify')",
+        help="use the bundle even if its files no longer match its MANIFEST (see 'hpc-runner verify'), and drop "
+        "MONAI's warning that its configs run code",
     )
     g.add_argument(
         "--safe",

@@ -106,7 +106,11 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_preflight:  # before the run dir exists: a config that cannot start leaves nothing behind
         from hpc_runner.config.preflight import check_config
 
-        check_config(cfg)
+        check_config(cfg, entry=entry or "run")
+    if not args.resume:  # MONAI's warning that a config runs code: once per run started here, unless --trust
+        from hpc_runner.config.monai_bridge import warn_code_once
+
+        warn_code_once(cfg, trusted=args.trust)
     if args.resume:
         prepare_checkpoints(args.resume, restart=args.restart)
     from hpc_runner.engine.runner import prepare_run

@@ -175,11 +175,25 @@ def _parent_id(id_path: str) -> str:
     return id_path.rsplit("::", 1)[0] if "::" in id_path else ""
 
 
+def typo_candidates(id_path: str, config: Any, limit: int = 3) -> list[str]:
+    """Return ids ``id_path`` may be a typo of: a sibling whose key is nearly the same (``max_epoch`` for
+    ``max_epochs``), or an id elsewhere with the same last key (``--lr`` for ``optimizer::lr``)."""
+    parent, last = _parent_id(id_path), id_path.rsplit("::", 1)[-1]
+    node = get_by_id(config, parent) if parent and has_id(config, parent) else (config if not parent else None)
+    found: list[str] = []
+    if isinstance(node, dict):
+        siblings = [str(k) for k in node if not str(k).startswith("_")]
+        found += ["::".join(filter(None, [parent, k])) for k in difflib.get_close_matches(last, siblings, 3, 0.8)]
+    found += [i for i, _ in iter_ids(config) if i.rsplit("::", 1)[-1] == last and i != id_path
+              and not i.startswith("_meta_") and i not in found]
+    return found[:limit]
+
+
 def added_id_warning(ov: Override, config: Any) -> str | None:
     """Return the one-line warning for an override that adds an id the config lacks (None: not worth one)."""
     if ov.id in QUIET_NEW_IDS:
         return None
-    close = suggest_ids(ov.id, config)
+    close = typo_candidates(ov.id, config)
     mean = f"; did you mean {', '.join(close)}?" if close else ""
     return (f"{ov.origin} adds id '{ov.id}', which the config does not have (as MONAI's runner does){mean} "
             f"(--strict-ids refuses ids the config lacks)")

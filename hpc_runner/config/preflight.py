@@ -11,16 +11,12 @@ Three checks, none of which builds a component or runs a ``$`` expression:
   ``import``/``from ... import`` line parses, any other line compiles as an expression (MONAI
   ``eval()``s it). Nothing is evaluated; a missing module in an import line is left to
   ``hpc-runner verify`` (MONAI's ``optional_import`` fails only when the module is used).
-- input paths exist. Only ids whose last key is in ``INPUT_DIRS`` (a folder), ``INPUT_FILES`` (a
-  ``.json``/``.yaml``/``.yml``/``.csv`` file) or ``INPUT_PATHS`` (either: weights, inference inputs)
-  are looked at, and only when the value is a plain string or a
-  chain of pure ``@id`` references ending in one (``bundle_root`` counts as the bundle folder, as
-  ``hpc-runner run`` sets it). A path is *produced*, not an input, and is never refused, when anything
-  under ``initialize`` refers to it (``dataset_dir: "@dataset_dir"`` handed to a generator, or
-  ``@dataset_dir`` inside a ``$`` line) or repeats its value. A path that nothing which runs refers to
-  (an entry, ``initialize``, ``finalize``, or what they refer to, directly or not) is not an input of
-  this run and is not checked (``--images DIR`` makes the default dataset unused). Paths built by ``$`` code (globs,
-  ``@bundle_root + '/x'``) cannot be known without running code and are not checked.
+- input paths exist: only values the run reads as paths (``config/input_paths.py`` says which: a path-named
+  argument or top-level id, a ``*_dir``/``*_path``/``*_file`` handed to a reader, a file in a dataset's
+  literal ``data``), only when they look like paths, only when what runs (the entry, the init and final
+  ids, or what they refer to, directly or not) refers to them, and never when the init id makes them
+  (refers to them, or repeats the value). ``--images DIR`` makes the default dataset unused; paths built
+  by ``$`` code (globs, ``@bundle_root + '/x'``) cannot be known without running code and are not checked.
 """
 
 from __future__ import annotations
@@ -35,15 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
-from hpc_runner.config.ids import get_by_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.ids import iter_ids, join_id, normalize_id
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ClusterError, ConfigError, UserError
 from hpc_runner.registry.problems import Problem
 
-INPUT_DIRS = ("dataset_dir", "data_dir", "data_root")
-INPUT_FILES = ("datalist", "datalist_file", "datalist_path", "data_list_file_path")
-# a file or a folder: trained weights (a checkpoint or a run dir) and inference inputs
-INPUT_PATHS = ("ckpt", "ckpt_path", "images", "labels")
 FILE_SUFFIXES = (".json", ".yaml", ".yml", ".csv")
 PRODUCER_ID = "initialize"
 BUNDLE_ROOT_ID = "bundle_root"
@@ -127,31 +119,6 @@ def _shown(value: str) -> str:
     return value if len(value) <= 80 else value[:77] + "..."
 
 
-def _pure_ref(value: Any) -> str | None:
-    if isinstance(value, str):
-        v = normalize_id(value)
-        if v.startswith("@") and _REF.fullmatch(v) and len(v) > 1:
-            return v[1:]
-    return None
-
-
-def _path_value(body: dict, id_path: str, bundle_root: str | None) -> tuple[str | None, list[str]]:
-    """Follow pure references from ``id_path`` to a plain string; return it and the ids on the way."""
-    chain = [id_path]
-    value = get_by_id(body, id_path)
-    while (ref := _pure_ref(value)) is not None and ref not in chain and len(chain) < 20:
-        chain.append(ref)
-        if ref == BUNDLE_ROOT_ID and bundle_root is not None:
-            return bundle_root, chain
-        try:
-            value = get_by_id(body, ref)
-        except (KeyError, IndexError, TypeError):
-            return None, chain
-    if isinstance(value, str) and value and not value.startswith(_CODE_PREFIXES):
-        return value, chain
-    return None, chain
-
-
 def _top_refs(value: Any) -> set[str]:
     """The top-level ids that ``@`` references anywhere in ``value`` name."""
     found: set[str] = set()
@@ -161,18 +128,22 @@ def _top_refs(value: Any) -> set[str]:
     return found
 
 
-def _used_top_ids(body: dict) -> set[str] | None:
-    """Top-level ids that what runs (entries, initialize, finalize) refers to, directly or not.
+def _used_top_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_ID,
+                  final_id: str = "finalize") -> set[str] | None:
+    """Top-level ids that what runs (the entry, the init and final ids) refers to, directly or not.
 
-    None when the config has none of the usual entry names (run, training, inference, ...): then every
-    id counts as used, since what runs cannot be known.
+    ``entry`` None: the usual entry names (run, training, inference, ...) count; None is returned when the
+    config has none of them, and then every id counts as used, since what runs cannot be known.
     """
     from hpc_runner.engine.runner import USUAL_ENTRIES
 
-    entries = [k for k in body if k in USUAL_ENTRIES]
-    if not entries:
-        return None
-    roots = entries + [k for k in (PRODUCER_ID, "finalize") if k in body]
+    if entry is not None:
+        entries = [entry.split("::")[0]] if entry.split("::")[0] in body else []
+    else:
+        entries = [k for k in body if k in USUAL_ENTRIES]
+        if not entries:
+            return None
+    roots = entries + [k for k in (init_id, final_id) if k in body]
     used, todo = set(roots), list(roots)
     while todo:
         for ref in _top_refs(body.get(todo.pop())):
@@ -182,12 +153,12 @@ def _used_top_ids(body: dict) -> set[str] | None:
     return used
 
 
-def _produced(body: dict, chain: list[str], value: str) -> bool:
-    """True when the ``initialize`` steps refer to any id of ``chain`` or repeat the value."""
-    if PRODUCER_ID not in body:
+def _produced(body: dict, chain: list[str], value: str, init_id: str = PRODUCER_ID) -> bool:
+    """True when the init steps refer to any id of ``chain`` or repeat the value."""
+    if init_id not in body:
         return False
     names = {normalize_id(c) for c in chain}
-    for _, v in [("", body[PRODUCER_ID]), *iter_ids(body[PRODUCER_ID])]:
+    for _, v in [("", body[init_id]), *iter_ids(body[init_id])]:
         if not isinstance(v, str):
             continue
         if v == value:
@@ -197,25 +168,54 @@ def _produced(body: dict, chain: list[str], value: str) -> bool:
     return False
 
 
-def _input_problem(key: str, path: str, cwd: Path | None) -> str | None:
+def _input_problem(kind: str, path: str, cwd: Path | None) -> str | None:
     p = Path(path).expanduser()
     if cwd is not None and not p.is_absolute():
         p = cwd / p
-    if key in INPUT_PATHS:
-        return None if p.exists() else f"the input '{path}' does not exist"
-    if key in INPUT_DIRS:
+    if kind == "dir":
         if not p.is_dir():
             return f"the input folder '{path}' does not exist" if not p.exists() else f"'{path}' is not a folder"
         return None
-    if path.lower().endswith(FILE_SUFFIXES) and not p.is_file():
-        return f"the input file '{path}' does not exist"
-    return None
+    if kind == "file":  # a datalist: checked when it is a file type MONAI reads (json, yaml, csv)
+        if path.lower().endswith(FILE_SUFFIXES) and not p.is_file():
+            return f"the input file '{path}' does not exist"
+        return None
+    return None if p.exists() else f"the input '{path}' does not exist"
 
 
-def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None) -> list[Problem]:
+def path_problems(cfg: BundleConfig, expanded: dict, cwd: Path | None = None, entry: str | None = None
+                  ) -> list[Problem]:
+    """Return a problem for each input path the run reads that does not exist (``config/input_paths.py``)."""
+    from hpc_runner.config.input_paths import input_paths
+
+    body = {k: v for k, v in expanded.items() if k != META_KEY}
+    bundle_root = None
+    if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
+        bundle_root = str(cfg.bundle_dir.resolve())  # what prepare_run sets
+    init_id, final_id = getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize")
+    used = _used_top_ids(body, entry, init_id, final_id)
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for found in input_paths(expanded, bundle_root):
+        if used is not None and found.used_by.split("::")[0] not in used:
+            continue  # nothing that runs refers to it: not an input of this run
+        if found.path in seen or _produced(body, found.chain, found.path, init_id):
+            continue
+        seen.add(found.path)
+        why = _input_problem(found.kind, found.path, cwd)
+        if why:
+            origin = found.chain[-1] if len(found.chain) > 1 else None
+            via = f" (the value of '{origin}')" if origin else ""
+            problems.append(Problem(cfg.locate(found.chain[-1]), found.id_path, why + via))
+    return problems
+
+
+def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None,
+                    entry: str | None = None) -> list[Problem]:
     """Return every pre-flight problem of a config: targets, ``$`` expressions, input paths (nothing runs).
 
-    Relative paths are taken from ``cwd`` (the folder the job runs in; default: this process's).
+    Relative paths are taken from ``cwd`` (the folder the job runs in; default: this process's). ``entry`` is
+    the id the run executes (default: the usual entry names the config has).
     """
     cache = cache if cache is not None else PreflightCache()
     try:
@@ -223,13 +223,8 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
     except UserError as err:
         return [Problem(err.where, err.id_path, err.message)]
     body = {k: v for k, v in expanded.items() if k != META_KEY}
-    bundle_root = None
-    if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
-        bundle_root = str(cfg.bundle_dir.resolve())  # what prepare_run sets
     problems: list[Problem] = []
     disabled: list[str] = []
-    seen_paths: set[str] = set()
-    used = _used_top_ids(body)
     for id_path, value in [("", body), *iter_ids(body)]:
         if any(id_path == d or id_path.startswith(d + "::") for d in disabled):
             continue  # MONAI never builds a disabled component, nor anything inside it
@@ -247,20 +242,7 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
             why = expression_problem(value, cache)
             if why:
                 problems.append(Problem(cfg.locate(id_path), id_path, why))
-        key = id_path.rsplit("::", 1)[-1]
-        if (key in INPUT_DIRS or key in INPUT_FILES or key in INPUT_PATHS) and (
-            used is None or id_path.split("::")[0] in used
-        ):
-            path, chain = _path_value(body, id_path, bundle_root)
-            if path is None or path in seen_paths or _produced(body, chain, path):
-                continue
-            seen_paths.add(path)
-            why = _input_problem(key, path, cwd)
-            if why:
-                origin = chain[-1] if len(chain) > 1 else None
-                via = f" (the value of '{origin}')" if origin else ""
-                problems.append(Problem(cfg.locate(chain[-1]), id_path, why + via))
-    return problems
+    return problems + path_problems(cfg, expanded, cwd, entry)
 
 
 def describe_problems(problems: list[Problem]) -> str:
@@ -282,9 +264,10 @@ EXPECTED = "every _target_ importable, every '$' expression valid Python, every 
 HINT = "--no-preflight skips these checks"
 
 
-def check_config(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None) -> None:
+def check_config(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None,
+                 entry: str | None = None) -> None:
     """Raise ConfigError (one paragraph: file:line, id, problem) when the config fails the pre-flight."""
-    problems = config_problems(cfg, cache, cwd)
+    problems = config_problems(cfg, cache, cwd, entry)
     if problems:
         first = problems[0]
         raise ConfigError(

@@ -247,8 +247,15 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
 
 
 def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
-    from hpc_runner.config.monai_bridge import apply_logging_file, build_parser, bundle_on_sys_path, run_expr
+    from hpc_runner.config.monai_bridge import (
+        apply_logging_file,
+        build_parser,
+        bundle_on_sys_path,
+        run_expr,
+        silence_monai_code_warning,
+    )
 
+    silence_monai_code_warning()  # said once where the run was submitted (or started), not in every task
     apply_logging_file(cfg.logging_file)  # inside the log tee, so a handler on stdout also reaches log.txt
     with bundle_on_sys_path(cfg.code_dir):
         parser = build_parser(cfg, expanded)

@@ -209,7 +209,9 @@ def apply_override(config: dict, ov: Override, where_defined: Mapping[str, str],
     if not exists and not ov.add and not strict:
         parent = _parent_id(ov.id)
         if parent and not isinstance(get_by_id(config, parent) if has_id(config, parent) else None, dict | list):
-            close = suggest_ids(parent, config)
+            last = ov.id.rsplit("::", 1)[-1]
+            near = typo_candidates(parent, config)
+            close = [f"{c}::{last}" for c in near if has_id(config, f"{c}::{last}")] or near
             raise ConfigError(
                 f"override {ov.origin} names id '{ov.id}', whose parent '{parent}' is not in the config "
                 "(MONAI's runner fails on it too)",

@@ -308,6 +308,7 @@ def check_points(
     points: Sequence[Sequence[Override]],
     cache: PreflightCache | None = None,
     cwd: Path | None = None,
+    entry: str | None = None,
 ) -> str:
     """Raise ClusterError naming the first sweep point that fails the pre-flight; return what was checked.
 
@@ -315,7 +316,7 @@ def check_points(
     matter (text, lists/dicts holding text, ``_disabled_``), and each distinct set of those once.
     """
     cache = cache if cache is not None else PreflightCache()
-    check_config(cfg, cache, cwd)
+    check_config(cfg, cache, cwd, entry)
     checked: set[str] = set()
     for n, overrides in enumerate(points):
         relevant = [o for o in overrides if _matters(o.id, o.value)]
@@ -326,7 +327,7 @@ def check_points(
             continue
         checked.add(key)
         variant = cfg.with_overrides(copy.deepcopy(relevant), check=False)
-        problems = config_problems(variant, cache, cwd)
+        problems = config_problems(variant, cache, cwd, entry)
         if problems:
             first = problems[0]
             raise ClusterError(

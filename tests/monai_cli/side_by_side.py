@@ -111,6 +111,10 @@ def run_both(
                 rel = run_dir.relative_to(root) / inside if "--output_dir" in args else inside
             outcome.made[normalised(rel.as_posix())] = path
         outcomes[runner] = outcome
+    if os.environ.get("MONAI_CLI_TIMES"):  # a JSON line per scenario for the table in docs/zoo.md
+        with open(os.environ["MONAI_CLI_TIMES"], "a", encoding="utf-8") as log:
+            log.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                                  **{r: [o.code, round(o.seconds, 1)] for r, o in outcomes.items()}}) + "\n")
     return outcomes
 
 

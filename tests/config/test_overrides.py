@@ -142,3 +142,14 @@ def test_args_file_errors_name_the_file_and_line(bundle: Path, tmp_path: Path) -
     assert f"{args}:2" in str(err.value)
     with pytest.warns(UserWarning, match=f"{args}:2 adds id 'not_an_id'"):
         load(bundle, args_file=args)
+
+
+def test_sweep_refuses_a_typo_in_a_swept_or_a_fixed_id_before_anything_is_queued(bundle: Path, tmp_path: Path,
+                                                                                 cli) -> None:
+    base = ["sweep", "--bundle", str(bundle), "--cluster", "local", "--dry-run", "--output_dir", "s"]
+    swept = cli(*base, "--sweep", "lrr=0.1,0.2", cwd=tmp_path)
+    assert swept.returncode == 2 and "'lrr', which is not in the config" in swept.stderr, swept.stderr
+    fixed = cli(*base, "--sweep", "lr=0.1,0.2", "--epoch", "2", cwd=tmp_path)
+    assert fixed.returncode == 2 and "'epoch', which is not in the config" in fixed.stderr, fixed.stderr
+    assert "Did you mean: epochs" in fixed.stderr
+    assert not (tmp_path / "s").exists()

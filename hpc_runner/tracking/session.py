@@ -13,7 +13,8 @@ from typing import Any
 from hpc_runner.tracking.settings import UNSENT_FILE, load_settings
 
 _current: Any = None  # the MlflowRun of the run executing in this process
-OPEN_WAIT_S = 15.0  # how long an ignite bundle waits for the run to exist before running untracked
+OPEN_WAIT_S = 15.0  # how long an ignite bundle waits for a tracking server's run before running untracked
+LOCAL_OPEN_WAIT_S = 600.0  # a local store (sqlite, file) has no server to be down: only imports and a db to make
 
 
 def _say(text: str) -> None:
@@ -144,8 +145,9 @@ def patch_monai_workflow(parser: Any) -> bool:
         settings["handlers_id"] = DEFAULT_HANDLERS_ID
     handler_ids = settings["handlers_id"]
     ignite = any(v.get("id") in parser for v in handler_ids.values() if isinstance(v, dict))
-    if ignite and not run.wait_open(OPEN_WAIT_S):
-        _say(f"MLflow at {run.uri} did not answer in {OPEN_WAIT_S:.0f} s; MONAI's MLflow handlers are not added "
+    wait = OPEN_WAIT_S if str(run.uri).startswith(("http://", "https://")) else LOCAL_OPEN_WAIT_S
+    if ignite and not run.wait_open(wait):
+        _say(f"MLflow at {run.uri} did not answer in {wait:.0f} s; MONAI's MLflow handlers are not added "
              f"(they log synchronously and would stall or fail the run)")
         settings["configs"] = {k: v for k, v in settings["configs"].items() if k not in handler_ids}
         ignite = False

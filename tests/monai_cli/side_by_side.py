@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,26 +81,44 @@ def run_both(
     monai_command: Sequence[str] = ("-m", "monai.bundle", "run"),
     timeout: float = 300,
 ) -> dict[str, Outcome]:
-    """Run ``argv`` (``{root}`` replaced by the working folder) through both runners, MONAI first.
+    """Run ``argv`` (``{root}`` replaced by the working folder) through both runners, side by side.
 
     Each runner gets a fresh folder made by ``setup``; ``made`` holds what it created there: MONAI's files as
     they lie, hpc-runner's with its run dir's path replaced by where ``--output_dir`` points (when given) and
     its own record files left out.
     """
-    outcomes = {}
-    for runner in RUNNERS:
+    started = {}
+    for runner in RUNNERS:  # both at once: each is one thread importing torch and MONAI most of its time
         root = tmp_path / runner
         root.mkdir()
         setup(root)
         before = _files(root)
         args = [a.replace("{root}", str(root)) for a in argv]
         command = [*monai_command] if runner == MONAI else ["-m", "hpc_runner", "run"]
-        start = time.monotonic()
-        proc = subprocess.run([sys.executable, *command, *args], cwd=root, env=clean_env(root, env),
-                              capture_output=True, text=True, timeout=timeout)
-        outcome = Outcome(runner, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start, root)
+        proc = subprocess.Popen([sys.executable, *command, *args], cwd=root, env=clean_env(root, env),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started[runner] = (root, before, args, proc, time.monotonic())
+    ended: dict[str, tuple[str, str, float]] = {}
+
+    def collect(runner: str, proc: subprocess.Popen, start: float) -> None:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        ended[runner] = (stdout, stderr, time.monotonic() - start)
+
+    waiters = [threading.Thread(target=collect, args=(r, proc, start)) for r, (_, _, _, proc, start) in started.items()]
+    for waiter in waiters:
+        waiter.start()
+    for waiter in waiters:
+        waiter.join()
+    outcomes = {}
+    for runner, (root, before, args, proc, _) in started.items():
+        stdout, stderr, seconds = ended[runner]
+        outcome = Outcome(runner, proc.returncode, stdout, stderr, seconds, root)
         run_dir = None
-        if runner == HPCR and (m := _RUN_DIR.search(proc.stdout)):
+        if runner == HPCR and (m := _RUN_DIR.search(stdout)):
             run_dir = (root / m.group(1)).resolve()  # printed relative to the working folder, or absolute
         for path in sorted(_files(root) - before):
             rel = path.relative_to(root)

@@ -2,6 +2,9 @@
 
 Three checks, none of which builds a component or runs a ``$`` expression:
 
+Only what the run uses is checked: the ids the entry, the init and final ids refer to, directly or not
+(with the entry given; without one, the usual entry names, else everything), and ``$import`` lines.
+
 - every ``_target_`` imports and names a class or function (resolved as MONAI does, see
   ``registry/targets.py``, with the bundle root on ``sys.path`` so ``scripts.x.Y`` works). Each distinct
   target string is resolved once per :class:`PreflightCache`. Skipped: computed targets (``@x``, ``$...``)
@@ -128,6 +131,12 @@ def _top_refs(value: Any) -> set[str]:
     return found
 
 
+def _imports(value: Any) -> bool:
+    """True when ``value`` is (or lists) a ``$import``/``$from`` line."""
+    items = value if isinstance(value, list) else [value]
+    return any(isinstance(v, str) and v.startswith(("$import ", "$from ")) for v in items)
+
+
 def _used_top_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_ID,
                   final_id: str = "finalize") -> set[str] | None:
     """Top-level ids that what runs (the entry, the init and final ids) refers to, directly or not.
@@ -225,9 +234,16 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
     body = {k: v for k, v in expanded.items() if k != META_KEY}
     problems: list[Problem] = []
     disabled: list[str] = []
+    # MONAI builds and evaluates only what the run refers to: a broken component nothing uses is no reason to
+    # refuse (mednist_reg's `display` entry runs although its `loss_metric` names a target MONAI 1.6 renamed)
+    used = _used_top_ids(body, entry, getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize"))
+    if used is not None:
+        used |= {k for k, v in body.items() if _imports(v)}  # MONAI runs `$import` lines when it parses
     for id_path, value in [("", body), *iter_ids(body)]:
         if any(id_path == d or id_path.startswith(d + "::") for d in disabled):
             continue  # MONAI never builds a disabled component, nor anything inside it
+        if used is not None and id_path and id_path.split("::")[0] not in used:
+            continue
         if isinstance(value, dict) and "_target_" in value:
             if _maybe_disabled(value):
                 disabled.append(id_path)

@@ -98,3 +98,22 @@ def test_a_disabled_component_s_paths_are_not_read(tmp_path: Path) -> None:
     })
     assert problems(root) == []
     assert [p.id_path for p in input_paths({"x": {"_target_": "X", "load_path": "/a.pt"}})] == ["x::load_path"]
+
+
+def test_a_broken_component_the_entry_never_uses_is_not_refused(tmp_path: Path) -> None:
+    """mednist_reg's `display` entry: MONAI runs it although another id names a target MONAI 1.6 renamed."""
+    root = bundle(tmp_path / "b", {
+        "imports": ["$import os"],
+        "first": "$os.getcwd()",
+        "loss_metric": {"_target_": "IgniteMetric", "metric_fn": None},
+        "display": ["$print(@first)"],
+        "run": ["$print(@loss_metric)"],
+    })
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_bundle_config(root, environ={})
+    assert config_problems(cfg, cwd=root, entry="display") == []
+    [problem] = config_problems(cfg, cwd=root, entry="run")
+    assert problem.id_path == "loss_metric::_target_" and "'IgniteMetric' cannot be imported" in problem.message

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
-from hpc_runner.config.ids import iter_ids, join_id, normalize_id
+from hpc_runner.config.ids import get_by_id, has_id, iter_ids, join_id, normalize_id
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ClusterError, ConfigError, UserError
 from hpc_runner.registry.problems import Problem
@@ -122,12 +122,12 @@ def _shown(value: str) -> str:
     return value if len(value) <= 80 else value[:77] + "..."
 
 
-def _top_refs(value: Any) -> set[str]:
-    """The top-level ids that ``@`` references anywhere in ``value`` name."""
+def _refs(value: Any) -> set[str]:
+    """The ids that ``@`` references anywhere in ``value`` name (``_meta_`` ones left out)."""
     found: set[str] = set()
     for _, v in [("", value), *(iter_ids(value) if isinstance(value, dict | list) else [])]:
         if isinstance(v, str) and "@" in v:
-            found.update(m[1:].split("::")[0] for m in _REF.findall(normalize_id(v)) if len(m) > 1)
+            found.update(m[1:] for m in _REF.findall(normalize_id(v)) if len(m) > 1 and not m[1:].startswith(META_KEY))
     return found
 
 
@@ -137,9 +137,25 @@ def _imports(value: Any) -> bool:
     return any(isinstance(v, str) and v.startswith(("$import ", "$from ")) for v in items)
 
 
-def _used_top_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_ID,
-                  final_id: str = "finalize") -> set[str] | None:
-    """Top-level ids that what runs (the entry, the init and final ids) refers to, directly or not.
+class UsedIds:
+    """The ids a run resolves: subtrees rooted at the entry, the init and final ids and every id they refer to.
+
+    MONAI resolves a reference's own subtree only: ``@trainer#loss_function`` builds the loss, not the trainer
+    around it (mednist_reg's `display` entry refers to it; the trainer's handlers name a target MONAI 1.6 lacks).
+    """
+
+    def __init__(self, roots: set[str]) -> None:
+        self.roots = roots
+
+    def covers(self, id_path: str) -> bool:
+        """True when ``id_path`` lies in (or is) one of the resolved subtrees."""
+        parts = normalize_id(id_path).split("::")
+        return any("::".join(parts[:n]) in self.roots for n in range(1, len(parts) + 1))
+
+
+def _used_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_ID,
+              final_id: str = "finalize") -> UsedIds | None:
+    """The ids what runs (the entry, the init and final ids) resolves, following references; ``$import`` lines too.
 
     ``entry`` None: the usual entry names (run, training, inference, ...) count; None is returned when the
     config has none of them, and then every id counts as used, since what runs cannot be known.
@@ -147,18 +163,24 @@ def _used_top_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_
     from hpc_runner.engine.runner import USUAL_ENTRIES
 
     if entry is not None:
-        entries = [entry.split("::")[0]] if entry.split("::")[0] in body else []
+        entries = [normalize_id(entry)] if has_id(body, entry) else []
     else:
         entries = [k for k in body if k in USUAL_ENTRIES]
         if not entries:
             return None
-    roots = entries + [k for k in (init_id, final_id) if k in body]
-    used, todo = set(roots), list(roots)
+    roots = {*entries, *(k for k in (init_id, final_id) if k in body), *(k for k, v in body.items() if _imports(v))}
+    used = UsedIds(set())
+    todo = sorted(roots)
     while todo:
-        for ref in _top_refs(body.get(todo.pop())):
-            if ref in body and ref not in used:
-                used.add(ref)
-                todo.append(ref)
+        root = todo.pop()
+        if used.covers(root):
+            continue
+        used.roots.add(root)
+        try:
+            value = get_by_id(body, root)
+        except (KeyError, IndexError, TypeError):
+            continue
+        todo += [r for r in _refs(value) if not used.covers(r)]
     return used
 
 
@@ -202,11 +224,11 @@ def path_problems(cfg: BundleConfig, expanded: dict, cwd: Path | None = None, en
     if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
         bundle_root = str(cfg.bundle_dir.resolve())  # what prepare_run sets
     init_id, final_id = getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize")
-    used = _used_top_ids(body, entry, init_id, final_id)
+    used = _used_ids(body, entry, init_id, final_id)
     problems: list[Problem] = []
     seen: set[str] = set()
     for found in input_paths(expanded, bundle_root):
-        if used is not None and found.used_by.split("::")[0] not in used:
+        if used is not None and not used.covers(found.used_by):
             continue  # nothing that runs refers to it: not an input of this run
         if found.path in seen or _produced(body, found.chain, found.path, init_id):
             continue
@@ -236,13 +258,11 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
     disabled: list[str] = []
     # MONAI builds and evaluates only what the run refers to: a broken component nothing uses is no reason to
     # refuse (mednist_reg's `display` entry runs although its `loss_metric` names a target MONAI 1.6 renamed)
-    used = _used_top_ids(body, entry, getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize"))
-    if used is not None:
-        used |= {k for k, v in body.items() if _imports(v)}  # MONAI runs `$import` lines when it parses
+    used = _used_ids(body, entry, getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize"))
     for id_path, value in [("", body), *iter_ids(body)]:
         if any(id_path == d or id_path.startswith(d + "::") for d in disabled):
             continue  # MONAI never builds a disabled component, nor anything inside it
-        if used is not None and id_path and id_path.split("::")[0] not in used:
+        if used is not None and id_path and not used.covers(id_path):
             continue
         if isinstance(value, dict) and "_target_" in value:
             if _maybe_disabled(value):

@@ -106,8 +106,11 @@ def test_a_broken_component_the_entry_never_uses_is_not_refused(tmp_path: Path) 
         "imports": ["$import os"],
         "first": "$os.getcwd()",
         "loss_metric": {"_target_": "IgniteMetric", "metric_fn": None},
-        "display": ["$print(@first)"],
-        "run": ["$print(@loss_metric)"],
+        # `display` resolves trainer#loss_function only, never the trainer whose handlers use loss_metric
+        "trainer": {"_target_": "SupervisedTrainer", "loss_function": {"_target_": "torch.nn.MSELoss"},
+                    "key_train_metric": "@loss_metric"},
+        "display": ["$print(@first, @trainer#loss_function)"],
+        "run": ["$print(@trainer)"],
     })
     import warnings
 

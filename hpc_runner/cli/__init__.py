@@ -37,6 +37,13 @@ COMMANDS: dict[str, str] = {
     "rerun": "hpc_runner.cli.rerun",
     "tune": "hpc_runner.cli.tune",
     "tracking": "hpc_runner.tracking.command",
+    # MONAI's bundle subcommands, same arguments as `python -m monai.bundle NAME` (hpc_runner/monai_cli/spec.py)
+    "run_workflow": "hpc_runner.cli.run_workflow",
+    "ckpt_export": "hpc_runner.cli.ckpt_export",
+    "onnx_export": "hpc_runner.cli.onnx_export",
+    "verify_metadata": "hpc_runner.cli.verify_metadata",
+    "verify_net_in_out": "hpc_runner.cli.verify_net_in_out",
+    "init_bundle": "hpc_runner.cli.init_bundle",
 }
 
 EPILOG = """examples:

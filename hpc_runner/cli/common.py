@@ -8,14 +8,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-# flags of `python -m monai.bundle run` that hpc-runner accepts but does not do yet: a clear exit 2,
-# never "unknown id"
-MONAI_FLAGS_NOT_DONE = {
-    "init_id": "hpc-runner always runs the ids `initialize`, ENTRY and `finalize`; --init_id is not supported. "
-    "Drop it, or rename the id in the config",
-    "final_id": "hpc-runner always runs the ids `initialize`, ENTRY and `finalize`; --final_id is not supported. "
-    "Drop it, or rename the id in the config",
-}
+# commands whose overrides must name ids the config has: a typo in a swept or tuned id stops them before
+# anything is queued (run, config and submit add unknown ids as MONAI's runner does, unless --strict-ids)
+STRICT_ID_COMMANDS = ("sweep", "tune")
 
 
 def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +49,15 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: logging.conf beside the first config file; False: leave logging alone)",
     )
     g.add_argument("--run_id", "--run-id", metavar="ID", help="MONAI's spelling of ENTRY (the id to run)")
-    for flag in MONAI_FLAGS_NOT_DONE:
-        g.add_argument(f"--{flag}", metavar="VALUE", help=argparse.SUPPRESS)
+    g.add_argument("--init_id", "--init-id", metavar="ID",
+                   help="id run before ENTRY (default initialize; optional in the config), as MONAI's --init_id")
+    g.add_argument("--final_id", "--final-id", metavar="ID",
+                   help="id run after ENTRY, even when it fails (default finalize; optional), as MONAI's --final_id")
+    g.add_argument(
+        "--strict-ids", "--strict_ids", dest="strict_ids", action="store_true",
+        help="refuse an override of an id the config does not have (default: add it with a warning, as MONAI's "
+        "runner does; sweep and tune always refuse, --+ID always adds)",
+    )
     g.add_argument(
         "--tracking",
         metavar="mlflow|FILE",
@@ -65,7 +67,8 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--trust",
         action="store_true",
-        help="use the bundle even if its files no longer match its MANIFEST (see 'hpc-runner verify')",
+        help="use the bundle even if its files no longer match its MANIFEST (see 'hpc-runner verify'), and drop "
+        "MONAI's warning that its configs run code",
     )
     g.add_argument(
         "--safe",
@@ -157,8 +160,11 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         cli_overrides=parse_cli_overrides(getattr(args, "override_tokens", [])),
         logging_file=getattr(args, "logging_file", None),
         entry=getattr(args, "entry", None),
+        strict_ids=bool(getattr(args, "strict_ids", False)) or getattr(args, "command", None) in STRICT_ID_COMMANDS,
         **kwargs,
     )
+    cfg.init_id = getattr(args, "init_id", None) or cfg.init_id
+    cfg.final_id = getattr(args, "final_id", None) or cfg.final_id
     if getattr(args, "safe", False):
         from hpc_runner.registry.safe_mode import check_safe
 
@@ -183,20 +189,21 @@ def tracking_settings(args: argparse.Namespace, options: dict[str, Any] | None =
 
 
 def _check_monai_flags(args: argparse.Namespace) -> None:
-    """Refuse MONAI run flags hpc-runner does not do (one paragraph, exit 2); map --run_id to ENTRY."""
+    """Take MONAI's run options from an args file as MONAI does (the command line wins); map --run_id to ENTRY."""
     from hpc_runner.config.overrides import load_args_file
     from hpc_runner.errors import UserError
 
     options: dict[str, Any] = {}
     if getattr(args, "args_file", None):
         options = load_args_file(args.args_file)[1]  # MONAI's args_file may set these too
-    for flag, why in MONAI_FLAGS_NOT_DONE.items():
+    for flag in ("init_id", "final_id"):
         value = getattr(args, flag, None)
-        where = None
         if value is None and options.get(flag) is not None:
-            value, where = options[flag], str(args.args_file)
-        if value is not None:
-            raise UserError(f"--{flag} {value}: {why}", where=where)
+            value = options[flag]
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise UserError(f"--{flag} {value!r} is not an id", where=str(args.args_file) if options else None,
+                            expected="an id of the config, e.g. --init_id setup")
+        setattr(args, flag, value)
     args.tracking_settings = tracking_settings(args, options)
     run_id = getattr(args, "run_id", None) or options.get("run_id")
     if run_id is not None and hasattr(args, "entry"):

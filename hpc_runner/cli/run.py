@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_preflight:  # before the run dir exists: a config that cannot start leaves nothing behind
         from hpc_runner.config.preflight import check_config
 
-        check_config(cfg)
+        check_config(cfg, entry=entry or "run")
     if args.resume:
         prepare_checkpoints(args.resume, restart=args.restart)
     from hpc_runner.engine.runner import prepare_run
@@ -117,6 +117,10 @@ def _run(args: argparse.Namespace) -> int:
         output_dir = str(default_run_dir(cfg.name))
     fresh = not args.resume and not os.path.exists(output_dir)  # made by this command: removed if input is bad
     run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
+    if not args.resume:  # MONAI's warning that a config runs code: once per run started here, unless --trust
+        from hpc_runner.config.monai_bridge import warn_code_once
+
+        warn_code_once(cfg, trusted=args.trust)
     print(f"hpc-runner: run dir {run_dir.path}", flush=True)
     return execute_and_report(cfg, run_dir, expanded, entry, "run", requeue=not args.no_requeue, debug=args.debug,
                               fresh=fresh)

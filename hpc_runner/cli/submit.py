@@ -30,13 +30,26 @@ EPILOG = """examples:
   hpc-runner submit inference --bundle bundles/synthetic_seg --shards 8 --cluster jade --ckpt runs/synthetic_seg/RUN
   hpc-runner submit --bundle bundles/synthetic_seg --cluster slurm --slurm partition=gpu --wait
   hpc-runner submit --bundle bundles/synthetic_seg --cluster jade --dry-run
+  hpc-runner submit ckpt_export network_def --config_file configs/inference.json --ckpt_file RUN_DIR --cluster slurm
+  (MONAI's bundle commands run_workflow, ckpt_export, onnx_export, verify_metadata, verify_net_in_out and
+  init_bundle are submitted as one job each, after a pre-flight: docs/monai-commands.md)
 exit codes: 0 submitted (with --wait: the run completed), 1 the run failed (--wait), 2 bad input or sbatch refused"""
 ACCEPTS_OVERRIDES = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the submit options."""
-    parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
+    parser.add_argument("entry", nargs="?", metavar="ENTRY",
+                        help="id to run instead of `run` (e.g. training), or a MONAI bundle command (ckpt_export, "
+                        "onnx_export, run_workflow, verify_metadata, verify_net_in_out, init_bundle) and its "
+                        "arguments")
+    # a MONAI command's positionals and one-letter options (hpc_runner/monai_cli/submit.py)
+    parser.add_argument("command_args", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("-n", dest="monai_short_n", help=argparse.SUPPRESS)
+    parser.add_argument("-p", dest="monai_short_p", help=argparse.SUPPRESS)
+    parser.add_argument("--job-dir", "--job_dir", dest="job_dir", metavar="DIR",
+                        help="with a MONAI bundle command: the folder for command.yaml and the job's logs "
+                        "(default runs/COMMAND/TIME)")
     add_bundle_arguments(parser)
     parser.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
     add_cluster_arguments(parser)
@@ -55,11 +68,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from hpc_runner.monai_cli.spec import SPECS
     from hpc_runner.sweep.submission import submit_run
 
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
     apply_local_profile_cpus(profile, args)
+    if args.entry in SPECS:
+        return _submit_monai_command(args, profile)
+    extra = [*(args.command_args or []), *(f"-{k[-1]}" for k in ("monai_short_n", "monai_short_p") if getattr(args, k))]
+    if extra or args.job_dir:
+        from hpc_runner.errors import UserError
+
+        raise UserError(f"submit {args.entry or ''}: unexpected {' '.join(extra) or '--job-dir'}",
+                        expected="ENTRY (an id of the config) and options; positional arguments and --job-dir only "
+                        "follow a MONAI bundle command such as ckpt_export")
     cfg = load_config_from_args(args)
     if args.shards:
         return _submit_shards(args, cfg, profile)
@@ -121,3 +144,47 @@ def _submit_shards(args: argparse.Namespace, cfg, profile) -> int:
     if not res.dry_run and "predictions_dir" in values:
         print(f"  outputs:   {values['predictions_dir']}")
     return code
+
+
+# submit's own options; every other parsed option belongs to the MONAI command (e.g. --config_file, --output_dir)
+SUBMIT_ONLY = {"cluster", "slurm", "hold", "dry_run", "no_preflight", "cpus", "profile", "profile_steps", "wait",
+               "shards", "debug", "job_dir"}
+
+
+def _submit_monai_command(args: argparse.Namespace, profile) -> int:
+    """``submit NAME ARGS...`` for MONAI's bundle commands: pre-flight, one job, print where it is."""
+    from pathlib import Path
+
+    from hpc_runner.errors import UserError
+    from hpc_runner.monai_cli.commands import command_parser
+    from hpc_runner.monai_cli.submit import command_argv, submit_command
+
+    name = args.entry
+    if args.shards:
+        raise UserError(f"submit {name} runs one job; --shards splits the inputs of a bundle run")
+    known = command_parser(name)._option_string_actions
+    flags = [f"--{d}" for d, v in vars(args).items() if v is True and d not in SUBMIT_ONLY]
+    unknown = [f for f in flags if f not in known]
+    if unknown:
+        raise UserError(f"{name} takes no {' '.join(unknown)}", hint=f"See hpc-runner {name} --help")
+    argv = command_argv(args, SUBMIT_ONLY)
+    res = submit_command(name, argv, profile, Path(args.job_dir) if args.job_dir else None, hold=args.hold,
+                         dry_run=args.dry_run, run_preflight=not args.no_preflight)
+    if isinstance(res, str):
+        print(res)
+        return 0
+    if res.ran_here:
+        print(f"hpc-runner: {name} {'failed' if res.failed else 'done'}; job folder {res.folder}")
+        return 1 if res.failed else 0
+    print(f"hpc-runner: submitted job {res.job_id} ({name}; profile {profile.name}{', held' if args.hold else ''})")
+    print(f"  job folder: {res.folder}")
+    print(f"  log:        tail -f {shlex.quote(res.stdout)}")
+    print(f"  cancel:     scancel {res.job_id}")
+    sys.stdout.flush()
+    if not args.wait:
+        return 0
+    from hpc_runner.scheduler.follow import follow_job
+
+    state = follow_job(res.job_id, Path(res.stdout), Path(res.stderr), since=None)
+    print(f"hpc-runner: job {res.job_id} ended: {state}; job folder {res.folder}")
+    return 0 if state == "COMPLETED" else 1

@@ -17,6 +17,7 @@ from hpc_runner.config.loader import LoadedFile, load_file
 from hpc_runner.config.merge import locate, merge_files
 from hpc_runner.config.overrides import (
     Override,
+    added_id_warning,
     apply_override,
     load_args_file,
     parse_env_overrides,
@@ -28,8 +29,11 @@ from hpc_runner.errors import BundleError, ConfigError
 META_KEY = "_meta_"
 DEFAULT_CONFIG_STEMS = ("train",)
 # ids MONAI's workflow properties define: `--bundle_root X` / `--dataset_dir X` set them as MONAI does,
-# adding them when a config lacks them (any other unknown id still needs --+ID)
+# added without a word when a config lacks them (any other unknown id is added with a warning, or refused
+# when the ids are strict: --strict-ids, sweeps, tune)
 ADDED_IF_MISSING = ("bundle_root", "dataset_dir")
+# what MONAI's ConfigWorkflow runs around ENTRY unless --init_id / --final_id name other ids
+DEFAULT_INIT_ID, DEFAULT_FINAL_ID = "initialize", "finalize"
 LOGGING_CONF = "logging.conf"
 
 
@@ -61,6 +65,9 @@ class BundleConfig:
     recorded: bool = False  # loaded from a run dir's config.yaml (resume, rerun, jobs), not from bundle files
     logging_file: Path | None = None  # applied with logging.config.fileConfig before the run, as MONAI does
     config_root: Path | None = None  # without --bundle: MONAI's bundle root (the folder above configs/)
+    strict_ids: bool = False  # an override of an id the config lacks is refused (else added, as MONAI does)
+    init_id: str = DEFAULT_INIT_ID  # MONAI's --init_id: the id run before ENTRY (optional in the config)
+    final_id: str = DEFAULT_FINAL_ID  # MONAI's --final_id: the id run after ENTRY, always (optional)
 
     @property
     def code_dir(self) -> Path | None:
@@ -199,8 +206,15 @@ def expand_file_env(cfg: BundleConfig, environ: Mapping[str, str]) -> None:
             cfg.env_uses += [EnvUse(id_path, k, v, where) for k, v in used.items()]
 
 
+STRICT_SOURCES = ("sweep",)  # a typo in a swept id must stop the sweep before anything is queued
+
+
 def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: Mapping[str, str]) -> None:
-    """Apply overrides to ``cfg`` in order, expanding ${env:} in their values and recording sources."""
+    """Apply overrides to ``cfg`` in order, expanding ${env:} in their values and recording sources.
+
+    An override of an id the config lacks adds it, as MONAI's runner does, with a warning (naming close
+    ids when it looks like a typo); with ``cfg.strict_ids`` or from a sweep it is refused instead.
+    """
     for ov in overrides:
         if ov.id in ADDED_IF_MISSING and not ov.add and not has_id(cfg.config, ov.id):
             ov.add = True
@@ -208,7 +222,13 @@ def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: M
             used: dict[str, str | None] = {}
             ov.value = expand_env_refs(ov.value, environ, id_path=ov.id, where=ov.origin, used=used)
             cfg.env_uses += [EnvUse(ov.id, k, v, ov.origin) for k, v in used.items()]
-        apply_override(cfg.config, ov, cfg.where)
+        strict = cfg.strict_ids or ov.source in STRICT_SOURCES
+        note = None
+        if not strict and not ov.add and ov.source != "hpc-runner" and not has_id(cfg.config, ov.id):
+            note = added_id_warning(ov, cfg.config)  # before it is added: the close ids are the others
+        apply_override(cfg.config, ov, cfg.where, strict=strict)
+        if note:
+            warnings.warn(note, stacklevel=2)
         cfg.where[ov.id] = ov.origin
         for sub, _ in iter_ids(ov.value, ov.id):
             cfg.where[sub] = ov.origin
@@ -226,12 +246,15 @@ def load_bundle_config(
     check: bool = True,
     logging_file: str | Path | None = None,
     entry: str | None = None,
+    strict_ids: bool = False,
 ) -> BundleConfig:
     """Load, merge, override (files < args_file < env < CLI) and check a bundle's config.
 
     Without config files, ``--bundle B`` loads ``configs/<entry>.*`` when it exists, else ``configs/train.*``.
+    Metadata is never validated here (MONAI's runner does not): at most one warning line; ``verify`` checks it.
+    ``strict_ids`` refuses overrides of ids the config lacks (without it they are added, as MONAI does).
     """
-    from hpc_runner.registry.metadata import check_metadata
+    from hpc_runner.registry.metadata import metadata_note
     from hpc_runner.registry.search import resolve_bundle
 
     environ = os.environ if environ is None else environ
@@ -259,26 +282,28 @@ def load_bundle_config(
         default_meta = (bundle_dir / "configs" / "metadata.json") if bundle_dir else files[0].parent / "metadata.json"
         if default_meta.is_file():
             meta_paths = [default_meta]
-        elif bundle_dir is not None:
-            raise BundleError(
-                "the bundle has no configs/metadata.json", where=str(bundle_dir), expected="a metadata file"
-            )
-        else:
+        else:  # MONAI logs an error and runs without metadata
             warnings.warn(f"no metadata file at {default_meta}; running without metadata", stacklevel=2)
     if bundle_dir is not None:
         meta_paths = [p if p.is_file() or p.is_absolute() else bundle_dir / p for p in meta_paths]
+    missing = [p for p in meta_paths if not p.is_file()]
+    if missing:  # MONAI logs an error and runs without any of the metadata files
+        warnings.warn(f"metadata file {missing[0]} not found; running without metadata", stacklevel=2)
+        meta_paths = []
     meta_path: Path | None = meta_paths[-1] if meta_paths else None
     meta: dict = {}
     if meta_paths:
         meta_loaded = merge_meta_files(meta_paths)
-        check_metadata(meta_loaded.data, ", ".join(str(p) for p in meta_paths))
+        note = metadata_note(meta_loaded.data, ", ".join(str(p) for p in meta_paths))
+        if note:
+            warnings.warn(note, stacklevel=2)
         meta = meta_loaded.data
         for id_path, line in meta_loaded.lines.items():
             where[f"{META_KEY}::{id_path}"] = f"{meta_loaded.path}:{line}"
     merged[META_KEY] = meta
 
     name = str(meta.get("name") or (bundle_dir.name if bundle_dir else files[0].stem))
-    cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where)
+    cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where, strict_ids=strict_ids)
     cfg.logging_file = logging_file_for(logging_file, files)
     if bundle_dir is None:
         cfg.config_root = monai_config_root(files)

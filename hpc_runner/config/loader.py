@@ -36,39 +36,104 @@ class LoadedFile:
         return f"{self.path}:{line}" if line else str(self.path)
 
 
-def _record_lines(node: yaml.Node, prefix: str, lines: dict[str, int], path: Path) -> None:
-    """Walk a composed YAML node tree and record the line of every key and list item."""
+DUPLICATE_ENV = "MONAI_FAIL_ON_DUPLICATE_CONFIG"  # "1": a duplicate key is an error, as in MONAI
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass
+class Duplicate:
+    """A key given twice in one mapping: the key as MONAI sees it, its line and the line of its first use."""
+
+    key: Any
+    line: int
+    first: int
+
+
+def _key_object(constructor: yaml.constructor.SafeConstructor, node: yaml.Node) -> Any:
+    """The key as MONAI's CheckKeyDuplicatesYamlLoader compares it: the constructed (YAML 1.1 typed) scalar."""
+    try:
+        return constructor.construct_object(node, deep=True)
+    except yaml.YAMLError:
+        return node.value
+
+
+def record_lines(
+    node: yaml.Node, prefix: str, lines: dict[str, int], duplicates: list[Duplicate] | None = None,
+    constructor: yaml.constructor.SafeConstructor | None = None,
+) -> None:
+    """Walk a composed YAML node tree: record the line of every key and list item, and each duplicate key.
+
+    Keys are compared as MONAI compares them (constructed values in a set, so ``1`` and ``true`` are one
+    key, ``"1"`` another); merge keys (``<<``) and keys that are collections are not compared.
+    """
+    constructor = constructor or yaml.constructor.SafeConstructor()
     if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
+        seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
-            key = normalize_id(str(key_node.value))
             line = key_node.start_mark.line + 1
-            if key in seen:
-                warnings.warn(
-                    f"{path}:{line}: duplicate key '{key}' (first at line {seen[key]}); the last one wins",
-                    stacklevel=2,
-                )
-            seen[key] = line
+            if duplicates is not None and isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
+                key_obj = _key_object(constructor, key_node)
+                try:
+                    if key_obj in seen:
+                        duplicates.append(Duplicate(key_obj, line, seen[key_obj]))
+                    else:
+                        seen[key_obj] = line
+                except TypeError:  # an unhashable key: MONAI would fail on it; the loader reports that
+                    pass
+            key = normalize_id(str(key_node.value))
             sub = join_id(prefix, key.lstrip("+")) if prefix else key.lstrip("+")
             lines[sub] = line
-            _record_lines(value_node, sub, lines, path)
+            record_lines(value_node, sub, lines, duplicates, constructor)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             sub = join_id(prefix, i) if prefix else str(i)
             lines[sub] = item.start_mark.line + 1
-            _record_lines(item, sub, lines, path)
+            record_lines(item, sub, lines, duplicates, constructor)
 
 
-def _yaml_lines(text: str, path: Path) -> dict[str, int]:
+def report_duplicates(duplicates: list[Duplicate], path: Path | str, environ: Any = None) -> None:
+    """Warn about each duplicate key as MONAI does, or (``MONAI_FAIL_ON_DUPLICATE_CONFIG=1``) refuse the first."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    for dup in duplicates:
+        if environ.get(DUPLICATE_ENV, "0") == "1":
+            raise ConfigError(
+                f"Duplicate key: `{dup.key}` (first at line {dup.first})",
+                where=f"{path}:{dup.line}",
+                expected=f"each key once per mapping ({DUPLICATE_ENV}=1 makes a duplicate an error, as in MONAI)",
+            )
+        warnings.warn(f"{path}:{dup.line}: Duplicate key: `{dup.key}` (first at line {dup.first}); the last one "
+                      "wins, as in MONAI", stacklevel=3)
+
+
+def _json_duplicates(text: str) -> list[Any]:
+    """Duplicate keys as MONAI's ``check_key_duplicates`` (json's object_pairs_hook) finds them."""
+    found: list[Any] = []
+
+    def hook(pairs: list[tuple[Any, Any]]) -> dict:
+        keys: set[Any] = set()
+        for k, _ in pairs:
+            if k in keys:
+                found.append(k)
+            keys.add(k)
+        return dict(pairs)
+
+    json.loads(text, object_pairs_hook=hook)
+    return found
+
+
+def _yaml_lines(text: str, path: Path) -> tuple[dict[str, int], list[Duplicate]]:
     loader = _YamlLoader(text)
     try:
         node = loader.get_single_node()
     finally:
         loader.dispose()
     lines: dict[str, int] = {}
+    duplicates: list[Duplicate] = []
     if node is not None:
-        _record_lines(node, "", lines, path)
-    return lines
+        record_lines(node, "", lines, duplicates)
+    return lines, duplicates
 
 
 def _empty(path: Path) -> ConfigError:
@@ -86,8 +151,12 @@ def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> ConfigError:
     return ConfigError(f"YAML syntax error: {problem}", where=where, expected="valid YAML")
 
 
-def load_file(path: str | Path) -> LoadedFile:
-    """Load one JSON/YAML config file; raise ConfigError naming file and line on any problem."""
+def load_file(path: str | Path, *, mapping: bool = True) -> LoadedFile:
+    """Load one JSON/YAML config file; raise ConfigError naming file and line on any problem.
+
+    ``mapping=False`` accepts any value at the top level (a ``%file`` macro's file may hold a string or a list,
+    as in MONAI); config, metadata and args files must hold a mapping.
+    """
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         raise ConfigError(
@@ -112,10 +181,10 @@ def load_file(path: str | Path) -> LoadedFile:
             raise ConfigError(
                 f"JSON syntax error: {exc.msg}", where=f"{path}:{exc.lineno}:{exc.colno}", expected="valid JSON"
             ) from None
-        try:  # JSON is YAML flow syntax, so the YAML composer can tell the lines
-            lines = _yaml_lines(text, path)
-        except yaml.YAMLError:
-            lines = {}
+        try:  # JSON is YAML flow syntax, so the YAML composer can tell the lines (and find duplicate keys)
+            lines, duplicates = _yaml_lines(text, path)
+        except yaml.YAMLError:  # rare: valid JSON the composer refuses; json's own hook still finds them
+            lines, duplicates = {}, [Duplicate(k, 1, 1) for k in _json_duplicates(text)]
     else:
         try:
             node, data = compose_checked(_YamlLoader, text, path)
@@ -124,11 +193,13 @@ def load_file(path: str | Path) -> LoadedFile:
         except yaml.YAMLError as exc:
             raise ConfigError(f"YAML error: {exc}", where=str(path), expected="valid YAML") from None
         lines = {}
+        duplicates = []
         if node is not None:
-            _record_lines(node, "", lines, path)
+            record_lines(node, "", lines, duplicates)
+    report_duplicates(duplicates, path)
     if data is None:  # no content, only comments, or `null`: MONAI fails on it later with an AttributeError
         raise _empty(path)
-    if not isinstance(data, dict):
+    if mapping and not isinstance(data, dict):
         raise ConfigError(
             f"the top level is a {type(data).__name__}",
             where=f"{path}:1",

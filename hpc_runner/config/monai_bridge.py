@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,44 @@ from hpc_runner.config.bundle_config import META_KEY, BundleConfig
 
 if TYPE_CHECKING:  # importing monai costs seconds; only the run path pays it
     from monai.bundle import ConfigParser
+
+
+# MONAI 1.6 warns on every parse that a config runs code (monai.bundle.scripts.create_workflow, used by `run`,
+# `run_workflow` and `load`): a UserWarning whose message starts so. hpc-runner says it once per submission.
+MONAI_CODE_WARNING = r"parsing config_file "
+ADVISORY = "https://github.com/Project-MONAI/MONAI/security/advisories/GHSA-873f-pvrv-4x83"
+_code_warning_shown = False
+
+
+def silence_monai_code_warning() -> None:
+    """Ignore MONAI's per-parse "config runs code" warning in this process, and no other warning.
+
+    A job (every task of an array) calls this: the warning was shown once, when it was submitted.
+    """
+    warnings.filterwarnings("ignore", message=MONAI_CODE_WARNING, category=UserWarning)
+
+
+def code_warning(cfg: BundleConfig) -> str:
+    """Return hpc-runner's one-line form of MONAI's warning that a config runs code."""
+    files = ", ".join(str(f) for f in cfg.config_files) or cfg.name
+    return (f"{files}: every `_target_` is imported and called and every `$` value is passed to eval(), as MONAI warns "
+            f"({ADVISORY}); run only configs you trust (--trust: a bundle you trust, no warning)")
+
+
+def warn_code_once(cfg: BundleConfig, *, trusted: bool) -> bool:
+    """Show MONAI's "config runs code" warning once in this process unless the bundle is trusted; return whether shown.
+
+    Call it where a submission is made (``run``, and ``submit``/``sweep``/``tune`` on the login node), never in
+    a job: jobs call :func:`silence_monai_code_warning`. MONAI's own copy of the warning is silenced from here on,
+    so a ``run_workflow`` that parses through MONAI does not repeat it. ``--safe`` configs run no foreign code.
+    """
+    global _code_warning_shown
+    silence_monai_code_warning()
+    if trusted or cfg.safe or _code_warning_shown:
+        return False
+    _code_warning_shown = True
+    warnings.warn(code_warning(cfg), stacklevel=2)
+    return True
 
 
 def failing_id(exc: BaseException) -> str | None:

@@ -104,6 +104,12 @@ def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"syntax error: {exc.problem}", where=where, expected="a YAML/JSON mapping") from None
+    if node is not None:  # MONAI loads an args file with its duplicate-key check, like any config file
+        from hpc_runner.config.loader import record_lines, report_duplicates
+
+        duplicates: list = []
+        record_lines(node, "", {}, duplicates)
+        report_duplicates(duplicates, path)
     if data is None:  # an empty args file overrides nothing
         data = {}
     if not isinstance(data, dict):
@@ -167,9 +173,68 @@ def _merge(old: Any, new: Any) -> Any:
     return new
 
 
-def apply_override(config: dict, ov: Override, where_defined: Mapping[str, str]) -> None:
-    """Apply one override to ``config`` in place; raise ConfigError for unknown ids or bad values."""
+# ids MONAI's runner itself reads or its --tracking settings add (`--tracking_uri X` is documented MONAI usage):
+# adding them is not worth a warning
+QUIET_NEW_IDS = ("bundle_root", "dataset_dir", "output_dir", "tracking_uri", "experiment_name", "run_name",
+                 "save_execute_config", "is_not_rank0")
+
+
+def _parent_id(id_path: str) -> str:
+    return id_path.rsplit("::", 1)[0] if "::" in id_path else ""
+
+
+def typo_candidates(id_path: str, config: Any, limit: int = 3) -> list[str]:
+    """Return ids ``id_path`` may be a typo of: a sibling whose key is nearly the same (``max_epoch`` for
+    ``max_epochs``), or an id elsewhere with the same last key (``--lr`` for ``optimizer::lr``)."""
+    parent, last = _parent_id(id_path), id_path.rsplit("::", 1)[-1]
+    node = get_by_id(config, parent) if parent and has_id(config, parent) else (config if not parent else None)
+    found: list[str] = []
+    if isinstance(node, dict):
+        siblings = [str(k) for k in node if not str(k).startswith("_")]
+        found += ["::".join(filter(None, [parent, k])) for k in difflib.get_close_matches(last, siblings, 3, 0.8)]
+    found += [i for i, _ in iter_ids(config) if i.rsplit("::", 1)[-1] == last and i != id_path
+              and not i.startswith("_meta_") and i not in found]
+    return found[:limit]
+
+
+def added_id_warning(ov: Override, config: Any) -> str | None:
+    """Return the one-line warning for an override that adds an id the config lacks (None: not worth one)."""
+    if ov.id in QUIET_NEW_IDS:
+        return None
+    close = typo_candidates(ov.id, config)
+    mean = f"; did you mean {', '.join(close)}?" if close else ""
+    return (f"{ov.origin} adds id '{ov.id}', which the config does not have (as MONAI's runner does){mean} "
+            f"(--strict-ids refuses ids the config lacks)")
+
+
+def apply_override(config: dict, ov: Override, where_defined: Mapping[str, str], *, strict: bool = True) -> None:
+    """Apply one override to ``config`` in place; raise ConfigError for bad values.
+
+    An id the config lacks is refused when ``strict`` (unless the override adds it, ``+id``); otherwise it is
+    added under its existing parent, as MONAI's ``ConfigParser.update`` does.
+    """
     exists = has_id(config, ov.id)
+    if not exists and not ov.add and not strict:
+        parent = _parent_id(ov.id)
+        if parent and not isinstance(get_by_id(config, parent) if has_id(config, parent) else None, dict | list):
+            last = ov.id.rsplit("::", 1)[-1]
+            near = typo_candidates(parent, config)
+            close = [f"{c}::{last}" for c in near if has_id(config, f"{c}::{last}")] or near
+            raise ConfigError(
+                f"override {ov.origin} names id '{ov.id}', whose parent '{parent}' is not in the config "
+                "(MONAI's runner fails on it too)",
+                where=ov.origin if ov.source == "args_file" else None,
+                expected="an id under an existing mapping or list (--+ID VALUE creates missing parents)",
+                hint=f"Did you mean: {', '.join(close)}?" if close else None,
+            )
+        try:
+            set_by_id(config, ov.id, ov.value)
+        except (KeyError, IndexError, ValueError):
+            raise ConfigError(
+                f"override {ov.origin} names id '{ov.id}': its last key is not an index of the list '{parent}'",
+                expected=f"an index below {len(get_by_id(config, parent))}",
+            ) from None
+        return
     if not exists and not ov.add:
         close = suggest_ids(ov.id, config)
         hint = f"Did you mean: {', '.join(close)}?" if close else None

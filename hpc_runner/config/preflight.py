@@ -2,6 +2,9 @@
 
 Three checks, none of which builds a component or runs a ``$`` expression:
 
+Only what the run uses is checked: the ids the entry, the init and final ids refer to, directly or not
+(with the entry given; without one, the usual entry names, else everything), and ``$import`` lines.
+
 - every ``_target_`` imports and names a class or function (resolved as MONAI does, see
   ``registry/targets.py``, with the bundle root on ``sys.path`` so ``scripts.x.Y`` works). Each distinct
   target string is resolved once per :class:`PreflightCache`. Skipped: computed targets (``@x``, ``$...``)
@@ -11,16 +14,12 @@ Three checks, none of which builds a component or runs a ``$`` expression:
   ``import``/``from ... import`` line parses, any other line compiles as an expression (MONAI
   ``eval()``s it). Nothing is evaluated; a missing module in an import line is left to
   ``hpc-runner verify`` (MONAI's ``optional_import`` fails only when the module is used).
-- input paths exist. Only ids whose last key is in ``INPUT_DIRS`` (a folder), ``INPUT_FILES`` (a
-  ``.json``/``.yaml``/``.yml``/``.csv`` file) or ``INPUT_PATHS`` (either: weights, inference inputs)
-  are looked at, and only when the value is a plain string or a
-  chain of pure ``@id`` references ending in one (``bundle_root`` counts as the bundle folder, as
-  ``hpc-runner run`` sets it). A path is *produced*, not an input, and is never refused, when anything
-  under ``initialize`` refers to it (``dataset_dir: "@dataset_dir"`` handed to a generator, or
-  ``@dataset_dir`` inside a ``$`` line) or repeats its value. A path that nothing which runs refers to
-  (an entry, ``initialize``, ``finalize``, or what they refer to, directly or not) is not an input of
-  this run and is not checked (``--images DIR`` makes the default dataset unused). Paths built by ``$`` code (globs,
-  ``@bundle_root + '/x'``) cannot be known without running code and are not checked.
+- input paths exist: only values the run reads as paths (``config/input_paths.py`` says which: a path-named
+  argument or top-level id, a ``*_dir``/``*_path``/``*_file`` handed to a reader, a file in a dataset's
+  literal ``data``), only when they look like paths, only when what runs (the entry, the init and final
+  ids, or what they refer to, directly or not) refers to them, and never when the init id makes them
+  (refers to them, or repeats the value). ``--images DIR`` makes the default dataset unused; paths built
+  by ``$`` code (globs, ``@bundle_root + '/x'``) cannot be known without running code and are not checked.
 """
 
 from __future__ import annotations
@@ -35,15 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
-from hpc_runner.config.ids import get_by_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.ids import get_by_id, has_id, iter_ids, join_id, normalize_id
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ClusterError, ConfigError, UserError
 from hpc_runner.registry.problems import Problem
 
-INPUT_DIRS = ("dataset_dir", "data_dir", "data_root")
-INPUT_FILES = ("datalist", "datalist_file", "datalist_path", "data_list_file_path")
-# a file or a folder: trained weights (a checkpoint or a run dir) and inference inputs
-INPUT_PATHS = ("ckpt", "ckpt_path", "images", "labels")
 FILE_SUFFIXES = (".json", ".yaml", ".yml", ".csv")
 PRODUCER_ID = "initialize"
 BUNDLE_ROOT_ID = "bundle_root"
@@ -127,67 +122,74 @@ def _shown(value: str) -> str:
     return value if len(value) <= 80 else value[:77] + "..."
 
 
-def _pure_ref(value: Any) -> str | None:
-    if isinstance(value, str):
-        v = normalize_id(value)
-        if v.startswith("@") and _REF.fullmatch(v) and len(v) > 1:
-            return v[1:]
-    return None
-
-
-def _path_value(body: dict, id_path: str, bundle_root: str | None) -> tuple[str | None, list[str]]:
-    """Follow pure references from ``id_path`` to a plain string; return it and the ids on the way."""
-    chain = [id_path]
-    value = get_by_id(body, id_path)
-    while (ref := _pure_ref(value)) is not None and ref not in chain and len(chain) < 20:
-        chain.append(ref)
-        if ref == BUNDLE_ROOT_ID and bundle_root is not None:
-            return bundle_root, chain
-        try:
-            value = get_by_id(body, ref)
-        except (KeyError, IndexError, TypeError):
-            return None, chain
-    if isinstance(value, str) and value and not value.startswith(_CODE_PREFIXES):
-        return value, chain
-    return None, chain
-
-
-def _top_refs(value: Any) -> set[str]:
-    """The top-level ids that ``@`` references anywhere in ``value`` name."""
+def _refs(value: Any) -> set[str]:
+    """The ids that ``@`` references anywhere in ``value`` name (``_meta_`` ones left out)."""
     found: set[str] = set()
     for _, v in [("", value), *(iter_ids(value) if isinstance(value, dict | list) else [])]:
         if isinstance(v, str) and "@" in v:
-            found.update(m[1:].split("::")[0] for m in _REF.findall(normalize_id(v)) if len(m) > 1)
+            found.update(m[1:] for m in _REF.findall(normalize_id(v)) if len(m) > 1 and not m[1:].startswith(META_KEY))
     return found
 
 
-def _used_top_ids(body: dict) -> set[str] | None:
-    """Top-level ids that what runs (entries, initialize, finalize) refers to, directly or not.
+def _imports(value: Any) -> bool:
+    """True when ``value`` is (or lists) a ``$import``/``$from`` line."""
+    items = value if isinstance(value, list) else [value]
+    return any(isinstance(v, str) and v.startswith(("$import ", "$from ")) for v in items)
 
-    None when the config has none of the usual entry names (run, training, inference, ...): then every
-    id counts as used, since what runs cannot be known.
+
+class UsedIds:
+    """The ids a run resolves: subtrees rooted at the entry, the init and final ids and every id they refer to.
+
+    MONAI resolves a reference's own subtree only: ``@trainer#loss_function`` builds the loss, not the trainer
+    around it (mednist_reg's `display` entry refers to it; the trainer's handlers name a target MONAI 1.6 lacks).
+    """
+
+    def __init__(self, roots: set[str]) -> None:
+        self.roots = roots
+
+    def covers(self, id_path: str) -> bool:
+        """True when ``id_path`` lies in (or is) one of the resolved subtrees."""
+        parts = normalize_id(id_path).split("::")
+        return any("::".join(parts[:n]) in self.roots for n in range(1, len(parts) + 1))
+
+
+def _used_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_ID,
+              final_id: str = "finalize") -> UsedIds | None:
+    """The ids what runs (the entry, the init and final ids) resolves, following references; ``$import`` lines too.
+
+    ``entry`` None: the usual entry names (run, training, inference, ...) count; None is returned when the
+    config has none of them, and then every id counts as used, since what runs cannot be known.
     """
     from hpc_runner.engine.runner import USUAL_ENTRIES
 
-    entries = [k for k in body if k in USUAL_ENTRIES]
-    if not entries:
-        return None
-    roots = entries + [k for k in (PRODUCER_ID, "finalize") if k in body]
-    used, todo = set(roots), list(roots)
+    if entry is not None:
+        entries = [normalize_id(entry)] if has_id(body, entry) else []
+    else:
+        entries = [k for k in body if k in USUAL_ENTRIES]
+        if not entries:
+            return None
+    roots = {*entries, *(k for k in (init_id, final_id) if k in body), *(k for k, v in body.items() if _imports(v))}
+    used = UsedIds(set())
+    todo = sorted(roots)
     while todo:
-        for ref in _top_refs(body.get(todo.pop())):
-            if ref in body and ref not in used:
-                used.add(ref)
-                todo.append(ref)
+        root = todo.pop()
+        if used.covers(root):
+            continue
+        used.roots.add(root)
+        try:
+            value = get_by_id(body, root)
+        except (KeyError, IndexError, TypeError):
+            continue
+        todo += [r for r in _refs(value) if not used.covers(r)]
     return used
 
 
-def _produced(body: dict, chain: list[str], value: str) -> bool:
-    """True when the ``initialize`` steps refer to any id of ``chain`` or repeat the value."""
-    if PRODUCER_ID not in body:
+def _produced(body: dict, chain: list[str], value: str, init_id: str = PRODUCER_ID) -> bool:
+    """True when the init steps refer to any id of ``chain`` or repeat the value."""
+    if init_id not in body:
         return False
     names = {normalize_id(c) for c in chain}
-    for _, v in [("", body[PRODUCER_ID]), *iter_ids(body[PRODUCER_ID])]:
+    for _, v in [("", body[init_id]), *iter_ids(body[init_id])]:
         if not isinstance(v, str):
             continue
         if v == value:
@@ -197,25 +199,54 @@ def _produced(body: dict, chain: list[str], value: str) -> bool:
     return False
 
 
-def _input_problem(key: str, path: str, cwd: Path | None) -> str | None:
+def _input_problem(kind: str, path: str, cwd: Path | None) -> str | None:
     p = Path(path).expanduser()
     if cwd is not None and not p.is_absolute():
         p = cwd / p
-    if key in INPUT_PATHS:
-        return None if p.exists() else f"the input '{path}' does not exist"
-    if key in INPUT_DIRS:
+    if kind == "dir":
         if not p.is_dir():
             return f"the input folder '{path}' does not exist" if not p.exists() else f"'{path}' is not a folder"
         return None
-    if path.lower().endswith(FILE_SUFFIXES) and not p.is_file():
-        return f"the input file '{path}' does not exist"
-    return None
+    if kind == "file":  # a datalist: checked when it is a file type MONAI reads (json, yaml, csv)
+        if path.lower().endswith(FILE_SUFFIXES) and not p.is_file():
+            return f"the input file '{path}' does not exist"
+        return None
+    return None if p.exists() else f"the input '{path}' does not exist"
 
 
-def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None) -> list[Problem]:
+def path_problems(cfg: BundleConfig, expanded: dict, cwd: Path | None = None, entry: str | None = None
+                  ) -> list[Problem]:
+    """Return a problem for each input path the run reads that does not exist (``config/input_paths.py``)."""
+    from hpc_runner.config.input_paths import input_paths
+
+    body = {k: v for k, v in expanded.items() if k != META_KEY}
+    bundle_root = None
+    if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
+        bundle_root = str(cfg.bundle_dir.resolve())  # what prepare_run sets
+    init_id, final_id = getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize")
+    used = _used_ids(body, entry, init_id, final_id)
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for found in input_paths(expanded, bundle_root):
+        if used is not None and not used.covers(found.used_by):
+            continue  # nothing that runs refers to it: not an input of this run
+        if found.path in seen or _produced(body, found.chain, found.path, init_id):
+            continue
+        seen.add(found.path)
+        why = _input_problem(found.kind, found.path, cwd)
+        if why:
+            origin = found.chain[-1] if len(found.chain) > 1 else None
+            via = f" (the value of '{origin}')" if origin else ""
+            problems.append(Problem(cfg.locate(found.chain[-1]), found.id_path, why + via))
+    return problems
+
+
+def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None,
+                    entry: str | None = None) -> list[Problem]:
     """Return every pre-flight problem of a config: targets, ``$`` expressions, input paths (nothing runs).
 
-    Relative paths are taken from ``cwd`` (the folder the job runs in; default: this process's).
+    Relative paths are taken from ``cwd`` (the folder the job runs in; default: this process's). ``entry`` is
+    the id the run executes (default: the usual entry names the config has).
     """
     cache = cache if cache is not None else PreflightCache()
     try:
@@ -223,16 +254,16 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
     except UserError as err:
         return [Problem(err.where, err.id_path, err.message)]
     body = {k: v for k, v in expanded.items() if k != META_KEY}
-    bundle_root = None
-    if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
-        bundle_root = str(cfg.bundle_dir.resolve())  # what prepare_run sets
     problems: list[Problem] = []
     disabled: list[str] = []
-    seen_paths: set[str] = set()
-    used = _used_top_ids(body)
+    # MONAI builds and evaluates only what the run refers to: a broken component nothing uses is no reason to
+    # refuse (mednist_reg's `display` entry runs although its `loss_metric` names a target MONAI 1.6 renamed)
+    used = _used_ids(body, entry, getattr(cfg, "init_id", PRODUCER_ID), getattr(cfg, "final_id", "finalize"))
     for id_path, value in [("", body), *iter_ids(body)]:
         if any(id_path == d or id_path.startswith(d + "::") for d in disabled):
             continue  # MONAI never builds a disabled component, nor anything inside it
+        if used is not None and id_path and not used.covers(id_path):
+            continue
         if isinstance(value, dict) and "_target_" in value:
             if _maybe_disabled(value):
                 disabled.append(id_path)
@@ -247,20 +278,7 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
             why = expression_problem(value, cache)
             if why:
                 problems.append(Problem(cfg.locate(id_path), id_path, why))
-        key = id_path.rsplit("::", 1)[-1]
-        if (key in INPUT_DIRS or key in INPUT_FILES or key in INPUT_PATHS) and (
-            used is None or id_path.split("::")[0] in used
-        ):
-            path, chain = _path_value(body, id_path, bundle_root)
-            if path is None or path in seen_paths or _produced(body, chain, path):
-                continue
-            seen_paths.add(path)
-            why = _input_problem(key, path, cwd)
-            if why:
-                origin = chain[-1] if len(chain) > 1 else None
-                via = f" (the value of '{origin}')" if origin else ""
-                problems.append(Problem(cfg.locate(chain[-1]), id_path, why + via))
-    return problems
+    return problems + path_problems(cfg, expanded, cwd, entry)
 
 
 def describe_problems(problems: list[Problem]) -> str:
@@ -282,9 +300,10 @@ EXPECTED = "every _target_ importable, every '$' expression valid Python, every 
 HINT = "--no-preflight skips these checks"
 
 
-def check_config(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None) -> None:
+def check_config(cfg: BundleConfig, cache: PreflightCache | None = None, cwd: Path | None = None,
+                 entry: str | None = None) -> None:
     """Raise ConfigError (one paragraph: file:line, id, problem) when the config fails the pre-flight."""
-    problems = config_problems(cfg, cache, cwd)
+    problems = config_problems(cfg, cache, cwd, entry)
     if problems:
         first = problems[0]
         raise ConfigError(
@@ -325,6 +344,7 @@ def check_points(
     points: Sequence[Sequence[Override]],
     cache: PreflightCache | None = None,
     cwd: Path | None = None,
+    entry: str | None = None,
 ) -> str:
     """Raise ClusterError naming the first sweep point that fails the pre-flight; return what was checked.
 
@@ -332,7 +352,7 @@ def check_points(
     matter (text, lists/dicts holding text, ``_disabled_``), and each distinct set of those once.
     """
     cache = cache if cache is not None else PreflightCache()
-    check_config(cfg, cache, cwd)
+    check_config(cfg, cache, cwd, entry)
     checked: set[str] = set()
     for n, overrides in enumerate(points):
         relevant = [o for o in overrides if _matters(o.id, o.value)]
@@ -343,7 +363,7 @@ def check_points(
             continue
         checked.add(key)
         variant = cfg.with_overrides(copy.deepcopy(relevant), check=False)
-        problems = config_problems(variant, cache, cwd)
+        problems = config_problems(variant, cache, cwd, entry)
         if problems:
             first = problems[0]
             raise ClusterError(

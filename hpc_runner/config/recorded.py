@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpc_runner.config.bundle_config import META_KEY, BundleConfig, apply_overrides
+from hpc_runner.config.bundle_config import (
+    DEFAULT_FINAL_ID,
+    DEFAULT_INIT_ID,
+    META_KEY,
+    BundleConfig,
+    apply_overrides,
+)
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ConfigError
@@ -42,6 +48,8 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
         trusted=bool(record.get("trusted", False)),
         safe=bool(record.get("safe", False)),
         recorded=True,
+        init_id=str(record.get("init_id") or DEFAULT_INIT_ID),
+        final_id=str(record.get("final_id") or DEFAULT_FINAL_ID),
     )
     apply_overrides(cfg, cli_overrides, {})
     cfg.check()

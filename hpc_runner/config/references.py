@@ -55,7 +55,7 @@ def split_macro(src: str) -> tuple[str, str]:
 
 
 def expand_macros(
-    config: dict, load: Callable[[str], dict], *, where: Mapping[str, str] | None = None
+    config: dict, load: Callable[[str], Any], *, where: Mapping[str, str] | None = None
 ) -> dict:
     """Return a copy of ``config`` with relative ids made absolute and ``%`` macros replaced.
 
@@ -76,7 +76,7 @@ def _too_deep(doing: str) -> ConfigError:
     )
 
 
-def _expand_macros(config: dict, load: Callable[[str], dict], where: Mapping[str, str]) -> dict:
+def _expand_macros(config: dict, load: Callable[[str], Any], where: Mapping[str, str]) -> dict:
     root = copy.deepcopy(config)
 
     def visit(node: Any, id_path: str) -> Any:
@@ -93,7 +93,7 @@ def _expand_macros(config: dict, load: Callable[[str], dict], where: Mapping[str
                 source = root if not path else load(path)
                 try:
                     return copy.deepcopy(get_by_id(source, ids))
-                except (KeyError, IndexError):
+                except (KeyError, IndexError, TypeError):
                     raise ConfigError(
                         f"macro '{node}' names id '{ids}', which is not in {path or 'the config'}",
                         where=locate(where, id_path),
@@ -158,11 +158,14 @@ def _check_cycles(graph: dict[str, set[str]], where: Mapping[str, str]) -> None:
             stack.append(iter(sorted(graph.get(nxt, ()))))
 
 
-def load_macro_file(path: str, base: Path | None = None) -> dict:
-    """Read a config file named in a ``%file::id`` macro (relative to the working directory, as MONAI)."""
+def load_macro_file(path: str, base: Path | None = None) -> Any:
+    """Read a file named in a ``%file``/``%file::id`` macro (relative to the working directory, as MONAI).
+
+    Its content may be any JSON/YAML value (``"Dataset"``, a list), as MONAI's ``%file`` takes it.
+    """
     from hpc_runner.config.loader import load_file
 
     p = Path(path)
     if not p.is_absolute() and base is not None and not p.exists():
         p = base / p
-    return load_file(p).data
+    return load_file(p, mapping=False).data

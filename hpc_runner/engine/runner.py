@@ -195,6 +195,7 @@ def _prepare_run(
         {
             **previous,  # keep what others recorded (the job id and profile, the sweep point, rerun_of)
             "entry": run_id,
+            **_init_final_record(cfg),
             "status": "prepared",
             "bundle": {
                 "name": cfg.name,
@@ -239,6 +240,16 @@ def _deterministic_env(expanded: dict) -> dict[str, Any] | None:
     if line:
         print(f"hpc-runner: {line}", flush=True)
     return {CUBLAS_VARIABLE: os.environ.get(CUBLAS_VARIABLE), "note": line}
+
+
+def _init_final_record(cfg: BundleConfig) -> dict[str, str]:
+    """``init_id``/``final_id`` for run.yaml when they are not MONAI's defaults (jobs and resumes run the same ids)."""
+    out = {}
+    if cfg.init_id != INIT_ID:
+        out["init_id"] = cfg.init_id
+    if cfg.final_id != FINAL_ID:
+        out["final_id"] = cfg.final_id
+    return out
 
 
 def _moved_copy_of(existing: Path, config_text: str) -> bool:
@@ -307,8 +318,15 @@ def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:
 
 
 def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
-    from hpc_runner.config.monai_bridge import apply_logging_file, build_parser, bundle_on_sys_path, run_expr
+    from hpc_runner.config.monai_bridge import (
+        apply_logging_file,
+        build_parser,
+        bundle_on_sys_path,
+        run_expr,
+        silence_monai_code_warning,
+    )
 
+    silence_monai_code_warning()  # said once where the run was submitted (or started), not in every task
     apply_logging_file(cfg.logging_file)  # inside the log tee, so a handler on stdout also reaches log.txt
     with bundle_on_sys_path(cfg.code_dir):
         parser = build_parser(cfg, expanded)
@@ -318,10 +336,10 @@ def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
         _seed_before_build(expanded)
         parser.parse(reset=True)
         try:
-            run_expr(parser, INIT_ID)
+            run_expr(parser, cfg.init_id)  # MONAI's --init_id / --final_id (default initialize / finalize)
             run_expr(parser, run_id)
         finally:
-            run_expr(parser, FINAL_ID)
+            run_expr(parser, cfg.final_id)
 
 
 def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:

@@ -3,7 +3,8 @@
 ``metadata.schema.json`` accepts what MONAI's published metadata schemas accept (free-text names,
 extra fields, the ``schema`` URL key): a bundle that MONAI runs, hpc-runner runs.
 ``metadata.strict.schema.json`` adds hpc-runner's own rules (a name usable as ``NAME@VERSION``, a
-semantic version, non-empty descriptions): ``verify`` reports them as problems, ``run`` only warns.
+semantic version, non-empty descriptions): ``verify`` reports them as problems. ``run`` and ``config``
+never refuse metadata (MONAI's runner never validates it): :func:`metadata_note` gives them one line to warn.
 """
 
 from __future__ import annotations
@@ -88,3 +89,18 @@ def check_metadata(meta: Any, where: str, *, strict: bool = False) -> None:
     for p in problems:
         warnings.warn(f"{where}: id '{p.id_path}': {p.message} ({STRICT_LABEL}, so it runs; "
                       "'hpc-runner verify' reports it as a problem)", stacklevel=2)
+
+
+def metadata_note(meta: Any, where: str) -> str | None:
+    """Return one line saying what the schemas find in ``meta`` (for ``run``: a warning, never a refusal), else None."""
+    problems = metadata_problems(meta)
+    if not problems:
+        return None
+    first = problems[0]
+    at = f"id '{first.id_path}': " if first.id_path else ""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    if all(p.strict for p in problems):
+        why = f"{STRICT_LABEL}, so it runs; 'hpc-runner verify' reports it as a problem"
+    else:
+        why = "MONAI's runner does not check metadata either, so it runs; 'hpc-runner verify' lists every problem"
+    return f"{where}: {at}{first.message}{more} ({why})"

@@ -134,3 +134,73 @@ def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+# ---------------------------------------------------------------- MONAI's init_bundle
+
+# MONAI's text, byte for byte (its source continues the command's lines with backslash-newline, so they join)
+MONAI_README = (
+    "\n# Your Model Name\n\nDescribe your model here and how to run it, for example using `inference.json`:\n\n"
+    "```\npython -m monai.bundle run             --meta_file /path/to/bundle/configs/metadata.json"
+    "             --config_file /path/to/bundle/configs/inference.json             --dataset_dir ./input"
+    "             --bundle_root /path/to/bundle\n```\n"
+)
+
+
+def init_monai_bundle(
+    bundle_dir: str | Path,
+    ckpt_file: str | Path | None = None,
+    network: object | None = None,
+    dataset_license: bool = False,
+    metadata_str: dict | str | None = None,
+    inference_str: dict | str | None = None,
+) -> Path:
+    """MONAI's ``init_bundle``: the same files with the same content, made in a temporary folder and renamed.
+
+    ``ckpt_file`` may be an hpc-runner run dir (its model.pt is copied). Return the bundle folder.
+    """
+    from monai.bundle.utils import DEFAULT_INFERENCE, DEFAULT_METADATA
+
+    metadata = DEFAULT_METADATA if metadata_str is None else metadata_str
+    inference = DEFAULT_INFERENCE if inference_str is None else inference_str
+    bundle = Path(bundle_dir).absolute()
+    if bundle.exists():
+        raise BundleError(f"Specified bundle directory '{bundle}' already exists", expected="a new folder name")
+    if not bundle.parent.is_dir():
+        raise BundleError(f"Parent directory of specified bundle directory '{bundle}' does not exist",
+                          hint=f"Create it first: mkdir -p {bundle.parent}")
+    weights = _init_weights(ckpt_file) if ckpt_file is not None else None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{bundle.name}-init-", dir=bundle.parent))
+    try:
+        staged = tmp / bundle.name
+        for sub in ("configs", "models", "docs"):
+            (staged / sub).mkdir(parents=True)
+        for name, content in (("metadata.json", metadata), ("inference.json", inference)):
+            text = json.dumps(content, indent=4) if isinstance(content, dict) else str(content)
+            (staged / "configs" / name).write_text(text)
+        (staged / "docs" / "README.md").write_text(MONAI_README)
+        (staged / "LICENSE").write_text("Select a license and place its terms here\n")
+        if dataset_license is True:
+            (staged / "docs" / "data_license.txt").write_text("Select a license for dataset and place its terms here\n")
+        if weights is not None:
+            shutil.copyfile(weights, staged / "models" / "model.pt")
+        elif network is not None:
+            from monai.networks import save_state
+
+            save_state(network, str(staged / "models" / "model.pt"))
+        staged.rename(bundle)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return bundle
+
+
+def _init_weights(ckpt_file: str | Path) -> Path:
+    """The file to copy as models/model.pt: ``ckpt_file`` itself, or a run dir's model.pt."""
+    path = Path(ckpt_file).expanduser()
+    if path.is_dir() and (path / "model.pt").is_file():
+        return path / "model.pt"
+    if not path.is_file():
+        raise BundleError("the checkpoint to copy does not exist" if not path.exists() else
+                          "the folder holds no model.pt", where=str(path),
+                          expected="a weights file, or an hpc-runner run dir with a model.pt")
+    return path

@@ -1,4 +1,7 @@
-"""``verify --net``: build the network and check it against ``network_data_format`` on a dummy input.
+"""Build the network and check it against ``network_data_format`` on a dummy input.
+
+``net_problems`` is ``hpc-runner verify --net``; ``verify_net_in_out`` is MONAI's subcommand of that name,
+with its arguments, defaults and checks (``hpc-runner verify_net_in_out``).
 
 The same checks as ``monai.bundle verify_net_in_out``: input ``image`` (else the first input) of shape
 ``(1, num_channels, *spatial_shape)`` with ``n = p = 1`` and ``* = 1`` in shape patterns such as
@@ -19,7 +22,7 @@ from hpc_runner.registry.problems import Problem
 
 NDF = "network_data_format"
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Pow: operator.pow,
-        ast.FloorDiv: operator.floordiv}
+        ast.FloorDiv: operator.floordiv, ast.Div: lambda a, b: int(a / b)}  # MONAI: int() of numpy's result
 
 
 def shape_value(item: int | str, n: int = 1, p: int = 1) -> int | None:
@@ -128,3 +131,147 @@ def _compare(
         problems.append(Problem(net_where, net_id, f"the network's output dtype is {y.dtype} but {ref}::dtype says "
                                 f"{out.get('dtype')}"))
     return problems, f"{net_id}: input {in_shape} -> output {got}"
+
+
+# ---------------------------------------------------------------- MONAI's verify_net_in_out
+
+NDF_PREFIX = "_meta_#network_data_format"
+
+
+def fake_spatial_shape(shape: Sequence[int | str], p: int = 1, n: int = 1, any: int = 1) -> tuple[int, ...]:
+    """Return the spatial shape of MONAI's dummy input: ints as given, ``"*"`` -> ``any``, patterns in p and n."""
+    from hpc_runner.errors import ConfigError
+
+    out = []
+    for item in shape:
+        if isinstance(item, bool) or not isinstance(item, int | str):
+            raise ConfigError(f"spatial shape items must be int or string, but got: {type(item).__name__} {item!r}",
+                              id_path=f"{NDF}::inputs::image::spatial_shape")
+        try:
+            value = shape_value(item, n=n, p=p)
+        except (ValueError, SyntaxError, ZeroDivisionError) as exc:
+            raise ConfigError(f"spatial shape item {item!r} cannot be evaluated ({exc})",
+                              id_path=f"{NDF}::inputs::image::spatial_shape",
+                              expected="an int, '*' or an expression in p and n such as '2**p*n'") from None
+        out.append(any if value is None else value)
+    return tuple(out)
+
+
+def net_io_info(parser: Any, prefix: str = NDF_PREFIX) -> tuple[Any, tuple, Any, Any, Any]:
+    """Return (input channels, spatial shape, input dtype, output channels, output dtype) from the metadata.
+
+    MONAI reads ``inputs#image`` and ``outputs#pred``; a missing field is refused here by name instead of
+    failing later on ``None``.
+    """
+    import torch
+    from monai.utils import get_equivalent_dtype
+
+    from hpc_runner.errors import ConfigError
+
+    def get(key: str, required: bool = True) -> Any:
+        value = parser.get(f"{prefix}#{key}")
+        if value is None and required:
+            raise ConfigError(f"the metadata has no network_data_format::{key.replace('#', '::')}",
+                              id_path=f"_meta_::network_data_format::{key.replace('#', '::')}",
+                              expected="metadata.json with network_data_format inputs.image and outputs.pred "
+                              "(num_channels, spatial_shape, dtype), or --meta_file naming it")
+        return value
+
+    def dtype(key: str) -> Any:
+        value = get(key, required=False)
+        try:
+            return get_equivalent_dtype(value, torch.Tensor)
+        except Exception:
+            raise ConfigError(f"unknown dtype {value!r}", id_path=f"_meta_::network_data_format::{key}",
+                              expected="a torch/numpy dtype name such as float32") from None
+
+    spatial = get("inputs#image#spatial_shape")
+    if not isinstance(spatial, list | tuple):
+        raise ConfigError(f"spatial_shape is a {type(spatial).__name__}, not a list",
+                          id_path="_meta_::network_data_format::inputs::image::spatial_shape")
+    return (get("inputs#image#num_channels"), tuple(spatial), dtype("inputs#image#dtype"),
+            get("outputs#pred#num_channels"), dtype("outputs#pred#dtype"))
+
+
+def fake_input_shape(parser: Any) -> tuple[int, ...]:
+    """Return MONAI's dummy input shape ``(1, channels, *spatial)`` with p = n = any = 1."""
+    channels, spatial, _, _, _ = net_io_info(parser)
+    return (1, channels, *fake_spatial_shape(spatial))
+
+
+def verify_net_in_out(
+    net_id: str | None = None,
+    meta_file: str | Sequence[str] | None = None,
+    config_file: str | Sequence[str] | None = None,
+    device: str | None = None,
+    p: int | None = None,
+    n: int | None = None,
+    any: int | None = None,
+    extra_forward_args: dict | None = None,
+    args_file: str | None = None,
+    **override: Any,
+) -> tuple[int, ...]:
+    """MONAI's ``verify_net_in_out``: run a dummy input through the network; return the output shape.
+
+    Same arguments, defaults and checks (output channels and dtype as the metadata says); bad input is
+    a ``UserError`` naming the file or id instead of a traceback.
+    """
+    import torch
+
+    from hpc_runner.errors import ConfigError, UserError
+    from hpc_runner.monai_cli.arguments import get_logger, load_config_parser, merge_args, parsed_content, require
+
+    tag = "verify_net_in_out"
+    args = merge_args(tag, args_file, net_id=net_id, meta_file=meta_file, config_file=config_file, device=device,
+                      p=p, n=n, any=any, extra_forward_args=extra_forward_args, **override)
+    config_file_ = require(args, "config_file", tag, "the config file(s) that define the network")
+    meta_file_ = require(args, "meta_file", tag, "the metadata file with network_data_format")
+    args.pop("config_file"), args.pop("meta_file")
+    net_id_ = args.pop("net_id", "")
+    device_ = args.pop("device", "cuda:0" if torch.cuda.is_available() else "cpu")
+    p_, n_, any_ = args.pop("p", 1), args.pop("n", 1), args.pop("any", 1)
+    extra = args.pop("extra_forward_args", {}) or {}
+    parser = load_config_parser(config_file_, meta_file_, args)
+
+    channels, spatial, in_dtype, out_channels, out_dtype = net_io_info(parser)
+    net = parsed_content(parser, net_id_, "the network", config_file_)
+    if not isinstance(net, torch.nn.Module):
+        raise ConfigError(f"'{net_id_}' builds a {type(net).__name__}, not a torch.nn.Module", id_path=net_id_)
+    fp16 = in_dtype == torch.float16
+    if fp16 and not torch.cuda.is_available():
+        raise UserError("a float16 input needs a GPU (MONAI runs it under torch.autocast('cuda'))",
+                        id_path="_meta_::network_data_format::inputs::image::dtype",
+                        hint="Run it on a GPU node: hpc-runner submit verify_net_in_out ... --cluster CLUSTER")
+    try:
+        net = net.to(device_)
+    except (RuntimeError, AssertionError) as exc:
+        raise UserError(f"device '{device_}' cannot be used: {exc}", expected="cpu, or cuda:N on a GPU node") from None
+    net.eval()
+    shape = (1, channels, *fake_spatial_shape(spatial, p=p_, n=n_, any=any_))
+    with torch.no_grad():
+        test_data = torch.rand(*shape, dtype=in_dtype, device=device_)
+        try:
+            if fp16:
+                net.to("cuda")
+                with torch.autocast("cuda"):
+                    output = net(test_data.cuda(), **extra)
+                net.to(device_)
+            else:
+                output = net(test_data, **extra)
+        except Exception as exc:  # the network cannot take this input: the metadata and the network disagree
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise ConfigError(f"the forward pass of '{net_id_}' on a {tuple(shape)} input failed: "
+                              f"{type(exc).__name__}: {first}", id_path=net_id_,
+                              hint="Check network_data_format::inputs::image (num_channels, spatial_shape) "
+                              "against the network; -p, -n and --any set the shape patterns") from None
+    if not isinstance(output, torch.Tensor):
+        raise ConfigError(f"'{net_id_}' returns a {type(output).__name__}, not a tensor (MONAI checks "
+                          "output.shape[1])", id_path=net_id_)
+    if output.shape[1] != out_channels:
+        raise ConfigError(f"output channel number `{output.shape[1]}` doesn't match: `{out_channels}`",
+                          id_path="_meta_::network_data_format::outputs::pred::num_channels")
+    if output.dtype != out_dtype:
+        raise ConfigError(f"dtype of output data `{output.dtype}` doesn't match: {out_dtype}",
+                          id_path="_meta_::network_data_format::outputs::pred::dtype")
+    get_logger().info("data shape of network is verified with no error.")
+    return tuple(output.shape)

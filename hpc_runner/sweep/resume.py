@@ -107,7 +107,7 @@ def resume_sweep(
         cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
         check_points(base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]),
                                                                 **fixes}.items()] for i in planned],
-                     cwd=Path(cwd) if cwd else None)
+                     cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
     with sr.locked(target.path) as ledger:
         record = ledger.record
         target.record, target.points = record, record.points
@@ -167,7 +167,7 @@ def resume_run(
 
         cfg, record = load_recorded_config(target.path)
         cwd = (record.get("command") or {}).get("cwd")  # where the job runs: relative paths start there
-        check_config(cfg, cwd=Path(cwd) if cwd else None)
+        check_config(cfg, cwd=Path(cwd) if cwd else None, entry=record.get("entry") or "run")
     rd = RunDir(target.path)
     rec = rd.record()
     old = rec.get("job") or {}

@@ -117,7 +117,8 @@ def submit_run(
     if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
         from hpc_runner.config.preflight import check_config
 
-        check_config(cfg)
+        check_config(cfg, entry=entry or "run")
+    _warn_code_once(cfg)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
     check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
@@ -277,7 +278,9 @@ def submit_sweep(
         from hpc_runner.config.preflight import check_points as preflight_points
         from hpc_runner.sweep.check import make_override
 
-        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points])
+        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points],
+                                        entry=entry or "run")
+    _warn_code_once(cfg)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
@@ -310,6 +313,13 @@ def submit_sweep(
         out.local_failures = executor.run_pending(log)
         out.ran_here = True
     return out
+
+
+def _warn_code_once(cfg: BundleConfig) -> None:
+    """MONAI's "this config runs code" warning, once for the whole submission (never in each array task)."""
+    from hpc_runner.config.monai_bridge import warn_code_once
+
+    warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))
 
 
 def _any_queued(directory: Path) -> bool:

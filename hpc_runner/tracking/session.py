@@ -13,7 +13,8 @@ from typing import Any
 from hpc_runner.tracking.settings import UNSENT_FILE, load_settings
 
 _current: Any = None  # the MlflowRun of the run executing in this process
-OPEN_WAIT_S = 15.0  # how long an ignite bundle waits for the run to exist before running untracked
+OPEN_WAIT_S = 15.0  # how long an ignite bundle waits for a tracking server's run before running untracked
+LOCAL_OPEN_WAIT_S = 600.0  # a local store (sqlite, file) has no server to be down: only imports and a db to make
 
 
 def _say(text: str) -> None:
@@ -45,14 +46,63 @@ def _override_params(run_dir: Path) -> dict[str, Any]:
             if isinstance(e, dict) and e.get("id") and e.get("source") != "hpc-runner"}
 
 
+# top-level ids MONAI's --tracking settings define; a config (or an override such as `--tracking_uri X`) that
+# has one keeps it, so MONAI's handlers log there, and so does the run dir's own MLflow run
+DESTINATION_IDS = ("tracking_uri", "experiment_name", "run_name")
+HANDLER_KEYS = ("trainer", "validator", "evaluator")  # the handler configs of MONAI's settings format
+
+
+def _resolve(config: dict, value: Any) -> str | None:
+    """``value`` as MONAI's parser resolves it in ``config`` (``$``/``@`` included); None unless it is a string."""
+    if not isinstance(value, str) or not value:
+        return None
+    if value[0] not in "$@%":
+        return value
+    try:
+        from monai.bundle import ConfigParser
+
+        content = {k: v for k, v in config.items() if k != "_meta_"}
+        content["__hpcr_value__"] = value
+        found = ConfigParser(content).get_parsed_content("__hpcr_value__")
+    except Exception:  # an expression that needs the run (or fails): the settings' or the default store
+        return None
+    return found if isinstance(found, str) and found else None
+
+
+def config_destination(config: dict, settings: dict[str, Any]) -> dict[str, str]:
+    """Return the store, experiment and run name MONAI's handlers will log to, where the run says so.
+
+    First match wins for each: the config's own top-level id (``--tracking_uri X`` adds it, and MONAI's
+    ``patch_bundle_tracking`` never replaces it), then the MONAI settings' ``configs`` value, then (store
+    only) the first handler config of the settings that names one. ``$`` expressions are resolved.
+    """
+    monai = settings.get("monai") or {}
+    configs = monai.get("configs") if isinstance(monai.get("configs"), dict) else {}
+    out: dict[str, str] = {}
+    for key in DESTINATION_IDS:
+        candidates = [config.get(key), configs.get(key)]
+        if key == "tracking_uri":
+            candidates += [h.get(key) for h in (configs.get(k) for k in HANDLER_KEYS) if isinstance(h, dict)]
+        for value in candidates:
+            found = _resolve(config, value)
+            if found:
+                out[key] = found
+                break
+    return out
+
+
 def start_tracking(cfg: Any, run_dir: Path) -> Any:
-    """Open the MLflow run of ``run_dir`` when it is tracked (never waits for the server); return it or None."""
+    """Open the MLflow run of ``run_dir`` when it is tracked (never waits for the server); return it or None.
+
+    The store is the one MONAI's handlers use when the run names one (:func:`config_destination`): one run, one store.
+    """
     global _current
     run_dir = Path(run_dir)
     settings = load_settings(run_dir)
     if not settings:
         return None
     try:
+        settings = {**settings, **config_destination(cfg.expanded() if hasattr(cfg, "expanded") else {}, settings)}
         from hpc_runner.tracking.mlflow_run import MlflowRun
         from hpc_runner.tracking.settings import point_overrides
 
@@ -69,10 +119,14 @@ def start_tracking(cfg: Any, run_dir: Path) -> Any:
 
 
 def patch_monai_workflow(parser: Any) -> bool:
-    """Add MONAI's MLFlowHandler to an ignite bundle's trainer/evaluator, logging into this run dir's run.
+    """Patch the parsed bundle for ``--tracking`` exactly as ``monai.bundle`` does (``patch_bundle_tracking``).
 
-    As ``monai.bundle`` does for ``--tracking`` (``ConfigWorkflow.patch_bundle_tracking``), with the store,
-    experiment and run name set to ours so the handler finds and continues our run. Return whether it patched.
+    MONAI's MLFlowHandler goes into an ignite bundle's engines, top-level ids the config lacks are added, and
+    the executed config is saved as ``config_<time>.json`` in ``output_dir`` (the run dir; MONAI's
+    ``save_execute_config``). With ``--tracking mlflow`` (or settings without ``handlers_id``) MONAI's default
+    settings are used with the store, experiment and run name set to the run dir's MLflow run, so the handler
+    finds and continues it; a MONAI settings file with ``handlers_id`` is used as MONAI uses it. Return whether
+    handlers were added.
     """
     run = _current
     if run is None:
@@ -80,28 +134,32 @@ def patch_monai_workflow(parser: Any) -> bool:
     from monai.bundle.utils import DEFAULT_HANDLERS_ID, DEFAULT_MLFLOW_SETTINGS
     from monai.bundle.workflows import ConfigWorkflow
 
-    # a settings file that names only the store still gets MONAI's default handlers
-    settings = copy.deepcopy(DEFAULT_MLFLOW_SETTINGS)
     given = copy.deepcopy(run.settings.get("monai") or {})
-    settings["configs"].update(given.get("configs") or {})
-    handler_ids = given.get("handlers_id") or DEFAULT_HANDLERS_ID
-    if not any(v["id"] in parser for v in handler_ids.values()):
-        return False  # not an ignite workflow (our Trainer logs through current_run)
-    if not run.wait_open(OPEN_WAIT_S):
-        _say(f"MLflow at {run.uri} did not answer in {OPEN_WAIT_S:.0f} s; MONAI's MLflow handlers are not added "
+    if given.get("handlers_id"):  # a complete MONAI settings file: as MONAI reads it, nothing merged in
+        settings = given
+        settings.setdefault("configs", {})
+    else:  # `--tracking mlflow`, or a file naming only the store: MONAI's defaults into our run
+        settings = copy.deepcopy(DEFAULT_MLFLOW_SETTINGS)
+        settings["configs"].update(given.get("configs") or {})
+        settings["configs"].update(tracking_uri=run.uri, experiment_name=run.experiment, run_name=run.run_name)
+        settings["handlers_id"] = DEFAULT_HANDLERS_ID
+    handler_ids = settings["handlers_id"]
+    ignite = any(v.get("id") in parser for v in handler_ids.values() if isinstance(v, dict))
+    wait = OPEN_WAIT_S if str(run.uri).startswith(("http://", "https://")) else LOCAL_OPEN_WAIT_S
+    if ignite and not run.wait_open(wait):
+        _say(f"MLflow at {run.uri} did not answer in {wait:.0f} s; MONAI's MLflow handlers are not added "
              f"(they log synchronously and would stall or fail the run)")
-        return False
-    configs = settings.setdefault("configs", {})
-    configs.update(tracking_uri=run.uri, experiment_name=run.experiment, run_name=run.run_name,
-                   save_execute_config=False)  # config.yaml is uploaded at the end; MONAI would write a copy
-    settings["handlers_id"] = handler_ids
+        settings["configs"] = {k: v for k, v in settings["configs"].items() if k not in handler_ids}
+        ignite = False
     ConfigWorkflow.patch_bundle_tracking(parser=parser, settings=settings)
-    _say("MLflow: MONAI's MLFlowHandler added to the bundle's ignite engines")
-    return True
+    if ignite:
+        _say("MLflow: MONAI's MLFlowHandler added to the bundle's ignite engines")
+    return ignite
 
 
 def _artefacts(run_dir: Path) -> list[Path]:
-    """config.yaml, overrides.yaml, summary.json, and the report's plots (made now when matplotlib is here)."""
+    """config.yaml, overrides.yaml, summary.json, MONAI's config_<time>.json, and the report's plots (made now when
+    matplotlib is here)."""
     try:
         from hpc_runner.report.run_report import report_run
 
@@ -109,8 +167,9 @@ def _artefacts(run_dir: Path) -> list[Path]:
         made = [report.html, *report.pngs]
     except Exception:  # no matplotlib, or nothing to plot: the files above are still sent
         made = []
-    return [p for p in (run_dir / "config.yaml", run_dir / "overrides.yaml", run_dir / "summary.json", *made)
-            if Path(p).is_file()]
+    executed = sorted(run_dir.glob("config_*.json"))  # MONAI's save_execute_config, when it saved one here
+    return [p for p in (run_dir / "config.yaml", run_dir / "overrides.yaml", run_dir / "summary.json", *executed,
+                        *made) if Path(p).is_file()]
 
 
 def finish_tracking(run: Any, outcome: str) -> dict[str, Any] | None:

@@ -62,12 +62,10 @@ def parse_tracking_option(value: Any, where: str | None = None) -> dict[str, Any
                 where=where,
                 expected="--tracking mlflow, or a .json/.yaml file of MONAI tracking settings",
             )
-        import yaml
+        from hpc_runner.config.loader import load_file
 
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
-        except (OSError, yaml.YAMLError) as exc:
-            raise UserError(f"cannot read the tracking settings ({type(exc).__name__})", where=str(path)) from None
+        # as MONAI reads it (ConfigParser.load_config_files): JSON or YAML, duplicate keys checked
+        data = load_file(path, mapping=False).data
         source = str(path.resolve())
     if not isinstance(data, dict):
         raise UserError("the tracking settings are not a mapping", where=where or source,

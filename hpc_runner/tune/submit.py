@@ -56,7 +56,7 @@ def submit_tune(
     check_folder_path(directory, "the tune dir")
     if dry_run:
         check_entry(cfg, entry)
-        note = check_space(cfg, settings, preflight)
+        note = check_space(cfg, settings, preflight, entry)
         return _dry_run(cfg, directory, settings, executor, workers, hold, note)
     created = _fresh_dir(directory, "the tune dir")
     try:

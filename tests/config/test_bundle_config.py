@@ -36,15 +36,36 @@ def test_several_config_files_merge_in_order(bundle: Path) -> None:
     assert cfg.locate("epochs") == f"{extra}:1"
 
 
-def test_missing_required_metadata_field_names_file_and_field(bundle: Path) -> None:
+def test_missing_required_metadata_field_is_one_warning_naming_file_and_field_and_the_config_loads(
+    bundle: Path,
+) -> None:
     meta_path = bundle / "configs" / "metadata.json"
     meta = json.loads(meta_path.read_text())
-    del meta["network_data_format"]
+    del meta["network_data_format"], meta["task"]
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(BundleError) as err:
-        load_bundle_config(bundle=str(bundle), environ={})
-    text = str(err.value)
-    assert str(meta_path) in text and "network_data_format" in text and "missing" in text
+    with pytest.warns(UserWarning) as caught:
+        cfg = load_bundle_config(bundle=str(bundle), environ={})
+    notes = [str(w.message) for w in caught if "metadata" in str(w.message)]
+    assert len(notes) == 1 and "\n" not in notes[0], notes  # one line, never a refusal (MONAI never validates)
+    assert str(meta_path) in notes[0] and "is missing" in notes[0] and "1 more" in notes[0]
+    assert cfg.meta["name"] == "tiny"
+
+
+def test_free_form_metadata_as_monai_tests_write_it_loads_with_one_warning(bundle: Path) -> None:
+    (bundle / "configs" / "metadata.json").write_text(json.dumps({"datalist": [{"image": "a.nii"}], "window": [9]}))
+    with pytest.warns(UserWarning, match="hpc-runner verify") as caught:
+        cfg = load_bundle_config(bundle=str(bundle), environ={})
+    assert len([w for w in caught if "metadata" in str(w.message)]) == 1
+    assert cfg.meta["datalist"] == [{"image": "a.nii"}]
+
+
+def test_verify_still_refuses_what_run_only_warns_about(bundle: Path) -> None:
+    from hpc_runner.registry.verify import verify_bundle
+
+    meta_path = bundle / "configs" / "metadata.json"
+    meta_path.write_text(json.dumps({"version": "0.1.0"}))
+    problems = verify_bundle(bundle, imports=False).problems
+    assert any("required field 'task' is missing" in p.message for p in problems), problems
 
 
 def test_bundle_without_train_config_is_refused(tmp_path: Path) -> None:

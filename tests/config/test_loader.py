@@ -130,3 +130,79 @@ def test_empty_yaml_and_json_files_are_refused(tmp_path: Path) -> None:
         assert err.value.where == str(tmp_path / name)
     (tmp_path / "set_nothing.yaml").write_text("{}\n")
     assert load_file(tmp_path / "set_nothing.yaml").data == {}
+
+
+DUPLICATES = {
+    "dup.json": '{\n  "a": 1,\n  "b": {"c": 1, "c": 2},\n  "a": 3\n}\n',
+    "dup.yaml": "a: 1\nb:\n  1: x\n  true: y\n  '1': z\na: 2\n",  # 1 and true are one key to MONAI, '1' another
+}
+
+
+@pytest.mark.parametrize("name", sorted(DUPLICATES))
+def test_duplicate_keys_warn_and_the_last_wins_exactly_as_monai_loads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    from monai.bundle import ConfigParser
+
+    monkeypatch.delenv("MONAI_FAIL_ON_DUPLICATE_CONFIG", raising=False)
+    f = tmp_path / name
+    f.write_text(DUPLICATES[name])
+    with pytest.warns(UserWarning) as monai_warned:
+        expected = ConfigParser.load_config_file(f)
+    with pytest.warns(UserWarning) as ours_warned:
+        loaded = load_file(f)
+    assert loaded.data == expected
+    monai_keys = sorted(str(w.message) for w in monai_warned if "Duplicate key" in str(w.message))
+    ours = [str(w.message) for w in ours_warned if "Duplicate key" in str(w.message)]
+    assert sorted(m[m.index("Duplicate key"):].split(" (")[0] for m in ours) == monai_keys
+    assert all(m.startswith(f"{f}:") for m in ours)  # and where
+
+
+@pytest.mark.parametrize("name", sorted(DUPLICATES))
+def test_duplicate_keys_are_refused_naming_file_and_line_when_monai_would_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    from monai.bundle import ConfigParser
+
+    monkeypatch.setenv("MONAI_FAIL_ON_DUPLICATE_CONFIG", "1")
+    f = tmp_path / name
+    f.write_text(DUPLICATES[name])
+    with pytest.raises(ValueError, match="Duplicate key"):
+        ConfigParser.load_config_file(f)
+    with pytest.raises(ConfigError, match="Duplicate key") as err:
+        load_file(f)
+    assert f"{f}:" in str(err.value) and "MONAI_FAIL_ON_DUPLICATE_CONFIG=1" in str(err.value)
+
+
+def test_keys_monai_tells_apart_are_not_duplicates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONAI_FAIL_ON_DUPLICATE_CONFIG", "1")
+    f = tmp_path / "c.yaml"
+    f.write_text("a#b: 1\na::b: 2\n'1': x\n1: y\nlist:\n  - {k: 1}\n  - {k: 2}\n")
+    assert load_file(f).data["a::b"] == 2  # `#` and `::` spellings are two keys of the file, as in MONAI
+
+
+def test_an_args_file_with_a_duplicate_key_follows_the_same_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpc_runner.config.overrides import load_args_file
+
+    f = tmp_path / "args.yaml"
+    f.write_text("lr: 1\nlr: 2\n")
+    monkeypatch.setenv("MONAI_FAIL_ON_DUPLICATE_CONFIG", "1")
+    with pytest.raises(ConfigError, match=f"{f}:2: Duplicate key: `lr`"):
+        load_args_file(f)
+    monkeypatch.setenv("MONAI_FAIL_ON_DUPLICATE_CONFIG", "0")
+    with pytest.warns(UserWarning, match="Duplicate key: `lr`"):
+        overrides, _ = load_args_file(f)
+    assert [o.value for o in overrides] == [2]
+
+
+def test_a_macro_file_may_hold_any_value_as_in_monai(tmp_path: Path) -> None:
+    from hpc_runner.config.references import load_macro_file
+
+    (tmp_path / "name.JSON").write_text('"Dataset"')
+    (tmp_path / "list.yaml").write_text("- 1\n- two\n")
+    assert load_macro_file(str(tmp_path / "name.JSON")) == "Dataset"
+    assert load_macro_file(str(tmp_path / "list.yaml")) == [1, "two"]
+    with pytest.raises(ConfigError, match="the top level is a str"):
+        load_file(tmp_path / "name.JSON")  # a config file itself must still be a mapping

@@ -48,17 +48,61 @@ def test_env_var_names_nested_ids_with_double_underscores(bundle: Path) -> None:
     assert ov.replaced.endswith("train.yaml:9")
 
 
-def test_unknown_id_is_an_error_with_suggestions(bundle: Path) -> None:
-    with pytest.raises(ConfigError) as err:
+def test_an_unknown_id_is_added_as_monai_does_with_one_warning_naming_close_ids(bundle: Path) -> None:
+    with pytest.warns(UserWarning) as caught:
+        cfg = load(bundle, ["--network_def::chanels", "3"])
+    (note,) = [str(w.message) for w in caught]
+    assert "adds id 'network_def::chanels'" in note and "did you mean network_def::channels" in note
+    assert "--strict-ids" in note
+    assert cfg.config["network_def"]["chanels"] == 3 and cfg.config["network_def"]["channels"] == [8, 16]
+    (ov,) = cfg.overrides
+    assert ov.replaced is None  # `config --sources` shows it as a new id
+
+
+def test_a_new_top_level_id_and_an_expression_are_added(bundle: Path) -> None:
+    cfg = load(bundle, ["--test", "$print('hello world')", "--tracking_uri", "sqlite:///x.db"])
+    assert cfg.config["test"] == "$print('hello world')" and cfg.config["tracking_uri"] == "sqlite:///x.db"
+
+
+def test_a_deep_id_naming_a_list_item_adds_a_key_to_that_item(bundle: Path) -> None:
+    (bundle / "configs" / "train.yaml").write_text(
+        "post:\n  transforms:\n    - {_target_: Identity}\n    - {_target_: SaveImage, output_dir: x}\n")
+    cfg = load(bundle, ["--post#transforms#1#output_postfix", "seg"])
+    assert cfg.config["post"]["transforms"][1] == {"_target_": "SaveImage", "output_dir": "x", "output_postfix": "seg"}
+
+
+def test_an_unknown_id_under_a_missing_parent_is_refused_as_monai_fails_on_it(bundle: Path) -> None:
+    with pytest.raises(ConfigError, match="whose parent 'optimzer' is not in the config") as err:
         load(bundle, ["--optimzer::lr", "1"])
+    assert "optimizer" in str(err.value)  # did you mean
+
+
+def test_a_list_index_past_the_end_is_refused(bundle: Path) -> None:
+    with pytest.raises(ConfigError, match="not an index of the list 'run'"):
+        load(bundle, ["--run::5", "$print(1)"])
+
+
+def test_strict_ids_refuse_an_unknown_id_with_suggestions(bundle: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(bundle, ["--optimizer::lrr", "1"], strict_ids=True)
     text = str(err.value)
-    assert "optimzer::lr" in text and "optimizer::lr" in text
-    assert "--+optimzer::lr" in text
+    assert "optimizer::lrr" in text and "optimizer::lr" in text
+    assert "--+optimizer::lrr" in text
 
 
-def test_unknown_env_id_is_an_error_too(bundle: Path) -> None:
+def test_an_unknown_env_id_is_added_too_and_refused_when_strict(bundle: Path) -> None:
+    with pytest.warns(UserWarning, match="HPCR__nope adds id 'nope'"):
+        assert load(bundle, env={"HPCR__nope": "1"}).config["nope"] == 1
     with pytest.raises(ConfigError, match="HPCR__nope"):
-        load(bundle, env={"HPCR__nope": "1"})
+        load(bundle, env={"HPCR__nope": "1"}, strict_ids=True)
+
+
+def test_a_swept_id_is_always_strict(bundle: Path) -> None:
+    from hpc_runner.config.overrides import Override
+
+    cfg = load(bundle)
+    with pytest.raises(ConfigError, match="'optimizer::lrr', which is not in the config"):
+        cfg.with_overrides([Override("optimizer::lrr", 0.1, "sweep", "--sweep optimizer::lrr")])
 
 
 def test_plus_prefix_adds_a_new_id_and_merges_an_existing_dict(bundle: Path) -> None:
@@ -94,5 +138,18 @@ def test_args_file_errors_name_the_file_and_line(bundle: Path, tmp_path: Path) -
     args = tmp_path / "args.yaml"
     args.write_text("lr: 0.1\nnot_an_id: 3\n")
     with pytest.raises(ConfigError) as err:
-        load(bundle, args_file=args)
+        load(bundle, args_file=args, strict_ids=True)
     assert f"{args}:2" in str(err.value)
+    with pytest.warns(UserWarning, match=f"{args}:2 adds id 'not_an_id'"):
+        load(bundle, args_file=args)
+
+
+def test_sweep_refuses_a_typo_in_a_swept_or_a_fixed_id_before_anything_is_queued(bundle: Path, tmp_path: Path,
+                                                                                 cli) -> None:
+    base = ["sweep", "--bundle", str(bundle), "--cluster", "local", "--dry-run", "--output_dir", "s"]
+    swept = cli(*base, "--sweep", "lrr=0.1,0.2", cwd=tmp_path)
+    assert swept.returncode == 2 and "'lrr', which is not in the config" in swept.stderr, swept.stderr
+    fixed = cli(*base, "--sweep", "lr=0.1,0.2", "--epoch", "2", cwd=tmp_path)
+    assert fixed.returncode == 2 and "'epoch', which is not in the config" in fixed.stderr, fixed.stderr
+    assert "Did you mean: epochs" in fixed.stderr
+    assert not (tmp_path / "s").exists()

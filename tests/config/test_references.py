@@ -9,7 +9,7 @@ import pytest
 
 from hpc_runner.config.bundle_config import load_bundle_config
 from hpc_runner.config.overrides import parse_cli_overrides
-from hpc_runner.config.references import expand_macros, refs_in_string, resolve_relative_ids
+from hpc_runner.config.references import expand_macros, load_macro_file, refs_in_string, resolve_relative_ids
 from hpc_runner.errors import ConfigError
 
 
@@ -61,3 +61,26 @@ def test_macros_expand_like_monai(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     parser.resolve_macro_and_relative_ids()
     ours = expand_macros(config, lambda p: json.loads(Path(p).read_text()))
     assert ours == parser.get()
+
+
+def test_file_macros_take_any_value_and_any_id_in_it_as_monai_does(tmp_path: Path) -> None:
+    from monai.bundle import ConfigParser
+
+    (tmp_path / "jsons").mkdir()
+    (tmp_path / "jsons" / "name.JSON").write_text('"Dataset"')
+    (tmp_path / "parts.json").write_text('{"move_net": "$@net.to(@device)", "sizes": [8, 16]}')
+    (tmp_path / "items.yaml").write_text("- a\n- [b, c]\n")
+    config = {
+        "dataset": {"_target_": f"%{tmp_path}/jsons/name.JSON"},
+        "network": f"%{tmp_path}/parts.json#move_net",
+        "channels": f"%{tmp_path}/parts.json::sizes",
+        "whole": f"%{tmp_path}/items.yaml",
+        "inner": f"%{tmp_path}/items.yaml#1#0",
+    }
+    ours = expand_macros(config, load_macro_file)
+    parser = ConfigParser(config)
+    parser.resolve_macro_and_relative_ids()
+    assert ours == parser.get() == {
+        "dataset": {"_target_": "Dataset"}, "network": "$@net.to(@device)", "channels": [8, 16],
+        "whole": ["a", ["b", "c"]], "inner": "b",
+    }

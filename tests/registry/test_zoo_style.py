@@ -87,20 +87,23 @@ def test_free_text_name_loads_with_a_warning_while_verify_reports_the_stricter_c
     assert "configs/inference_cpu.json over configs/inference.json" in verified.stderr
 
 
-@pytest.mark.parametrize(
-    ("flag", "value", "says"),
-    [
-        ("--init_id", "setup", "--init_id is not supported"),
-        ("--final_id", "teardown", "--final_id is not supported"),
-    ],
-)
-def test_monai_run_flags_hpc_runner_does_not_do_exit_2_with_one_paragraph(cli, bundle: Path, flag: str, value: str,
-                                                                        says: str) -> None:
-    proc = cli("run", "--config_file", "configs/train.json", flag, value, cwd=bundle)
-    assert proc.returncode == 2, out(proc)
-    assert says in proc.stderr and "not in the config" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 + proc.stderr.count("warning:"), proc.stderr
-    assert not (bundle / "runs").exists()  # refused before anything is created
+def test_init_and_final_ids_from_the_command_line_or_an_args_file_are_recorded_for_jobs(cli, bundle: Path) -> None:
+    """MONAI's --init_id/--final_id name the ids run around ENTRY; run.yaml keeps them for jobs and resumes."""
+    (bundle / "args.json").write_text(json.dumps({"config_file": "configs/train.json", "final_id": "teardown"}))
+    proc = cli("config", "--args_file", "args.json", "--init_id", "setup", "--format", "json", cwd=bundle)
+    assert proc.returncode == 0, out(proc)  # taken, not refused
+    from hpc_runner.config.bundle_config import load_bundle_config
+    from hpc_runner.engine.runner import prepare_run
+
+    cfg = load_bundle_config(config_files=[str(bundle / "configs" / "train.json")], environ={})
+    cfg.init_id, cfg.final_id = "setup", "teardown"
+    run_dir, _ = prepare_run(cfg, None, bundle / "r")
+    record = run_dir.record()
+    assert (record["init_id"], record["final_id"]) == ("setup", "teardown")
+    from hpc_runner.config.recorded import load_recorded_config
+
+    again, _ = load_recorded_config(bundle / "r")
+    assert (again.init_id, again.final_id) == ("setup", "teardown")
 
 
 def test_an_unknown_tracking_kind_in_an_args_file_is_refused_like_the_flag(cli, bundle: Path) -> None:
@@ -116,7 +119,7 @@ def test_a_missing_logging_file_exits_2_naming_it(cli, bundle: Path) -> None:
     assert proc.returncode == 2 and "configs/nope.conf: logging config file not found" in proc.stderr, out(proc)
 
 
-def test_bundle_root_and_dataset_dir_are_set_as_monai_sets_them_even_when_the_config_lacks_them(
+def test_unknown_ids_are_added_as_monai_adds_them_with_a_typo_warning_or_refused_with_strict_ids(
     cli, bundle: Path
 ) -> None:
     (bundle / "configs" / "bare.json").write_text('{"epochs": 1}')
@@ -125,8 +128,12 @@ def test_bundle_root_and_dataset_dir_are_set_as_monai_sets_them_even_when_the_co
     assert proc.returncode == 0, out(proc)
     assert json.loads(proc.stdout) | {"_meta_": None} == {"epochs": 1, "bundle_root": "/b", "dataset_dir": "/d",
                                                           "_meta_": None}
-    typo = cli("config", "--config_file", "configs/bare.json", "--epoch", "2", cwd=bundle)
-    assert typo.returncode == 2 and "Did you mean: epochs" in typo.stderr  # other unknown ids are still refused
+    assert "adds id" not in proc.stderr  # MONAI's own ids are added without a word
+    typo = cli("config", "--config_file", "configs/bare.json", "--epoch", "2", "--format", "json", cwd=bundle)
+    assert typo.returncode == 0 and json.loads(typo.stdout)["epoch"] == 2  # added, as MONAI's runner does
+    assert "--epoch adds id 'epoch'" in typo.stderr and "did you mean epochs?" in typo.stderr
+    strict = cli("config", "--config_file", "configs/bare.json", "--epoch", "2", "--strict-ids", cwd=bundle)
+    assert strict.returncode == 2 and "Did you mean: epochs" in strict.stderr
 
 
 @pytest.mark.slow

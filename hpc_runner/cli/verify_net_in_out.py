@@ -1,0 +1,26 @@
+"""``hpc-runner verify_net_in_out``: ``python -m monai.bundle verify_net_in_out``, same arguments and outputs."""
+
+from __future__ import annotations
+
+import argparse
+
+from hpc_runner.monai_cli.spec import VERIFY_NET_IN_OUT as SPEC
+from hpc_runner.monai_cli.spec import add_arguments as add_monai_arguments
+from hpc_runner.monai_cli.spec import epilog_of
+
+HELP = SPEC.help
+DESCRIPTION = SPEC.description
+EPILOG = epilog_of(SPEC)
+ACCEPTS_OVERRIDES = SPEC.overrides
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add MONAI's arguments of verify_net_in_out (positional in MONAI's order, or --name VALUE)."""
+    add_monai_arguments(parser, SPEC)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run verify_net_in_out here; 0 when done (bad input raises UserError: exit 2)."""
+    from hpc_runner.monai_cli.commands import main_for
+
+    return main_for(SPEC.name, args)

@@ -80,8 +80,8 @@ def child_check(n: int, folder: Path) -> dict:
 
 def child_sweep(n: int, folder: Path) -> dict:
     """Time `hpc-runner sweep` of n points under the QOS limit; return time, arrays, waiting points."""
-    from hpc_runner.slurm import cluster_info
-    from hpc_runner.slurm.sweep_record import WAITING, SweepRecord
+    from hpc_runner.scheduler import cluster_info
+    from hpc_runner.sweep.ledger import WAITING, SweepRecord
 
     _warm("sweep", [*_sweep_argv(folder, 1), "--dry-run"])
     cluster_info._CACHE.clear()  # scontrol is asked again inside the clock
@@ -171,7 +171,7 @@ def _wait_for_empty_qos(env: dict[str, str], timeout: float = 120) -> None:
 def complete_every_point(folder: Path) -> None:
     """Give every point a completed run dir: run.yaml and summary.json of realistic size (for collect)."""
     from hpc_runner.records.rundir import dump_yaml
-    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.sweep.ledger import SweepRecord
 
     record = SweepRecord.load(folder)
     first = next(p["job_id"] for p in record.points if p.get("job_id")).split("_")[0]
@@ -224,7 +224,7 @@ def main() -> int:
     shims = make_shims(work / "bin")
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     calls = work / "calls.txt"
-    from hpc_runner.slurm import cluster_info
+    from hpc_runner.scheduler import cluster_info
 
     config = cluster_info.scheduler_config()
     max_jobs = int(config.get("MaxJobCount", "10000").split()[0])

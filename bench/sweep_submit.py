@@ -102,7 +102,7 @@ def child_submitit(n: int, folder: Path) -> dict:
     """Time bare map_array of n trivial tasks (split at MaxArraySize); return time, job ids, peak memory."""
     import submitit
 
-    from hpc_runner.slurm.cluster_info import max_array_size
+    from hpc_runner.scheduler.cluster_info import max_array_size
 
     limit, _ = max_array_size()
     ex = submitit.SlurmExecutor(folder=folder / "%j")
@@ -126,14 +126,10 @@ def child_sweep(n: int, folder: Path, per_task_folders: bool = False) -> dict:
 
     import hpc_runner.cli.sweep  # noqa: F401  (imported before the clock, like submitit)
     from hpc_runner.config import bundle_config  # noqa: F401
-    from hpc_runner.slurm import (  # noqa: F401
-        cluster_info,
-        executor,
-        job,
-        submission,
-        sweep_record,
-    )
-    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.scheduler import cluster_info, slurm_executor  # noqa: F401
+    from hpc_runner.sweep import job, submission  # noqa: F401
+    from hpc_runner.sweep import ledger as sweep_record
+    from hpc_runner.sweep.ledger import SweepRecord
 
     if per_task_folders:
         sweep_record.SWEEP_JOB_FOLDER = "slurm/%j"
@@ -162,7 +158,7 @@ def child_status(folder: Path) -> dict:
 
     import hpc_runner.cli.status  # noqa: F401
     from hpc_runner.config import values  # noqa: F401
-    from hpc_runner.slurm import sweep_spec, targets, tracking  # noqa: F401
+    from hpc_runner.sweep import spec, states, targets  # noqa: F401
 
     out = io.StringIO()
     t0 = time.perf_counter()
@@ -256,8 +252,8 @@ def main() -> int:
     shims = make_shims(work / "bin")
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     calls = work / "calls.txt"
-    from hpc_runner.slurm import cluster_info
-    from hpc_runner.slurm.cluster_info import max_array_size
+    from hpc_runner.scheduler import cluster_info
+    from hpc_runner.scheduler.cluster_info import max_array_size
 
     limit, source = max_array_size()
     config = cluster_info.scheduler_config()

@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.slurm.cancel import cancel_target
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.sweep.cancel import cancel_target
+    from hpc_runner.sweep.targets import load_target
 
     out = cancel_target(load_target(args.dir))
     print(f"hpc-runner: {out.message}")

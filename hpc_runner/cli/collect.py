@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.slurm.collect import result_rows, write_results
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.sweep.collect import result_rows, write_results
+    from hpc_runner.sweep.targets import load_target
 
     target = load_target(args.dir)
     states, _ = target.states()
@@ -50,7 +50,7 @@ def _collect_cases(target, states, out: str | None) -> int:
     """Merge the shards' cases.csv into one table; 1 when a shard has none or a case is in two shards."""
     from pathlib import Path
 
-    from hpc_runner.slurm.shards import merge_cases, write_cases
+    from hpc_runner.sweep.shards import merge_cases, write_cases
 
     merged = merge_cases([(int(s.params.get("shard_index", s.index)), s.run_dir) for s in states])
     csv_path, _ = write_cases(merged, Path(out) if out else target.path)

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.registry.pack import pack_bundle
+    from hpc_runner.registry.archive import pack_bundle
     from hpc_runner.registry.search import resolve_bundle
 
     result = pack_bundle(resolve_bundle(args.bundle), Path(args.out))

@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 from hpc_runner.cli.common import add_preflight_argument
-from hpc_runner.slurm.cli_args import add_cluster_arguments, positive_int
+from hpc_runner.cli.slurm_options import add_cluster_arguments, nonnegative_int, positive_int
 
 HELP = "resubmit the failed or missing points of a sweep as a new array (never a completed one)"
 DESCRIPTION = """Ask the scheduler once where every point stands, then resubmit the points that failed,
@@ -24,8 +24,8 @@ EPILOG = """examples:
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --cause TIMEOUT --slurm time=04:00:00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --points 3,7 --batch_size 1"""
 ACCEPTS_OVERRIDES = True
-# hpc_runner.slurm.causes.CAUSES, spelled out: a command module imports only the standard library
-CAUSES = ("OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "ERROR", "BAD_INPUT")
+# hpc_runner.sweep.causes.CAUSES, spelled out: a command module imports only the standard library
+CAUSES = ("OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "ERROR", "BAD_INPUT", "RETURNED")
 
 
 MAX_LISTED = 1_000_000  # point numbers one --points may name (a sweep has at most this many)
@@ -64,12 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="run at most K tasks of each array at once",
     )
+    parser.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, metavar="N",
+                        help="raise (or lower) the sweep's bound on resubmissions of one failed point (default 3)")
     add_cluster_arguments(parser, default_from_env=False)
     add_preflight_argument(parser)
 
 
 def _profile(args: argparse.Namespace, recorded: dict):
-    from hpc_runner.slurm.profiles import ClusterProfile, check_settings, load_profile, parse_setting_overrides
+    from hpc_runner.scheduler.profiles import ClusterProfile, check_settings, load_profile, parse_setting_overrides
 
     changes = parse_setting_overrides(args.slurm)
     if args.cluster:
@@ -87,7 +89,7 @@ def _profile(args: argparse.Namespace, recorded: dict):
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.sweep.targets import load_target
 
     target = load_target(args.dir)
     d = shlex.quote(str(target.path))
@@ -95,8 +97,8 @@ def main(args: argparse.Namespace) -> int:
         return _resume_run(args, target)
     from hpc_runner.config.overrides import parse_cli_overrides
     from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.slurm.resume import plan_resume, resume_sweep
-    from hpc_runner.slurm.sweep_check import check_extra_overrides
+    from hpc_runner.sweep.check import check_extra_overrides
+    from hpc_runner.sweep.resume import plan_resume, resume_sweep
 
     record = target.record
     profile = _profile(args, record.data.get("cluster") or {})
@@ -113,7 +115,7 @@ def main(args: argparse.Namespace) -> int:
         f"{len(plan.resubmit)} to resubmit"
     )
     if not plan.resubmit:
-        from hpc_runner.slurm.resume import top_up_waiting
+        from hpc_runner.sweep.resume import top_up_waiting
 
         sent = top_up_waiting(target, print)  # points waiting for a submit slot go now if slots are free
         print("hpc-runner: nothing to resubmit" + (f"; {sent} waiting point(s) submitted" if sent else ""))
@@ -134,8 +136,9 @@ def main(args: argparse.Namespace) -> int:
         array_parallelism=args.array_parallelism,
         log=lambda m: print(m, flush=True),
         preflight=not args.no_preflight,
+        max_retries=args.max_retries,
     )
-    if profile.executor == "local":
+    if res.ran_here:
         print(f"hpc-runner: ran {len(res.job_ids)} point(s) here, {res.local_failures} failed")
         return 1 if res.local_failures else 0
     arrays = ", ".join(a["job_id"] for a in res.arrays)
@@ -161,7 +164,7 @@ def _resume_tune(args: argparse.Namespace, target, profile) -> int:
         done = "dry run: nothing submitted" if args.dry_run and plan.workers else "nothing to restart"
         print(f"hpc-runner: {done}")
         return 0
-    if profile.executor == "local":
+    if res.ran_here:
         print(f"hpc-runner: ran {len(plan.workers)} worker(s) here; {res.local_failures} trial(s) failed")
         return 1 if res.local_failures else 0
     print(f"hpc-runner: started worker(s) {plan.workers} as array {', '.join(a['job_id'] for a in res.arrays)}")
@@ -171,8 +174,8 @@ def _resume_tune(args: argparse.Namespace, target, profile) -> int:
 
 def _resume_run(args: argparse.Namespace, target) -> int:
     from hpc_runner.errors import ClusterError
-    from hpc_runner.slurm.resume import resume_run
-    from hpc_runner.slurm.tracking import DONE
+    from hpc_runner.sweep.resume import resume_run
+    from hpc_runner.sweep.states import DONE
 
     if args.override_tokens:
         raise ClusterError(
@@ -193,7 +196,7 @@ def _resume_run(args: argparse.Namespace, target) -> int:
         print(f"  would resubmit the run ({state.state}, job {state.job_id or '-'})")
         return 0
     res = resume_run(target, profile, hold=args.hold, preflight=not args.no_preflight)
-    if res.job_ids[0] == "local":
+    if res.ran_here:
         return 1 if res.local_failures else 0
     print(f"hpc-runner: resubmitted the run as job {res.job_ids[0]}; it continues from its newest checkpoint")
     return 0

@@ -167,7 +167,7 @@ def execute_and_report(
         return 0
     if outcome.status == "preempted":
         from hpc_runner.engine.distributed import launched_world
-        from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+        from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
 
         rank = launched_world()[0]
         if rank != 0:  # rank 0 writes the checkpoint and speaks for the job

@@ -12,89 +12,41 @@ DESCRIPTION = """Show the state of every job of a sweep dir (or of one run dir) 
 (`squeue` when sacct does not answer), the counts per state and per cause, and one line per failed
 point: its cause (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, ERROR, BAD_INPUT), job id
 and error (type, message, config id, file:line; from its run.yaml, error.txt or the job's log).
-Points WAITING for a free submit slot count as not finished (--wait waits for them).
+Points WAITING for a free submit slot count as not finished (--wait waits for them), and are
+submitted when a slot is free: the sweep's one top-up step, which --watch and resume take too. That
+is the only thing status ever writes (no lock is taken when nothing waits); --no-submit makes it
+strictly read-only. A tune's trials are listed from the start: PENDING until a worker claims them.
 Works from the directory alone."""
 EPILOG = """examples:
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00 --all
   hpc-runner status runs/synthetic_seg/2026-11-21_10-00-00 --wait
 exit codes: 0 (with --wait: every point completed), 1 some point failed (--wait), 2 not a sweep/run dir"""
-MAX_ROWS = 40
-MAX_ERRORS = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the status options."""
     parser.add_argument("dir", metavar="DIR", help="a sweep dir (with sweep.yaml) or a run dir (with run.yaml)")
-    parser.add_argument("--all", action="store_true", help=f"list every point (default: only up to {MAX_ROWS})")
+    parser.add_argument("--all", action="store_true", help="list every point (default: only up to 40)")
     parser.add_argument("--json", action="store_true", help="print the states as JSON lines")
     parser.add_argument("--wait", action="store_true", help="poll until no point is queued or running")
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (--wait)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="give up waiting after S seconds")
+    parser.add_argument(
+        "--no-submit", "--no_submit", dest="no_submit", action="store_true",
+        help="read only: do not submit the points that wait for a free submit slot",
+    )
     parser.add_argument(
         "--watch", action="store_true",
         help="redraw the table and a progress bar every --interval s until every point is final (Ctrl-C stops)",
     )
 
 
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
-    """Return the status report as text."""
-    from hpc_runner.slurm.sweep_spec import format_cell
-    from hpc_runner.slurm.tracking import cause_counts, counts, failure_text
-
-    c = counts(states)
-    what = f"sweep of {len(states)} points" if target.kind == "sweep" else "run"
-    profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
-    if not profile and target.run_record:
-        profile = (target.run_record.get("job") or {}).get("cluster") or {}
-    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {answer.source}"
-    head += f", {answer.calls} call{'s' if answer.calls != 1 else ''})" if answer.calls else ")"
-    lines = [head]
-    if answer.error:
-        lines.append(f"  note: {answer.error}")
-    lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
-    by_cause = cause_counts(states)
-    if by_cause:
-        ordered = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
-        lines.append("  causes: " + "  ".join(f"{k} {n}" for k, n in ordered))
-    requeued = sum(1 for s in states if s.requeues)
-    if requeued:
-        lines.append(f"  requeued: {requeued} point(s), {sum(s.requeues for s in states)} requeue(s) in all")
-    failed = [s for s in states if s.failed]
-    params = target.param_ids
-    if show_all or len(states) <= MAX_ROWS:
-        rows = [["point", "state", "cause", "job", "requeues", *params, "error"]]
-        for s in states:
-            eff = {**s.params, **s.extra}
-            err = failure_text(s, target.job_folder) if s.failed else ""
-            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", str(s.requeues),
-                         *(format_cell(eff.get(p)) for p in params), err[:300]])
-        lines.append(_table(rows))
-    elif failed:
-        lines.append(f"failed points ({len(failed)}; --all lists every point):")
-        for s in failed[:MAX_ERRORS]:
-            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  "
-                         f"{failure_text(s, target.job_folder)[:300]}")
-        if len(failed) > MAX_ERRORS:
-            lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")
-    if failed and target.kind == "sweep":
-        lines.append(f"resubmit the failed ones: hpc-runner resume {target.path}")
-        if by_cause.get("TIMEOUT"):
-            lines.append(f"  only the timed-out ones, longer: hpc-runner resume {target.path} --cause TIMEOUT "
-                         "--slurm time=...")
-    return "\n".join(lines)
-
-
 def _top_up(path: Any, quiet: bool = False) -> int:
-    """Submit the sweep's waiting points into free submit slots (the governor); never fail status for it."""
+    """Submit the sweep's waiting points into free submit slots (the governor's one step); never fail status."""
     import sys
 
-    from hpc_runner.slurm.governor import top_up
+    from hpc_runner.sweep.submission import top_up
 
     def log(line: str) -> None:
         print(line, file=sys.stderr if quiet else sys.stdout)
@@ -108,24 +60,27 @@ def _top_up(path: Any, quiet: bool = False) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.slurm.targets import load_target
-    from hpc_runner.slurm.tracking import ENDED_WELL, UNKNOWN
+    from hpc_runner.report.status_table import render
+    from hpc_runner.report.watch import is_pending
+    from hpc_runner.sweep.states import ENDED_WELL
+    from hpc_runner.sweep.targets import load_target
 
+    step = None if args.no_submit else (lambda path: _top_up(path, quiet=True))
     if args.watch:
         from hpc_runner.report.watch import watch_status
 
-        watched = watch_status(args.dir, args.interval, timeout=args.timeout,
+        watched = watch_status(args.dir, args.interval, timeout=args.timeout, top_up=step,
                                render=lambda t, s, a: render(t, s, a, args.all))
         if watched.interrupted:
             return 130
         return 0 if all(s.state in ENDED_WELL for s in watched.states) else 1
-    target = load_target(args.dir)
     started = time.monotonic()
     while True:
-        if target.kind == "sweep" and _top_up(target.path, quiet=args.json):
+        target = load_target(args.dir)  # each poll reads the record again: tasks and workers change it
+        if step is not None and target.kind == "sweep" and _top_up(target.path, quiet=args.json):
             target = load_target(args.dir)  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()
-        pending = [s for s in states if s.active or (s.state == UNKNOWN and s.job_id)]
+        pending = [s for s in states if is_pending(s)]
         if not args.wait or not pending:
             break
         if args.timeout is not None and time.monotonic() - started > args.timeout:

@@ -13,8 +13,8 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
@@ -69,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     from hpc_runner.monai_cli.spec import SPECS
-    from hpc_runner.slurm.submission import submit_run
+    from hpc_runner.sweep.submission import submit_run
 
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
@@ -96,7 +96,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     run_dir = shlex.quote(str(res.directory))
     job_id = res.job_ids[0]
-    if job_id == "local":
+    if res.ran_here:
         print(f"hpc-runner: {'failed' if res.local_failures else 'done'}; run dir {res.directory}")
         return 1 if res.local_failures else 0
     from hpc_runner.records.rundir import RunDir
@@ -112,7 +112,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from hpc_runner.slurm.follow import follow_job
+    from hpc_runner.scheduler.follow import follow_job
 
     state = follow_job(job_id, Path(job["stdout"]), Path(job["stderr"]), since=None)
     status = RunDir(res.directory).record().get("status")
@@ -125,9 +125,9 @@ def _submit_shards(args: argparse.Namespace, cfg, profile) -> int:
     from pathlib import Path
 
     from hpc_runner.cli.sweep import report_submitted
-    from hpc_runner.slurm.shards import check_shardable, shard_overrides
-    from hpc_runner.slurm.submission import default_sweep_dir, submit_sweep
-    from hpc_runner.slurm.sweep_spec import build_spec
+    from hpc_runner.sweep.shards import check_shardable, shard_overrides
+    from hpc_runner.sweep.spec import build_spec
+    from hpc_runner.sweep.submission import default_sweep_dir, submit_sweep
 
     if args.wait:
         print("hpc-runner: --wait follows one job; with --shards use `hpc-runner status DIR --watch`", file=sys.stderr)
@@ -173,7 +173,7 @@ def _submit_monai_command(args: argparse.Namespace, profile) -> int:
     if isinstance(res, str):
         print(res)
         return 0
-    if res.job_id == "local":
+    if res.ran_here:
         print(f"hpc-runner: {name} {'failed' if res.failed else 'done'}; job folder {res.folder}")
         return 1 if res.failed else 0
     print(f"hpc-runner: submitted job {res.job_id} ({name}; profile {profile.name}{', held' if args.hold else ''})")
@@ -183,7 +183,7 @@ def _submit_monai_command(args: argparse.Namespace, profile) -> int:
     sys.stdout.flush()
     if not args.wait:
         return 0
-    from hpc_runner.slurm.follow import follow_job
+    from hpc_runner.scheduler.follow import follow_job
 
     state = follow_job(res.job_id, Path(res.stdout), Path(res.stderr), since=None)
     print(f"hpc-runner: job {res.job_id} ended: {state}; job folder {res.folder}")

@@ -14,8 +14,13 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.slurm_options import (
+    add_cluster_arguments,
+    load_profile_from_args,
+    nonnegative_int,
+    positive_int,
+)
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
 DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
@@ -70,10 +75,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="run K points in each array task, one after another (default 1)")
     g.add_argument("--pack-parallel", "--pack_parallel", dest="pack_parallel", type=positive_int, default=1,
                    metavar="P", help="run P of a task's K points at once, each on its share of the job's GPUs/CPUs")
+    g.add_argument("--max-returns", "--max_returns", dest="max_returns", type=nonnegative_int, default=None,
+                   metavar="N", help="a point its tasks return unrun more than N times fails with cause RETURNED "
+                   "(default 3)")
+    g.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, default=None,
+                   metavar="N", help="resume resubmits a failed point at most N times (default 3)")
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_profile_arguments(parser)
+
 
 
 def main(args: argparse.Namespace) -> int:
@@ -83,8 +94,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from hpc_runner.slurm.submission import submit_sweep
-    from hpc_runner.slurm.sweep_spec import build_spec
+    from hpc_runner.sweep.spec import build_spec
+    from hpc_runner.sweep.submission import submit_sweep
 
     spec = build_spec(args.sweep, args.zip, args.sweep_file)
     cpus_into_profile_settings(args)
@@ -105,6 +116,8 @@ def _main(args: argparse.Namespace) -> int:
         preflight=not args.no_preflight,
         pack=args.pack,
         pack_parallel=args.pack_parallel,
+        bounds={k: v for k, v in (("max_returns", args.max_returns), ("max_retries", args.max_retries))
+                if v is not None},
     )
     return report_submitted(res, profile, args.pack, args.hold)
 
@@ -121,7 +134,7 @@ def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, 
             print(note)
         return 0
     d = shlex.quote(str(res.directory))
-    if profile.executor == "local":
+    if res.ran_here:
         done = len(res.job_ids) - res.local_failures
         print(f"hpc-runner: {done} of {len(res.job_ids)} {what} completed here; sweep dir {res.directory}")
         print(f"  results: hpc-runner collect {d}")

@@ -14,8 +14,8 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
 from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.slurm.cli_args import add_cluster_arguments, load_profile_from_args, positive_int
 
 HELP = "search hyper-parameters with Optuna (TPE + ASHA pruning) in K worker array tasks"
 DESCRIPTION = """Check the space (each bound and choice against the config's ids and types, and the
@@ -119,7 +119,7 @@ def report_started(res: Any, profile: Any, hold: bool = False) -> int:
             print(text if text.startswith("#") else f"# {text}")
         return 0
     d = shlex.quote(str(res.directory))
-    if profile.executor == "local":
+    if res.ran_here:
         print(f"hpc-runner: tune ran here ({res.notes[-1]}); tune dir {res.directory}")
         print(f"  results: hpc-runner collect {d}")
         return 1 if res.local_failures else 0

@@ -9,6 +9,10 @@ SEP = "::"
 LEGACY_SEP = "#"
 
 
+# the ids hpc-runner itself sets: the run dir, and the bundle folder when the config has the id
+OUTPUT_DIR_ID = "output_dir"
+BUNDLE_ROOT_ID = "bundle_root"
+
 def normalize_id(id_path: str) -> str:
     """Return ``id_path`` with legacy ``#`` separators written as ``::``."""
     return id_path.replace(LEGACY_SEP, SEP)

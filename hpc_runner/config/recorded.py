@@ -63,7 +63,7 @@ def _follow_moved_run_dir(config: dict, run_dir: Path) -> bool:
     resume compared it with the new one and refused a "different config" (or would have written to
     the old folder). The run dir is where it is now.
     """
-    from hpc_runner.engine.runner import OUTPUT_DIR_ID
+    from hpc_runner.config.ids import OUTPUT_DIR_ID
 
     recorded = config.get(OUTPUT_DIR_ID)
     now = str(run_dir.resolve())

@@ -31,15 +31,20 @@ def assigned_gpu_problem(environ: Mapping[str, str], cuda_devices: int) -> str |
             f"(CUDA_VISIBLE_DEVICES={visible!r}); it would train on the CPU instead")
 
 
+FAKE_GPUS_ENV = "HPCR_FAKE_GPUS"  # the cluster's GPUs are stand-ins (the local test cluster): CPU runs are meant
+
+
 def check_assigned_gpus(environ: Mapping[str, str] | None = None) -> None:
     """Raise ClusterError when this process was given GPUs and ``torch.cuda.device_count()`` is 0."""
     environ = os.environ if environ is None else environ
-    if not assigned_gpus(environ):
+    if not assigned_gpus(environ) or environ.get(FAKE_GPUS_ENV) == "1":
         return
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     problem = assigned_gpu_problem(environ, count)
+    if problem is not None and torch.version.cuda is None:
+        problem += " (this torch is a CPU-only build: install the CUDA build of torch in the job's environment)"
     if problem is not None:
         raise ClusterError(
             problem,

@@ -13,7 +13,7 @@ from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig, apply_overrides
 from hpc_runner.config.display import to_plain
-from hpc_runner.config.ids import has_id
+from hpc_runner.config.ids import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, has_id
 from hpc_runner.config.overrides import Override, suggest_ids
 from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records import environment
@@ -34,8 +34,6 @@ from hpc_runner.records.rundir import (
 from hpc_runner.registry.trust import manifest_record
 
 INIT_ID, RUN_ID, FINAL_ID = "initialize", "run", "finalize"
-OUTPUT_DIR_ID = "output_dir"
-BUNDLE_ROOT_ID = "bundle_root"
 log = logging.getLogger("hpc_runner.runner")
 
 

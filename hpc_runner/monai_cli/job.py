@@ -19,12 +19,14 @@ class CommandFailed(RuntimeError):
 
 def run_monai_command(name: str, argv: Sequence[str]) -> dict[str, Any]:
     """Run MONAI bundle command ``name`` with ``argv`` (as after ``hpc-runner NAME``); raise unless it succeeds."""
+    from hpc_runner.config.monai_bridge import silence_monai_code_warning
     from hpc_runner.errors import UserError
     from hpc_runner.monai_cli.commands import parse_argv, run_parsed
     from hpc_runner.resources.threads import use_cpu_budget
 
     freeze_at_exit()
     use_cpu_budget()
+    silence_monai_code_warning()  # shown once, when it was submitted; not again in the job
     print(f"hpc-runner: job runs {name} {shlex.join(argv)}", flush=True)
     try:
         result = run_parsed(name, parse_argv(name, argv))

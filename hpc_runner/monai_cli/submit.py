@@ -26,13 +26,15 @@ JOB_FOLDER = "job"
 
 @dataclass
 class CommandSubmission:
-    """What was submitted: the job folder, the job id (``local`` when it ran here) and its log files."""
+    """What was submitted: the job folder, the job id and its log files (``ran_here``: the local executor
+    ran it in this process, ``failed`` says how that went)."""
 
     folder: Path
     job_id: str
     stdout: str = ""
     stderr: str = ""
     failed: bool = False
+    ran_here: bool = False
 
 
 def default_job_dir(name: str, root: Path = Path("runs")) -> Path:
@@ -77,43 +79,39 @@ def submit_command(
     dry_run: bool = False,
     run_preflight: bool = True,
 ) -> CommandSubmission | str:
-    """Pre-flight, then submit one job running ``hpc-runner NAME ARGV`` (a local profile runs it here).
-
-    Return the submission, or with ``dry_run`` the sbatch script (nothing written or queued).
+    """Pre-flight, then submit one job running ``hpc-runner NAME ARGV`` through the profile's executor (the
+    local one runs it here). Return the submission, or with ``dry_run`` the script (nothing written or queued).
     """
     from hpc_runner.monai_cli.job import run_monai_command
     from hpc_runner.records.rundir import check_folder_path
-    from hpc_runner.slurm.executor import make_executor, sbatch_script, slurm_parameters, submit_one
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.governor import outside_the_job
 
+    executor = executor_for(profile)
+    executor.check_time()
     if run_preflight:
         preflight(name, argv)
     folder = Path(folder) if folder else default_job_dir(name)
     check_folder_path(folder, "the job folder")
     if folder.exists() and any(folder.iterdir()):
         raise UserError(f"the job folder {folder} already exists and is not empty", expected="a new --job-dir")
-    params = slurm_parameters(profile, job_name=f"hpcr-{name}", hold=hold, chdir=os.getcwd())
+    request = JobRequest(job_name=f"hpcr-{name}", folder=folder / JOB_FOLDER, chdir=os.getcwd(), hold=hold)
     if dry_run:
-        if profile.executor == "local":
+        script = executor.script(request, 1)
+        if script is None:
             return f"# profile '{profile.name}' runs `hpc-runner {name} {shlex.join(argv)}` here (no sbatch script)"
-        return sbatch_script(profile, folder / JOB_FOLDER, params)
-    if run_preflight and profile.executor != "local":
-        from hpc_runner.slurm.scheduler_check import check_resources
-
-        check_resources(profile, folder / JOB_FOLDER, params, what="the job")
+        return script
+    if run_preflight:
+        executor.check_resources(request, 1, "the job")
     folder.mkdir(parents=True, exist_ok=True)
-    if profile.executor == "local":
-        _record(folder, name, argv, profile, {"id": "local"})
-        try:
-            run_monai_command(name, list(argv))
-        except Exception as exc:  # the paragraph (or the traceback's last line) says why
-            print(f"hpc-runner: {exc}", file=sys.stderr)
-            return CommandSubmission(folder, "local", failed=True)
-        return CommandSubmission(folder, "local")
-    executor = make_executor(profile, folder / JOB_FOLDER, params)
-    job = submit_one(executor, run_monai_command, name, list(argv))
-    logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-    _record(folder, name, argv, profile, {"id": job.job_id, **logs})
-    return CommandSubmission(folder, job.job_id, **logs)
+    with outside_the_job():
+        job = executor.submit(run_monai_command, [[name], [list(argv)]], request)[0]
+    _record(folder, name, argv, profile, {"id": job.job_id, **job.logs})
+    if executor.runs_here:
+        failed = executor.run_pending(lambda line: print(line, file=sys.stderr))
+        return CommandSubmission(folder, job.job_id, failed=bool(failed), ran_here=True)
+    return CommandSubmission(folder, job.job_id, job.logs.get("stdout", ""), job.logs.get("stderr", ""))
 
 
 def command_argv(args: Any, submit_only: set[str]) -> list[str]:

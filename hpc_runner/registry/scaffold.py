@@ -19,8 +19,8 @@ from pathlib import Path
 
 import hpc_runner
 from hpc_runner.errors import BundleError
+from hpc_runner.registry.archive import bundle_identity
 from hpc_runner.registry.manifest import scan_bundle
-from hpc_runner.registry.pack import bundle_identity
 from hpc_runner.registry.search import META_RELPATH
 
 DEFAULT_TEMPLATE = "synthetic_seg"

@@ -21,7 +21,7 @@ FAILED_COLOR, OTHER_COLOR = "#c44e52", "0.5"
 
 def cell(value: Any) -> str:
     """Return a swept value as typed on the command line."""
-    from hpc_runner.slurm.sweep_spec import format_cell
+    from hpc_runner.sweep.spec import format_cell
 
     return format_cell(value)
 
@@ -190,7 +190,7 @@ def _ordered(values: list[Any]) -> list[str]:
 
 def plot_states(sweep: SweepData, path: Path) -> bytes:
     """Write the number of points in each state as a bar chart."""
-    from hpc_runner.slurm.tracking import FAILED_STATES, NOT_SUBMITTED, counts
+    from hpc_runner.sweep.states import FAILED_STATES, NOT_SUBMITTED, counts
 
     c = counts(sweep.states)
     states = sorted(c, key=lambda s: (-c[s], s))

@@ -67,7 +67,7 @@ def results_table(sweep: SweepData) -> str:
 
 def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
     """Return the HTML page of a sweep."""
-    from hpc_runner.slurm.tracking import cause_counts, counts
+    from hpc_runner.sweep.states import cause_counts, counts
 
     data = sweep.target.record.data
     title = f"sweep {sweep.path.name} of {sweep.bundle}"

@@ -16,9 +16,9 @@ class SweepData:
     """A sweep dir, read: the tracking target, point states, results rows and each point's run data."""
 
     path: Path
-    target: Any  # hpc_runner.slurm.targets.Target
-    states: list[Any]  # hpc_runner.slurm.tracking.PointState, in point order
-    answer: Any  # hpc_runner.slurm.tracking.SchedulerAnswer
+    target: Any  # hpc_runner.sweep.targets.Target
+    states: list[Any]  # hpc_runner.sweep.states.PointState, in point order
+    answer: Any  # hpc_runner.sweep.states.SchedulerAnswer
     columns: list[str]
     rows: list[dict[str, Any]]
     runs: dict[int, RunData] = field(default_factory=dict)
@@ -41,15 +41,15 @@ class SweepData:
 
 def is_sweep_dir(path: str | Path) -> bool:
     """True when ``path`` holds a sweep record."""
-    from hpc_runner.slurm.sweep_record import SWEEP_FILE
+    from hpc_runner.sweep.ledger import SWEEP_FILE
 
     return (Path(path) / SWEEP_FILE).is_file()
 
 
 def load_sweep(path: str | Path) -> SweepData:
     """Read a sweep dir: states (one scheduler call), results rows, and every point's run dir that exists."""
-    from hpc_runner.slurm.collect import result_rows
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.sweep.collect import result_rows
+    from hpc_runner.sweep.targets import load_target
 
     target = load_target(path)
     if target.kind != "sweep":

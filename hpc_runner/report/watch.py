@@ -25,19 +25,13 @@ class WatchResult:
 
 def is_pending(state: Any) -> bool:
     """True while a point may still change: queued or running, or submitted but not yet known to sacct."""
-    from hpc_runner.slurm.tracking import UNKNOWN
+    from hpc_runner.sweep.states import UNKNOWN
 
     return bool(state.active or (state.state == UNKNOWN and state.job_id))
 
 
-def _default_render(target: Any, states: list[Any], answer: Any) -> str:
-    from hpc_runner.cli.status import render
-
-    return render(target, states, answer, False)
-
-
 def _postfix(states: list[Any]) -> str:
-    from hpc_runner.slurm.tracking import counts
+    from hpc_runner.sweep.states import counts
 
     c = counts(states)
     return " ".join(f"{s} {n}" for s, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -47,19 +41,23 @@ def watch_status(
     sweep_dir: str | Path,
     interval: float = 10.0,
     *,
-    stream: TextIO | None = None,
     render: Callable[[Any, list[Any], Any], str] | None = None,
+    top_up: Callable[[Path], int] | None = None,
+    stream: TextIO | None = None,
     max_polls: int | None = None,
     timeout: float | None = None,
     clear: bool | None = None,
 ) -> WatchResult:
-    """Redraw the sweep's state table and a bar of finished points every ``interval`` s until all are final."""
+    """Redraw the sweep's state table (``render``, default the one of ``status``) and a bar of finished points
+    every ``interval`` s until all are final. ``top_up`` is the sweep's one top-up step (``status`` takes the
+    same): called before each poll, so points that wait for a free submit slot are sent while watching."""
     from tqdm.auto import tqdm
 
-    from hpc_runner.slurm.targets import load_target
+    from hpc_runner.report.status_table import render as status_table
+    from hpc_runner.sweep.targets import load_target
 
+    render = render or (lambda t, s, a: status_table(t, s, a, False))
     stream = stream or sys.stdout
-    render = render or _default_render
     clear = stream.isatty() if clear is None else clear
     target = load_target(sweep_dir)
     result = WatchResult()
@@ -68,6 +66,9 @@ def watch_status(
     started = time.monotonic()
     try:
         while True:
+            if top_up is not None and target.kind == "sweep":
+                top_up(target.path)
+            target = load_target(sweep_dir)  # read again each poll: tasks, workers and top-ups change it
             states, answer = target.states()
             result.states, result.polls = states, result.polls + 1
             table = render(target, states, answer)

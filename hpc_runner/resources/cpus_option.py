@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hpc_runner.cli.slurm_options import positive_int
 from hpc_runner.resources.cpus import CLI_FLAG, ENV_CPUS, decide_cpus, set_explicit_cpus
-from hpc_runner.slurm.cli_args import positive_int
 
 LOCAL_ORIGIN = "cpus_per_task of the local profile"
 
@@ -38,6 +38,8 @@ def cpus_into_profile_settings(args: argparse.Namespace) -> None:
 
 def apply_local_profile_cpus(profile: Any, args: argparse.Namespace | None = None) -> None:
     """A local profile runs its jobs in this process: its cpus_per_task (if any) becomes their explicit setting."""
-    if profile.executor == "local" and profile.get("cpus_per_task"):
+    from hpc_runner.scheduler.select import executor_for
+
+    if executor_for(profile).runs_here and profile.get("cpus_per_task"):
         origin = CLI_FLAG if getattr(args, "cpus", None) else LOCAL_ORIGIN
         set_explicit_cpus(int(profile.get("cpus_per_task")), origin)

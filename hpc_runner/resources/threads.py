@@ -46,6 +46,11 @@ def set_thread_variables(budget: CpuBudget, environ: Any = None) -> tuple[dict[s
     return {name: env[name] for name in THREAD_VARIABLES}, user_set
 
 
+def variables_set_here() -> dict[str, str]:
+    """Return the thread-count variables this process set itself (not the user) with their current values."""
+    return {name: value for name, value in _SET_HERE.items() if os.environ.get(name) == value}
+
+
 def set_torch_threads(count: int) -> dict[str, Any]:
     """Set torch's intra-op threads to ``count`` and, once per process, its inter-op threads; return both."""
     import torch

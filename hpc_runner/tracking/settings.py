@@ -116,20 +116,21 @@ def load_settings(run_dir: Path) -> dict[str, Any] | None:
 
 
 def point_overrides(run_dir: Path) -> dict[str, Any] | None:
-    """Return the swept values of a sweep point (from sweep.yaml), or None when ``run_dir`` is not a point."""
-    sweep = sweep_dir_of(run_dir)
-    if sweep is None:
+    """Return the swept values of a sweep point, or None when ``run_dir`` is not a point.
+
+    Read from the point's own run.yaml (written before it runs): a point's start-up never parses the
+    sweep's whole record (7 s at 10,000 points in pure-Python YAML)."""
+    if sweep_dir_of(run_dir) is None:
         return None
-    import yaml
+    from hpc_runner.records.read import RecordError
+    from hpc_runner.records.rundir import RunDir
 
     try:
-        data = yaml.safe_load((sweep / "sweep.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        sweep = RunDir(run_dir).record().get("sweep")
+    except RecordError:
         return None
-    name = f"points/{Path(run_dir).resolve().name}"
-    for point in data.get("points") or []:
-        if isinstance(point, dict) and point.get("dir") == name:
-            return {**(point.get("params") or {}), **(point.get("extra") or {})}
+    if isinstance(sweep, dict) and isinstance(sweep.get("overrides"), dict):
+        return dict(sweep["overrides"])
     return None
 
 

@@ -39,7 +39,7 @@ def plan_tune_resume(record: Any, queued: set[str]) -> TunePlan:
     left_running = sorted({int(p["worker"]) for p in record.points
                            if p.get("state") == RUNNING and p.get("worker") is not None})
     restart = [w for w in left_running if w not in alive]
-    unspent = max(0, int(record.data["tune"]["trials"]) - len(record.points))
+    unspent = sum(1 for p in record.points if p.get("trial") is None and p.get("state") is None)
     free = [i for i in range(size) if i not in alive and i not in restart]
     room = max(0, size - len(alive) - len(restart))
     return TunePlan(restart=restart, new=free[: min(unspent, room)], alive=alive, unspent=unspent)
@@ -50,17 +50,18 @@ def resume_tune(directory: Any, record: Any, profile: Any, *, hold: bool = False
     """Plan and start the workers a tune dir needs; return the plan and the submission (None when none)."""
     from pathlib import Path
 
-    from hpc_runner.slurm.resume import still_queued
-    from hpc_runner.slurm.submission import Submitted
-    from hpc_runner.tune.submit import _run_workers_here, send_workers, worker_jobs
+    from hpc_runner.scheduler.executor import is_scheduler_job
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.submitted import Submitted
+    from hpc_runner.tune.submit import run_workers_here, send_workers, worker_jobs
 
-    jobs = [j for j in worker_jobs(record).values() if j and j != "local"]
-    plan = plan_tune_resume(record, still_queued(jobs) if jobs else set())
+    executor = executor_for(profile)
+    jobs = [j for j in worker_jobs(record).values() if is_scheduler_job(j)]
+    plan = plan_tune_resume(record, executor.still_queued(jobs) if jobs else set())
     if dry_run or not plan.workers:
         return plan, None
     out = Submitted(Path(directory))
-    if profile.executor == "local":
-        _run_workers_here(Path(directory), plan.workers, profile, "resume", out, log)
-    else:
-        send_workers(Path(directory), plan.workers, profile, reason="resume", out=out, hold=hold, preflight=preflight)
+    send_workers(Path(directory), plan.workers, executor, reason="resume", out=out, hold=hold, preflight=preflight)
+    if executor.runs_here:
+        run_workers_here(Path(directory), executor, out, log)
     return plan, out

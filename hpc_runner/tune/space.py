@@ -125,7 +125,7 @@ def _check_id(key: str, text: str) -> str:
 def _values(args: str, text: str, id_: str) -> list[Any]:
     from hpc_runner.config.values import parse_value
     from hpc_runner.errors import ConfigError
-    from hpc_runner.slurm.sweep_spec import split_top_level
+    from hpc_runner.sweep.spec import split_top_level
 
     try:
         items = split_top_level(args)

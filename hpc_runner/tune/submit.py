@@ -44,16 +44,20 @@ def submit_tune(
     """Check the space, write the tune dir and start ``parallel`` workers; return a Submitted."""
     from hpc_runner.engine.runner import check_entry
     from hpc_runner.records.rundir import check_folder_path
-    from hpc_runner.slurm.submission import Submitted, _fresh_dir, _remove_sweep, default_sweep_dir
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.submission import _fresh_dir, _remove_sweep, default_sweep_dir
+    from hpc_runner.sweep.submitted import Submitted
     from hpc_runner.tune.tune_dir import check_space, create_tune_dir
 
     workers = check_workers(parallel, settings.trials)
+    executor = executor_for(profile)
+    executor.check_time()
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name, prefix="tune")
     check_folder_path(directory, "the tune dir")
     if dry_run:
         check_entry(cfg, entry)
-        note = check_space(cfg, settings, preflight)
-        return _dry_run(cfg, directory, settings, profile, workers, hold, note)
+        note = check_space(cfg, settings, preflight, entry)
+        return _dry_run(cfg, directory, settings, executor, workers, hold, note)
     created = _fresh_dir(directory, "the tune dir")
     try:
         record = create_tune_dir(cfg, directory, entry, settings, argv=argv, cluster=profile.to_record(),
@@ -63,73 +67,55 @@ def submit_tune(
         raise
     note = record.data.get("checked", "")
     out = Submitted(directory)
-    if profile.executor == "local":
-        _run_workers_here(directory, range(workers), profile, "tune", out, log)
-    else:
-        try:
-            send_workers(directory, list(range(workers)), profile, reason="tune", out=out, hold=hold,
-                         preflight=preflight)
-        except BaseException as exc:
-            _remove_sweep(directory, created)  # one sbatch: when it fails nothing is queued
-            if isinstance(exc, Exception) and not isinstance(exc, UserError):
-                raise ClusterError(f"submitting the tune failed: {exc}") from exc
-            raise
+    try:
+        send_workers(directory, list(range(workers)), executor, reason="tune", out=out, hold=hold,
+                     preflight=preflight)
+    except BaseException as exc:
+        _remove_sweep(directory, created)  # one sbatch: when it fails nothing is queued
+        if isinstance(exc, Exception) and not isinstance(exc, UserError):
+            raise ClusterError(f"submitting the tune failed: {exc}") from exc
+        raise
     out.notes.append(f"{workers} worker(s) for {settings.trials} trial(s); {note}")
+    if executor.runs_here:
+        run_workers_here(directory, executor, out, log)
     return out
 
 
-def _run_workers_here(directory: Path, indices: Sequence[int], profile: Any, reason: str, out: Any,
-                      log: Log) -> None:
-    from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
-    from hpc_runner.tune.worker import FAILED, run_tune_worker
+def run_workers_here(directory: Path, executor: Any, out: Any, log: Log) -> None:
+    """Run the workers the local executor was given, one after another; count the trials that failed."""
+    from hpc_runner.sweep.ledger import SweepRecord
+    from hpc_runner.tune.worker import FAILED
 
-    sweep_dir = str(directory.resolve())
-    with sr.locked(directory) as record:
-        record.submissions().append({"at": now_iso(), "reason": reason, "profile": profile.to_record(),
-                                     "arrays": [{"job_id": "local", "size": len(indices)}],
-                                     "workers": {str(i): "local" for i in indices}})
-        record.data["state"] = "submitted"
-    job_record = {"cluster": profile.name, "sweep": sweep_dir, "id": "local"}
-    for i in indices:
-        log(f"hpc-runner: tune worker {i} runs here")
-        res = run_tune_worker(sweep_dir, int(i), job_record)
-        out.job_ids[int(i)] = "local"
-        out.local_failures += res["trials"][FAILED]
+    executor.run_pending(log)
+    out.ran_here = True
+    out.local_failures = sum(1 for p in SweepRecord.load(directory).points if p.get("state") == FAILED)
 
 
-def send_workers(directory: Path, indices: list[int], profile: Any, *, reason: str, out: Any, hold: bool = False,
+def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: str, out: Any, hold: bool = False,
                  preflight: bool = True) -> None:
-    """Submit workers ``indices`` of the tune in ``directory`` as one job array; record it in sweep.yaml."""
+    """Submit workers ``indices`` of the tune in ``directory`` as one group (one job array); record it."""
     from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_array
-    from hpc_runner.slurm.governor import outside_the_job
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.governor import outside_the_job
     from hpc_runner.tune.worker import run_tune_worker
 
     sweep_dir = str(Path(directory).resolve())
     # Held over the sbatch: a worker that starts at once must find its submission recorded.
-    with sr.locked(directory) as record:
-        params = slurm_parameters(
-            profile,
-            job_name=f"hpcr-tune-{record.data.get('bundle', 'tune')}"[:64],
-            hold=hold,
-            chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
-        )
+    with sr.locked(directory) as ledger:
+        record = ledger.record
+        request = JobRequest(job_name=f"hpcr-tune-{record.data.get('bundle', 'tune')}", folder=record.job_folder,
+                             chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(), hold=hold)
         if preflight:
-            from hpc_runner.slurm.scheduler_check import check_resources
-
-            check_resources(profile, record.job_folder, params, map_count=len(indices) if len(indices) > 1 else None,
-                            what=f"the tune's {len(indices)} worker(s)")
-        executor = make_executor(profile, record.job_folder, params)
-        job_record = {"cluster": profile.name, "sweep": sweep_dir}
+            executor.check_resources(request, len(indices), f"the tune's {len(indices)} worker(s)")
+        job_record = {"cluster": executor.name, "sweep": sweep_dir}
         with outside_the_job():
-            jobs = submit_array(executor, run_tune_worker,
-                                [[sweep_dir] * len(indices), list(indices), [job_record] * len(indices)])
+            jobs = executor.submit(run_tune_worker,
+                                   [[sweep_dir] * len(indices), list(indices), [job_record] * len(indices)], request)
         array = {"job_id": jobs[0].job_id.split("_")[0], "size": len(indices)}
-        record.submissions().append({"at": now_iso(), "reason": reason, "profile": profile.to_record(),
+        record.submissions().append({"at": now_iso(), "reason": reason, "profile": executor.profile.to_record(),
                                      "arrays": [array], "workers": {str(i): j.job_id for i, j in zip(indices, jobs)}})
-        record.data["state"] = "submitted"
+        ledger.data["state"] = "submitted"
     out.arrays.append(array)
     for i, job in zip(indices, jobs):
         out.job_ids[int(i)] = job.job_id
@@ -144,19 +130,19 @@ def worker_jobs(record: Any) -> dict[int, str]:
     return jobs
 
 
-def _dry_run(cfg: Any, directory: Path, settings: Any, profile: Any, workers: int, hold: bool, note: str) -> Any:
-    from hpc_runner.slurm import sweep_record as sr
-    from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
-    from hpc_runner.slurm.submission import Submitted
+def _dry_run(cfg: Any, directory: Path, settings: Any, executor: Any, workers: int, hold: bool, note: str) -> Any:
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.submitted import Submitted
 
     out = Submitted(directory, dry_run=True)
     out.notes.append(f"{settings.trials} trial(s) by {workers} worker(s), space valid ({note})")
-    if profile.executor == "local":
-        out.notes.append(f"profile '{profile.name}' runs the workers here, one after another (no sbatch script)")
+    request = JobRequest(job_name=f"hpcr-tune-{cfg.name}", folder=directory / sr.SWEEP_JOB_FOLDER, chdir=os.getcwd(),
+                         hold=hold)
+    script = executor.script(request, workers)
+    if script is None:
+        out.notes.append(f"profile '{executor.name}' runs the workers here, one after another (no sbatch script)")
     else:
-        params = slurm_parameters(profile, job_name=f"hpcr-tune-{cfg.name}"[:64], hold=hold, chdir=os.getcwd())
-        script = sbatch_script(profile, directory / sr.SWEEP_JOB_FOLDER, params,
-                               map_count=workers if workers > 1 else None)
         out.scripts.append(f"# sbatch script for the array of {workers} worker(s)\n{script}")
     out.notes.append("# space\n" + "\n".join(f"  {s}" for s in settings.space))
     return out

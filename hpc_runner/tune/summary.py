@@ -62,12 +62,12 @@ class TuneSummary:
 
 def summarize(sweep_dir: str | Path) -> TuneSummary:
     """Read sweep.yaml and the journal of the tune dir ``sweep_dir``."""
-    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.sweep.ledger import SweepRecord
     from hpc_runner.tune.settings import TuneSettings
 
     record = SweepRecord.load(Path(sweep_dir))
     settings = TuneSettings.from_record(record.data.get("tune"), where=str(Path(sweep_dir) / "sweep.yaml"))
-    trials = [_trial(p) for p in record.points]
+    trials = [_trial(p) for p in record.points if p.get("trial") is not None]  # claimed by a worker
     study = _open(sweep_dir, settings)
     frozen = study.get_trials(deepcopy=False) if study is not None else []
     counts = {s: sum(t.state == s for t in trials) for s in STATES}

@@ -15,9 +15,9 @@ from typing import Any
 from hpc_runner.tune.settings import TUNE_KEY, TuneSettings
 
 
-def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str:
+def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry: str | None = None) -> str:
     """Raise a UserError when a corner of the space is not a valid config; return what was checked."""
-    from hpc_runner.slurm.sweep_check import check_points, make_override
+    from hpc_runner.sweep.check import check_points, make_override
     from hpc_runner.tune.space import parse_space, space_corners
     from hpc_runner.tune.study import rehearse
 
@@ -30,7 +30,11 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True) -> str
     if preflight:
         from hpc_runner.config.preflight import check_points as preflight_points
 
-        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in corners])
+        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in corners],
+                                        entry=entry or "run")
+    from hpc_runner.config.monai_bridge import warn_code_once
+
+    warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))  # once for the tune, not in each worker
     return note
 
 
@@ -75,11 +79,11 @@ def create_tune_dir(
     """Check the space, then write ``directory`` (base/ and sweep.yaml); return the SweepRecord."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.records.rundir import command_line, now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
     from hpc_runner.tune.space import parse_space
 
     check_entry(cfg, entry)
-    note = check_space(cfg, settings, preflight)
+    note = check_space(cfg, settings, preflight, entry)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     data = {
@@ -103,6 +107,6 @@ def create_tune_dir(
     }
     base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
     base.update_record(status="sweep-base", note="the shared config of the tune; points/NNNN are its trials")
-    record = sr.SweepRecord(directory, data, [])
-    record.save()
+    record = sr.SweepRecord(directory, data, sr.new_trials(settings.trials))  # listed by status from the start
+    sr.write_new(record)
     return record

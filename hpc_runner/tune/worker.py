@@ -36,8 +36,8 @@ def run_tune_worker(
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.resources.threads import use_cpu_budget
-    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
-    from hpc_runner.slurm.sweep_record import SweepRecord
+    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.sweep.ledger import SweepRecord
     from hpc_runner.tune.settings import TuneSettings
     from hpc_runner.tune.space import parse_space
     from hpc_runner.tune.study import open_study
@@ -52,7 +52,7 @@ def run_tune_worker(
     # its own random stream per worker and per start (a requeued worker must not replay its first asks)
     study = open_study(sweep_dir, settings.direction, settings.sampler, settings.pruner, settings.seed,
                        pruner_options=settings.pruner_options,
-                       sampler_options=settings.sampler_options, stream=(worker_index, len(record.points)))
+                       sampler_options=settings.sampler_options, stream=(worker_index, _claimed(record)))
     use_cpu_budget()
     clear_stop()
     restore = install_stop_handlers()  # a stop between two trials must not kill the worker
@@ -85,45 +85,35 @@ def run_tune_worker(
     return out
 
 
+def _claimed(record: Any) -> int:
+    """Return how many trials of the budget workers have claimed so far."""
+    return sum(1 for p in record.points if p.get("trial") is not None)
+
+
 def _claim_trial(
     sweep_dir: str, study: Any, space: Any, budget: int, worker_index: int, task: str | None
 ) -> dict[str, Any] | None:
     """Return the trial this worker must run next (its unfinished one first), or None when the budget is spent."""
-    from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
 
-    with sr.locked(sweep_dir) as record:
-        for p in record.points:
+    with sr.locked(sweep_dir) as ledger:
+        for p in ledger.points:
             if p.get("worker") == worker_index and p.get("state") == RUNNING:
-                p["job_id"] = task or "local"
-                p["resumed"] = int(p.get("resumed", 0)) + 1
-                return dict(p)
-        _fail_orphans(study, record.points)
-        if len(record.points) >= budget:
+                return dict(ledger.resume_trial(p["index"], task))
+        _fail_orphans(study, ledger.points)
+        if not ledger.unclaimed_trials():
             return None
         trial = study.ask(space.distributions())
-        index = len(record.points)
-        point = {
-            "index": index,
-            "dir": sr.point_dir_name(index, budget),
-            "params": space.typed(trial.params),
-            "trial": trial.number,
-            "trial_id": trial._trial_id,  # Trial(study, id) takes the trial up again after a requeue
-            "worker": worker_index,
-            "state": RUNNING,
-            "job_id": task or "local",
-            "submit": sr.SUBMITTED,
-            "started": now_iso(),
-        }
-        record.points.append(point)
-        return dict(point)
+        # Trial(study, id) takes the trial up again after a requeue: the ledger keeps its id
+        point = ledger.claim_trial(worker_index, task, space.typed(trial.params), trial)
+        return dict(point) if point is not None else None
 
 
 def _fail_orphans(study: Any, points: list[dict[str, Any]]) -> None:
     """Tell FAIL for running Optuna trials that sweep.yaml does not know (their worker died between ask and record)."""
     from optuna.trial import TrialState
 
-    known = {p.get("trial") for p in points}
+    known = {p.get("trial") for p in points if p.get("trial") is not None}
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number not in known:
             study.tell(t.number, state=TrialState.FAIL)
@@ -171,7 +161,7 @@ def _run_trial(
     from hpc_runner.engine.stop import Pruned
     from hpc_runner.records.environment import device_binding
     from hpc_runner.records.rundir import LOG_FILE, RunDir
-    from hpc_runner.slurm.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
+    from hpc_runner.sweep.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
 
     trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
     reported = set(_frozen(study, point["trial"]).intermediate_values)
@@ -192,11 +182,11 @@ def _run_trial(
     except Exception as exc:  # a params set the pre-flight corners did not cover
         return FAILED, f"cannot write the trial's run dir: {exc}"
     print(f"hpc-runner: tune trial {point['trial']} (point {point['index']}) runs in {path}", flush=True)
-    RunDir(path).update_record(binding=device_binding(), tune=tune)
+    sweep = {"dir": sweep_dir, "index": point["index"], "overrides": point["params"]}
+    RunDir(path).update_record(binding=device_binding(), tune=tune, sweep=sweep)  # before it runs: what it reads
     with validation_hooks.listening(report), stderr_into_log(path / LOG_FILE):
         outcome = run_keeping_overrides(path, entry)
-    extra = {"sweep": {"dir": sweep_dir, "index": point["index"], "overrides": point["params"]}, "tune": tune,
-             "job": job_record or {}}
+    extra = {"sweep": sweep, "tune": tune, "job": job_record or {}}
     try:
         result = finish_job(outcome, extra, requeue=False)  # the worker requeues once, after the loop
     except RunFailed as exc:
@@ -224,15 +214,11 @@ def _tell(study: Any, number: int, state: str, value: float | None) -> None:
 
 def _record(sweep_dir: str, point: dict[str, Any], state: str, value: float | None, epochs: int | None,
             error: str | None) -> None:
-    """Write the trial's end into its point in sweep.yaml."""
-    from hpc_runner.records.rundir import now_iso
-    from hpc_runner.slurm import sweep_record as sr
+    """Write the trial's end into its point (the ledger's transition)."""
+    from hpc_runner.sweep import ledger as sr
 
-    with sr.locked(sweep_dir) as record:
-        p = record.points[point["index"]]
-        p.update(state=state, value=value, epochs=epochs, ended=now_iso())
-        if error:
-            p["error"] = error[:500]
+    with sr.locked(sweep_dir) as ledger:
+        ledger.finish_trial(point["index"], state, value, epochs, error)
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ import yaml
 from registry_helpers import EXAMPLE, TINY, copy_bundle, out
 
 from hpc_runner.errors import BundleError
+from hpc_runner.registry.archive import pack_bundle
 from hpc_runner.registry.install import install_archive
-from hpc_runner.registry.pack import pack_bundle
 from hpc_runner.registry.trust import manifest_record
 
 

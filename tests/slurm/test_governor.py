@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.slurm.governor import Backoff, group_tasks, outside_the_job, plan_arrays, top_up
-from hpc_runner.slurm.limits import read_limits
+from hpc_runner.scheduler.limits import read_limits
+from hpc_runner.sweep.governor import Backoff, group_tasks, outside_the_job, plan_arrays
+from hpc_runner.sweep.submission import top_up
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(Path(__file__).parent / "data" / "tiny_point")  # its run prints one line
@@ -220,7 +221,7 @@ def test_a_refused_sbatch_backs_off_and_submits_when_a_slot_frees_then_cancel_st
 ):
     """A real refusal: between the governor's count and its sbatch another job takes the last slot; during
     the back-off that job goes, and the retry is accepted. Then cancel turns the still waiting points into
-    not-submitted, so no task of the sweep submits them later."""
+    cancelled, so no task of the sweep submits them later."""
     qos_limit(2)
     _wait_for_empty_qos(slurm_cluster)
     res = slurm_cluster.run("sbatch", "--parsable", "-H", f"--qos={QOS}", "--array=0-1", "-o", "/dev/null",
@@ -270,7 +271,7 @@ def test_a_refused_sbatch_backs_off_and_submits_when_a_slot_frees_then_cancel_st
         assert cancelled.returncode == 0, cancelled.stderr
         assert "2 waiting point(s) will not be submitted" in cancelled.stdout
         record = _record(cli.cwd / "sw")
-        assert [p["submit"] for p in record["points"][1:]] == ["not-submitted"] * 2
+        assert [p["submit"] for p in record["points"][1:]] == ["cancelled"] * 2
         slurm_cluster.wait_for_jobs([job], timeout=60)
         assert top_up(cli.cwd / "sw") == 0  # what a task of the sweep would do now: nothing waits
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hpc_runner.slurm.job_clock import (
+from hpc_runner.scheduler.job_clock import (
     SIGNAL_EARLY_S,
     JobClock,
     can_start,

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hpc_runner.errors import ClusterError, UserError
-from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
-from hpc_runner.slurm.job_script import prove_script, safe_job_name
-from hpc_runner.slurm.profiles import load_profile
+from hpc_runner.scheduler.job_script import prove_script, safe_job_name
+from hpc_runner.scheduler.profiles import load_profile
+from hpc_runner.scheduler.slurm_executor import sbatch_script, slurm_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
@@ -94,6 +94,7 @@ def test_a_tune_job_script_keeps_the_hostile_name_out_too(tmp_path):
         (["--slurm", 'sbatch={mail-user: "a\\ntouch M3"}'], "sbatch: mail-user"),
         (["--output_dir", "out\ntouch M3"], "control character"),
         (["--slurm", "python=python; touch M3"], "not a plain command"),
+        (["--slurm", 'setup=["#SBATCH --time=99999"]'], "not the one intended"),  # sbatch would read it
     ],
 )
 def test_a_control_character_or_shell_syntax_in_a_field_exits_2_naming_it(tmp_path, args, field):
@@ -114,6 +115,7 @@ def test_the_proof_refuses_a_script_with_a_line_that_was_not_intended(tmp_path):
     at = lines.index("# command")
     for bad in (
         script.replace("#SBATCH --time=60\n", "#SBATCH --time=60\ntouch M\n"),  # a command inside the block
+        script.replace("# command\n", "#SBATCH --time=6000\n# command\n"),  # an option sbatch still reads
         "\n".join([*lines[:at], "touch M", *lines[at:]]),  # a line outside it
         script.replace("--time=60", "--time=6000"),  # an option that is not the one intended
         script.replace("#SBATCH --time=60\n", ""),  # an option lost
@@ -194,8 +196,9 @@ def test_any_string_in_any_field_is_refused_or_lands_exactly_where_intended(tmp_
         if key in params:
             assert options[key] == str(params[key])
     # the only commands are the setup lines given and submitit's two lines, with the intended words
-    assert commands[: len(params.get("setup") or [])] == list(params.get("setup") or [])
-    rest = commands[len(params.get("setup") or []):]
+    setup = [ln for ln in params.get("setup") or [] if ln.strip() and not ln.startswith("#")]  # bash runs these
+    assert commands[: len(setup)] == setup
+    rest = commands[len(setup):]
     assert rest[0] == "export SUBMITIT_EXECUTOR=slurm" and len(rest) == 2
     words = shlex.split(rest[1])
     assert words[0] == "srun" and words[-3:] == ["-m", "submitit.core._submit", str(folder.absolute())]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.slurm.sweep_record import SweepRecord
+from hpc_runner.sweep.ledger import SweepRecord
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.sweep import ledger as sr
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -48,7 +48,8 @@ def bundle(tmp_path: Path) -> Path:
 
 def make_sweep(cli, slurm_cluster, bundle: Path, name: str, *args: str) -> Path:
     """A sweep dir written by the real CLI; its held array is cancelled (the test submits the tasks)."""
-    cli.write_profile(PROFILE, "extends: slurm\ncpus_per_task: 1\ntime: 10\nsignal_delay_s: 20\n")
+    cli.write_profile(PROFILE, "extends: slurm\ncpus_per_task: 1\ntime: 10\nsignal_delay_s: 20\n"
+                      "env: {HPCR_FAKE_GPUS: \"1\"}\n")  # the local cluster's GPUs are stand-ins
     res = cli("sweep", "--bundle", str(bundle), "--cluster", PROFILE, "--hold", "--output_dir", name, *args)
     assert res.returncode == 0, res.stdout + res.stderr
     sweep = cli.cwd / name
@@ -62,21 +63,24 @@ def make_sweep(cli, slurm_cluster, bundle: Path, name: str, *args: str) -> Path:
 
 def submit_task(cli, sweep: Path, indices: list[int], parallel: int = 1, **slurm) -> str:
     """Submit one packed task of ``indices`` as the governor would; return its job id."""
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_one
-    from hpc_runner.slurm.pack_runner import run_sweep_task
-    from hpc_runner.slurm.profiles import load_profile
+    from hpc_runner.scheduler.profiles import load_profile
+    from hpc_runner.scheduler.slurm_executor import make_executor, slurm_parameters, submit_one
+    from hpc_runner.sweep.task import run_sweep_task
 
     profile = load_profile(PROFILE, slurm, environ=cli.env)
     params = slurm_parameters(profile, job_name="hpcr-pack-test", chdir=str(cli.cwd))
     executor = make_executor(profile, sweep / sr.SWEEP_JOB_FOLDER, params)
-    with sr.locked(sweep) as rec:  # the task reads its points' job ids under this lock
-        points = [{"index": i, "dir": rec.points[i]["dir"], "overrides": rec.effective_overrides(rec.points[i])}
-                  for i in indices]
+    clock = {"signal_delay_s": profile.get("signal_delay_s")}  # what the governor gives each task
+    with sr.locked(sweep) as ledger:  # the task reads its points' job ids under this lock
+        record = ledger.record
+        points = [{"index": i, "dir": record.points[i]["dir"],
+                   "overrides": record.effective_overrides(record.points[i])} for i in indices]
         job = submit_one(executor, run_sweep_task, str(sweep.resolve()), points, None,
-                         {"cluster": PROFILE, "sweep": str(sweep.resolve())}, parallel)
+                         {"cluster": PROFILE, "sweep": str(sweep.resolve()), "clock": clock}, parallel)
         for i in indices:
-            rec.points[i].update(job_id=job.job_id, submit=sr.SUBMITTED)
-            rec.points[i].setdefault("jobs", []).append(job.job_id)
+            if ledger.points[i].get("submit") == sr.SUBMITTED:  # its held array was cancelled by make_sweep
+                ledger.retry(i)
+            ledger.submit(i, job.job_id)
     return job.job_id
 
 
@@ -142,7 +146,7 @@ def test_a_time_limited_pack_returns_the_points_it_cannot_finish(cli, slurm_clus
     assert state == "COMPLETED", slurm_cluster.explain(sweep, [job])
     record = sr.SweepRecord.load(sweep)
     done = [i for i in range(5) if run_record_or_empty(sweep, i).get("status") == "completed"]
-    returned = [i for i in range(5) if record.points[i].get("returned")]
+    returned = [i for i in range(5) if record.points[i].get("returns")]
     assert done and returned, (done, returned)
     assert sorted(done + returned) == list(range(5))  # every point ran or went back: none lost
     assert done == list(range(len(done)))  # in order: the first ones ran

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.executor import slurm_parameters
-from hpc_runner.slurm.profiles import (
+from hpc_runner.scheduler.profiles import (
     BUILTIN_DIR,
     available_profiles,
     load_profile,
     parse_setting_overrides,
     parse_time_minutes,
 )
+from hpc_runner.scheduler.slurm_executor import slurm_parameters
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpc_runner.slurm.shards import merge_cases, write_cases
+from hpc_runner.sweep.shards import merge_cases, write_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"

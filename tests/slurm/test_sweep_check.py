@@ -6,8 +6,8 @@ import pytest
 
 from hpc_runner.config.bundle_config import load_bundle_config
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.sweep_check import check_points, has_references
-from hpc_runner.slurm.sweep_spec import build_spec
+from hpc_runner.sweep.check import check_points, has_references
+from hpc_runner.sweep.spec import build_spec
 
 BUNDLE = "bundles/synthetic_seg"
 

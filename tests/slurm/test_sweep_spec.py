@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.sweep_spec import build_spec, parse_sweep_option, parse_values, split_top_level
+from hpc_runner.sweep.spec import build_spec, parse_sweep_option, parse_values, split_top_level
 
 
 def test_grid_is_the_cartesian_product_first_axis_slowest():

@@ -15,20 +15,19 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.records.rundir import RunDir
-from hpc_runner.slurm import causes
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.targets import Target
-from hpc_runner.slurm.tracking import (
+from hpc_runner.scheduler.accounting import SchedulerAnswer, parse_sacct
+from hpc_runner.sweep import causes
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.states import (
     DONE,
     NOT_STARTED,
     PRUNED,
     WAITING,
-    SchedulerAnswer,
     cause_counts,
     combine,
     explain_failures,
-    parse_sacct,
 )
+from hpc_runner.sweep.targets import Target
 
 HEADER = "JobID|State|Elapsed|ExitCode"
 

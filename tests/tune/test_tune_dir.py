@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import UserError
-from hpc_runner.slurm.sweep_record import SweepRecord
+from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.tune.settings import TuneSettings
 
 
@@ -16,7 +16,9 @@ def test_tune_dir_holds_the_base_config_and_the_tune_section(tmp_path: Path, mak
     sweep = make_tune(tmp_path / "tune", ["learning_rate=loguniform(1e-4,1e-1)",
                                           "network_def::channels=choice([8,16,32,64],[16,32,64,128])"], trials=8)
     record = SweepRecord.load(sweep)
-    assert record.points == [] and record.param_ids == ["learning_rate", "network_def::channels"]
+    # one point per trial of the budget from the start (status lists them), none claimed by a worker yet
+    assert len(record.points) == 8 and all(p["params"] == {} and "trial" not in p for p in record.points)
+    assert record.param_ids == ["learning_rate", "network_def::channels"]
     assert TuneSettings.from_record(record.data["tune"]).trials == 8
     assert "corner point(s)" in record.data["checked"]
     assert (sweep / "base" / "config.yaml").is_file()

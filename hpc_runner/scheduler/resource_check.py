@@ -12,11 +12,10 @@ submission reports it.
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.scheduler.profiles import ClusterProfile
 
 _ANSWERS: dict[str, str | None] = {}  # script -> refusal (None: it could start); one call per distinct script
 _PREFIXES = ("sbatch: error: ", "sbatch: ", "error: ")
@@ -55,13 +54,9 @@ def requested(parameters: dict[str, Any]) -> str:
     return " ".join(f"{k}={parameters[k]}" for k in _SHOWN if parameters.get(k) not in (None, ""))
 
 
-def check_resources(
-    profile: ClusterProfile, folder: Path, parameters: dict[str, Any], *, map_count: int | None = None, what: str
-) -> None:
-    """Raise ClusterError with sbatch's reason when the job ``what`` could never start with these resources."""
-    from hpc_runner.slurm.executor import sbatch_script
-
-    reason = sbatch_refusal(sbatch_script(profile, folder, parameters, map_count=map_count))
+def check_resources(profile: ClusterProfile, script: str, parameters: dict[str, Any], *, what: str) -> None:
+    """Raise ClusterError with sbatch's reason when the job ``what`` (its ``script``) could never start."""
+    reason = sbatch_refusal(script)
     if reason:
         raise ClusterError(
             f"pre-flight: the scheduler refuses {what} (profile {profile.name}: {requested(parameters)}), nothing "

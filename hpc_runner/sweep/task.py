@@ -6,22 +6,26 @@ submit the sweep's waiting points into the slot it frees (slurm/governor.py).
 
 Order of events in a task (see docs/packing.md):
 
-1. Read sweep.yaml once (under the sweep lock, shared): a point whose run.yaml says completed is
-   skipped (the task was requeued after running it), and so is a point that no longer belongs to this
-   job (the task returned it to the sweep, and the governor sent it elsewhere).
+1. Read its own points' lines of sweep.yaml (under the sweep lock, so the submitter has recorded this
+   job's id): a point whose run.yaml says completed is skipped (the task was requeued after running
+   it), and so is a point that no longer belongs to this job (the task returned it to the sweep, and
+   the governor sent it elsewhere). A task never parses the whole sweep.yaml.
 2. Ask SLURM once for the job's end time (slurm/job_clock.py).
 3. Run the points: sequentially in this process (``parallel=1``: the imports and the data caches are
    paid once), or in P spawned worker processes, each pinned to its share of the job's GPUs and CPUs
    (resources/shares.py) before torch is imported. SIGUSR2/SIGTERM are stop requests for the whole
    task: running points checkpoint, no new point starts.
-4. Points the clock says cannot finish before the end go back to the sweep as waiting.
+4. Points the clock says cannot finish before the end go back to the sweep as waiting, but never the
+   task's first point: a task always runs at least one point, so no task is submitted for nothing and
+   no chain of tasks returns a point unrun forever (a point returned ``max_returns`` times gives up,
+   sweep/ledger.py).
 5. If a point was stopped (or points were left unstarted by a stop), the task asks SLURM to requeue it
    once, after every running point has checkpointed; the requeued task skips what is done.
 """
 
 from __future__ import annotations
 
-import fcntl
+import dataclasses
 import os
 import queue
 import signal
@@ -47,8 +51,8 @@ def run_sweep_task(
     """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.slurm.job import RunFailed
-    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.sweep.job import RunFailed
 
     freeze_at_exit()
     task = current_job_id()
@@ -58,15 +62,15 @@ def run_sweep_task(
     clear_stop()
     restore = install_stop_handlers()  # a stop between two points must not kill the task
     try:
-        record = _read_sweep(sweep_dir)
+        mine = _read_points(sweep_dir, [p["index"] for p in points])
         todo = []
         for p in points:
-            why = _skip_reason(sweep_dir, p, record, task)
+            why = _skip_reason(sweep_dir, p, mine.get(p["index"]), task)
             if why is None:
                 todo.append(p)
             else:
                 outcomes[p["index"]], messages[p["index"]] = why
-        clock = _task_clock(record, task)
+        clock = _task_clock(job_record, task)
         pack = {"task": task or "local", "points": [p["index"] for p in points], "parallel": max(1, parallel)}
         print(f"hpc-runner: task {task or 'local'} runs {len(todo)} of {len(points)} point(s)"
               f"{f', {parallel} at a time' if parallel > 1 else ''}", flush=True)
@@ -90,7 +94,7 @@ def run_sweep_task(
         if task is None:
             restore()  # in a job the flag-only handlers stay: a stop signal that comes while the finished
             # task exits must not kill it (submitit's USR2 handler would, and the job would end FAILED)
-        _top_up(sweep_dir)
+        _top_up(sweep_dir, run_sweep_task)
     failed = [f"point {i}: {messages[i]}" for i, s in outcomes.items() if s == FAILED]
     if failed and not requeued:
         raise RunFailed(f"{len(failed)} of {len(points)} point(s) failed: " + "; ".join(failed)[:2000])
@@ -101,72 +105,67 @@ def run_sweep_task(
     return out
 
 
-def _read_sweep(sweep_dir: str) -> Any:
-    """sweep.yaml as it is once no writer holds the lock (the submitter records job ids under it)."""
-    from hpc_runner.slurm.sweep_record import LOCK_FILE, SweepRecord
+def _read_points(sweep_dir: str, indices: list[int]) -> dict[int, dict[str, Any]]:
+    """This task's points as the ledger has them, read under the sweep's lock (which the submitter holds
+    until it has recorded this job's id), each from its own line of sweep.yaml."""
+    from hpc_runner.records.file_lock import exclusive
+    from hpc_runner.sweep.ledger import LOCK_FILE, read_point
 
-    lock = Path(sweep_dir) / LOCK_FILE
-    try:
-        with open(lock, "a+b") as fh:
-            fcntl.flock(fh, fcntl.LOCK_SH)  # waits while a submitter writes this task's job id
-            try:
-                return SweepRecord.load(sweep_dir)
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-    except OSError:
-        return SweepRecord.load(sweep_dir)
+    with exclusive(Path(sweep_dir) / LOCK_FILE, what=f"the sweep {sweep_dir}"):
+        return {i: read_point(sweep_dir, i) for i in indices}
 
 
-def _skip_reason(sweep_dir: str, point: dict[str, Any], record: Any, task: str | None) -> tuple[str, str] | None:
+def _skip_reason(sweep_dir: str, point: dict[str, Any], recorded: dict[str, Any] | None,
+                 task: str | None) -> tuple[str, str] | None:
     """Why this task must not run ``point`` (an outcome and a message), or None to run it."""
     from hpc_runner.records.rundir import RunDir
-    from hpc_runner.slurm.sweep_record import WAITING
+    from hpc_runner.sweep.ledger import CANCELLED, GAVE_UP, WAITING
 
     run = RunDir(Path(sweep_dir) / point["dir"]).record()
     if run.get("status") == COMPLETED:
         return SKIPPED, "completed before"
     if run.get("status") == FAILED and task and (run.get("job") or {}).get("id") == task:
         return FAILED, "failed earlier in this job (see its error.txt)"  # a requeued task does not retry it
-    index = point["index"]
-    if task is None or not 0 <= index < len(record.points):
+    if task is None or recorded is None:
         return None
-    owner = record.points[index].get("job_id")
+    owner, state = recorded.get("job_id"), recorded.get("submit")
     if owner not in (None, task):
         return SKIPPED, f"now belongs to job {owner}"
-    if owner is None and record.points[index].get("submit") == WAITING:
-        return SKIPPED, "returned to the sweep (waiting)"
+    if owner is None and state in (WAITING, CANCELLED, GAVE_UP):
+        return SKIPPED, f"{state} in the sweep (not this job's any more)"
     return None
 
 
-def _task_clock(record: Any, task: str | None) -> Any:
-    """The job's end (one scheduler call) and the margin and hint from the sweep's latest profile."""
-    from hpc_runner.slurm.job_clock import JobClock, job_end_time, stop_margin_s
+def _task_clock(job_record: dict[str, Any] | None, task: str | None) -> Any:
+    """The job's end (one scheduler call) and the margin and hint of the profile it was submitted with."""
+    from hpc_runner.scheduler.job_clock import JobClock, job_end_time, stop_margin_s
 
-    settings = dict((record.data.get("cluster") or {}).get("settings") or {})
-    for sub in record.data.get("submissions") or []:
-        settings.update(((sub.get("profile") or {}).get("settings")) or {})
+    settings = (job_record or {}).get("clock") or {}
     margin = stop_margin_s(settings.get("signal_delay_s"))
     minutes = settings.get("point_minutes")
-    hint = float(minutes) * 60 if isinstance(minutes, (int, float)) and minutes > 0 else None
+    hint = float(minutes) * 60 if isinstance(minutes, int | float) and minutes > 0 else None
     return JobClock(job_end_time(task) if task else None, margin, hint)
 
 
 def _return_points(sweep_dir: str, indices: list[int], task: str | None, why: str) -> None:
     """Put the points this task could not start back in the sweep's queue (only those still ours)."""
-    from hpc_runner.slurm import sweep_record as sr
+    from hpc_runner.sweep import ledger as sr
 
-    with sr.locked(sweep_dir) as record:
-        ours = [i for i in indices if record.points[i].get("job_id") in (None, task)]
-        sr.return_to_waiting(record, ours)
+    with sr.locked(sweep_dir) as ledger:
+        ours = [i for i in indices if ledger.return_point(i, task, why)]
+        gave_up = [i for i in ours if ledger.points[i].get("submit") == sr.GAVE_UP]
     print(f"hpc-runner: {len(ours)} point(s) go back to the sweep as waiting ({why}): "
           f"{', '.join(map(str, ours))}", flush=True)
+    if gave_up:
+        print(f"hpc-runner: point(s) {', '.join(map(str, gave_up))} returned too often; they fail with cause "
+              "RETURNED", flush=True)
 
 
 def _run_one(
     sweep_dir: str, p: dict[str, Any], entry: str | None, job_record: dict[str, Any] | None, pack: dict[str, Any]
 ) -> tuple[str, str]:
     """Run one point in this process; return (outcome, message)."""
-    from hpc_runner.slurm.job import run_sweep_point
+    from hpc_runner.sweep.job import run_sweep_point
 
     try:
         res = run_sweep_point(sweep_dir, p["index"], f"{sweep_dir}/{p['dir']}", p["overrides"], entry,
@@ -192,7 +191,7 @@ def _run_sequential(
         if stop_requested():
             out[p["index"]] = NOT_STARTED, f"{stop_requested()} came before it started"
             continue
-        if not clock.can_start(time.time()):
+        if out and not clock.can_start(time.time()):  # the first point always runs (module doc, step 4)
             out[p["index"]] = RETURNED, clock.why_not(time.time())
             continue
         t0 = time.monotonic()
@@ -231,10 +230,16 @@ def _worker_main(
 
 
 def _pin(gpus: list[str], cpus: list[int]) -> None:
-    """Give this process its share: CUDA_VISIBLE_DEVICES, the affinity mask and the CPU count that
-    resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger thread counts inherited from the job."""
-    if gpus or "CUDA_VISIBLE_DEVICES" in os.environ:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    """Give this process its share: CUDA_VISIBLE_DEVICES (ids this process can open, resources/shares.py) with
+    HPCR_ASSIGNED_GPUS (so a slot that was given GPUs and sees none stops instead of training on the CPU),
+    the affinity mask and the CPU count that resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger
+    thread counts inherited from the job."""
+    from hpc_runner.resources.shares import ASSIGNED_ENV
+
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[ASSIGNED_ENV] = ",".join(gpus)
+    elif "CUDA_VISIBLE_DEVICES" in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # a slot with no GPU of its own uses none
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     if cpus:
@@ -276,11 +281,13 @@ def _run_concurrent(
     import multiprocessing
 
     from hpc_runner.engine.stop import stop_requested
-    from hpc_runner.resources.shares import describe_shares, job_cpus, job_gpus, slot_shares
+    from hpc_runner.resources.shares import accessible_gpu_minors, describe_shares, job_cpus, slot_gpu_plan, slot_shares
 
     ctx = multiprocessing.get_context("spawn")  # CUDA_VISIBLE_DEVICES must be set before CUDA starts
-    shares = slot_shares(job_gpus(), job_cpus(), parallel)
-    print(f"hpc-runner: {parallel} slots: {describe_shares(shares)}", flush=True)
+    plan = slot_gpu_plan(parallel, accessible=accessible_gpu_minors())  # ids a child can open, one GPU a slot
+    shares = slot_shares([], job_cpus(), parallel)
+    shares = [dataclasses.replace(sh, gpus=plan.slots[n], gpu_shared=plan.shared) for n, sh in enumerate(shares)]
+    print(f"hpc-runner: {parallel} slots: {plan.line()}; {describe_shares(shares)}", flush=True)
     outbox = ctx.Queue()
     args = (sweep_dir, entry, job_record, pack)
     slots = [_Slot(ctx, s, shares[s], args, outbox) for s in range(parallel)]
@@ -288,8 +295,11 @@ def _run_concurrent(
     out: dict[int, tuple[str, str]] = {}
     forwarded = False
 
+    started = [0]
+
     def feed(slot: _Slot) -> None:
-        if pending and not stop_requested() and clock.can_start(time.time()):
+        if pending and not stop_requested() and (not started[0] or clock.can_start(time.time())):
+            started[0] += 1
             slot.point, slot.since = pending.popleft(), time.monotonic()
             slot.inbox.put(slot.point)
         else:
@@ -349,11 +359,11 @@ def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
     return FAILED, message
 
 
-def _top_up(sweep_dir: str) -> None:
+def _top_up(sweep_dir: str, task_fn: Any) -> None:
     """Let the governor fill the slot this task is about to free (never fails the task)."""
-    from hpc_runner.slurm.governor import top_up_after_task
+    from hpc_runner.sweep.governor import top_up_after_task
 
     try:
-        top_up_after_task(Path(sweep_dir))
+        top_up_after_task(Path(sweep_dir), task_fn)
     except Exception as exc:  # a failed top-up leaves the points waiting: `status`/`resume` send them
         print(f"hpc-runner: could not submit the sweep's waiting points: {exc}", flush=True)

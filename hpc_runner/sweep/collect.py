@@ -10,10 +10,10 @@ from typing import Any
 
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.rundir import SUMMARY_FILE
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.sweep_spec import format_cell
-from hpc_runner.slurm.targets import Target
-from hpc_runner.slurm.tracking import DONE, PointState, failure_text
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.spec import format_cell
+from hpc_runner.sweep.states import DONE, PointState, failure_text
+from hpc_runner.sweep.targets import Target
 
 TEXT_COLUMNS = ("state", "cause", "job_id", "error", "resumed_with")  # left-aligned in results.md
 SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric", "best_epoch", "wall_s")

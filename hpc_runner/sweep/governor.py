@@ -1,14 +1,14 @@
 """The submission governor: never ask sbatch for more jobs than the cluster lets this user queue.
 
 A sweep's points are grouped into tasks of K points (``--pack K``, index order); each array task runs
-one task (``pack_runner.run_sweep_task``). ``send_points`` reads the limits (slurm/limits.py),
-submits the first ``free_slots`` tasks as arrays of at most MaxArraySize, and marks the points of the
-other tasks ``waiting`` (no job id) in sweep.yaml.
+one task (``sweep/task.py``'s ``run_sweep_task``). ``send_points`` reads the limits through the
+executor (scheduler/limits.py for SLURM), submits the first ``free_slots`` tasks as arrays of at most
+MaxArraySize, and moves the points of the other tasks to ``waiting`` (no job id) in the ledger.
 
 Waiting points are submitted later with no process of ours left on the login node (``top_up``):
 
 - every array task, when it ends, takes the sweep's lock, counts the free slots and submits waiting
-  points into them (``top_up_after_task``, called by pack_runner in a ``finally``). The caller's own
+  points into them (``top_up_after_task``, called by the task in a ``finally``). The caller's own
   job still counts in the queue until it exits, so SLURM would refuse a job in "its" slot; the slot it
   frees is used by the next task that ends. The lock serialises the top-ups and squeue shows an sbatch
   at once, so two tasks never fill the same slot. So that the last two tasks of a wave do not each
@@ -16,8 +16,13 @@ Waiting points are submitted later with no process of ours left on the login nod
   ``leaving`` when its top-up is done, and a later top-up that finds too few free slots waits (up to
   30 s, polling squeue) for the leaving jobs to leave the queue, then counts again. It never waits for
   a task that has not done its top-up (that one needs the lock), so the wait cannot deadlock.
-- ``hpc-runner status DIR`` and ``hpc-runner resume DIR`` top up too (the sweep's last tasks may have
-  found no free slot, e.g. when other jobs of the user filled the queue).
+- ``hpc-runner status DIR``, ``status --watch`` and ``resume DIR`` take the same top-up step (the sweep's
+  last tasks may have found no free slot, e.g. when other jobs of the user filled the queue).
+
+Every loop here is bounded: at most ``len(DEFAULT_BACKOFF)`` retries of a refused sbatch, at most one
+array per MaxArraySize tasks, and every task runs at least its first point (sweep/task.py), so the
+number of sbatch calls of a sweep is at most its points times (1 + the ledger's bounds on returns
+and retries).
 
 A refused sbatch whose message names a limit (QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit,
 MaxJobCount, a socket time-out) is retried after 1, 2, 4 and 8 s, re-counting the free slots each time,
@@ -38,16 +43,15 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import now_iso
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.limits import SubmitLimits, is_limit_refusal, read_limits
-from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.scheduler.executor import Executor, JobRequest, is_scheduler_job
+from hpc_runner.scheduler.job_env import own_job_id
+from hpc_runner.scheduler.limits import SubmitLimits, is_limit_refusal
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
 
 Log = Callable[[str], None]
 DEFAULT_BACKOFF = (1.0, 2.0, 4.0, 8.0)  # seconds before each retry of a limit refusal: 15 s at most in all
 LEAVING_WAIT_S = 30.0  # how long a top-up waits for tasks that are ending to leave the queue
-# variables that describe the running job: kept, they would give the job submitted from inside it the
-# old job's settings (sbatch reads none of them, but --export=ALL hands them on, and srun reads many)
-_KEEP_SLURM = ("SLURM_CONF",)
 
 
 @dataclass
@@ -77,18 +81,15 @@ def plan_arrays(n_tasks: int, free: int | None, max_array: int) -> tuple[list[in
     return sizes, n_tasks - now
 
 
-def own_job_id() -> str | None:
-    """Return this process's SLURM job id as squeue -r prints it (``123_4`` for an array task)."""
-    env = os.environ
-    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return env.get("SLURM_JOB_ID")
-
-
 @contextlib.contextmanager
 def outside_the_job() -> Iterator[None]:
-    """Hide the current job's SLURM_* variables from sbatch (kept: SLURM_CONF, and the user's own SBATCH_*)."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SLURMD_")) and k not in _KEEP_SLURM}
+    """Submit as the user would, not as the job this runs in: hide the job's SLURM_* variables (kept:
+    SLURM_CONF) and the thread-count variables hpc-runner set for it (the user's own are kept), so a job
+    submitted from inside a job gets only what the user set, and decides its own threads."""
+    from hpc_runner.resources.threads import variables_set_here
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SLURMD_")) and k != "SLURM_CONF"}
+    saved.update(variables_set_here())
     for k in saved:
         del os.environ[k]
     try:
@@ -99,7 +100,7 @@ def outside_the_job() -> Iterator[None]:
 
 def profile_from_record(record: sr.SweepRecord) -> ClusterProfile:
     """Rebuild the cluster profile of the sweep's latest submission (else the one recorded at creation)."""
-    from hpc_runner.slurm.profiles import check_settings
+    from hpc_runner.scheduler.profiles import check_settings
 
     recorded = next((s["profile"] for s in reversed(record.submissions()) if s.get("profile")), None)
     recorded = recorded or record.data.get("cluster") or {}
@@ -111,7 +112,7 @@ def profile_from_record(record: sr.SweepRecord) -> ClusterProfile:
 
 def _wait_for_leaving(
     limits: SubmitLimits, record: sr.SweepRecord, me: str | None, wanted: int, backoff: Backoff,
-    reader: Callable[[dict[str, Any]], SubmitLimits], settings: dict[str, Any],
+    reader: Callable[[], SubmitLimits],
 ) -> SubmitLimits:
     """When fewer slots are free than ``wanted``, wait (up to ``LEAVING_WAIT_S``) for the sweep's tasks that
     have done their last top-up to leave the queue, then count again: their slots are about to free up."""
@@ -121,69 +122,80 @@ def _wait_for_leaving(
     leaving = (set(record.data.get("leaving") or []) & {j for j, _, _ in limits.jobs}) - {me}
     if not leaving:
         return limits
-    from hpc_runner.slurm.limits import queued_jobs
+    from hpc_runner.scheduler.limits import queued_jobs
 
     deadline = time.monotonic() + LEAVING_WAIT_S
     while time.monotonic() < deadline:
         backoff.sleep(0.2)
         if not leaving & {j for j, _, _ in queued_jobs(limits.user)}:
             break
-    return reader(settings)
+    return reader()
+
+
+def job_request(record: sr.SweepRecord, hold: bool = False, array_parallelism: int | None = None) -> JobRequest:
+    """Return what the sweep's tasks ask for besides the profile: name, log folder, working dir."""
+    return JobRequest(
+        job_name=f"hpcr-sweep-{record.data.get('bundle', 'sweep')}",
+        folder=record.job_folder,
+        chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
+        hold=hold,
+        array_parallelism=array_parallelism,
+    )
 
 
 def send_points(
-    record: sr.SweepRecord,
+    ledger: sr.Ledger,
     indices: Sequence[int],
-    profile: ClusterProfile,
+    executor: Executor,
+    task_fn: Callable[..., Any],
     *,
     entry: str | None,
     reason: str,
     out: Any,
     hold: bool = False,
     array_parallelism: int | None = None,
-    before_chunk: Callable[[list[int]], Callable[[], None] | None] | None = None,
     log: Log = print,
     preflight: bool = True,
     give_up: str = "error",
     backoff: Backoff | None = None,
     limits_reader: Callable[[dict[str, Any]], SubmitLimits] | None = None,
 ) -> None:
-    """Submit as many tasks of ``indices`` as there are free slots; mark the rest waiting; fill ``out``.
+    """Submit as many tasks of ``indices`` as there are free slots; the rest wait; fill ``out``.
 
-    ``give_up``: what a limit refusal that outlasts the back-off does: ``error`` (mark the rest
-    not-submitted and raise, as any sbatch error does) or ``wait`` (leave them waiting: a top-up).
+    Call it under the sweep's lock (``ledger``): a task that starts at once must find its job id.
+    ``task_fn`` is what each array task runs (sweep/task.py's ``run_sweep_task``): given, not imported,
+    because a task itself tops up the sweep through this module.
+    ``give_up``: what a limit refusal that outlasts the back-off does: ``error`` (the rest are refused,
+    not-submitted, and the error raised, as for any sbatch error) or ``wait`` (they keep waiting: a top-up).
     """
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters
-
+    record = ledger.record
     backoff = backoff or Backoff()
-    reader = limits_reader or read_limits
+
+    def reader() -> SubmitLimits:
+        return limits_reader(executor.profile.settings) if limits_reader else executor.limits()
+
     me = own_job_id()
     k, parallel = pack_of(record)
     tasks = group_tasks(indices, k)
     sweep_dir = str(record.path.resolve())
-    job_record = {"cluster": profile.name, "sweep": sweep_dir}
+    settings = executor.profile.settings
+    clock = {k: settings.get(k) for k in ("signal_delay_s", "point_minutes") if settings.get(k) is not None}
+    job_record = {"cluster": executor.name, "sweep": sweep_dir, "clock": clock}  # what a task needs, no more
     submission: dict[str, Any] = {"at": now_iso(), "reason": reason, "arrays": []}
     if reason != "top-up":  # a top-up uses the profile of the submission before it (profile_from_record)
-        submission["profile"] = profile.to_record()
+        submission["profile"] = executor.profile.to_record()
     if array_parallelism:
         submission["array_parallelism"] = array_parallelism
     record.submissions().append(submission)
-    limits = _wait_for_leaving(reader(profile.settings), record, me, len(tasks), backoff, reader, profile.settings)
+    limits = _wait_for_leaving(reader(), record, me, len(tasks), backoff, reader)
     out.limits = limits
-    params = slurm_parameters(
-        profile,
-        job_name=f"hpcr-sweep-{record.data.get('bundle', 'sweep')}"[:64],
-        hold=hold,
-        array_parallelism=array_parallelism,
-        chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
-    )
+    request = job_request(record, hold, array_parallelism)
     sizes, _ = plan_arrays(len(tasks), limits.free_slots, limits.max_array_size)
     if len(sizes) > 1:
         log(f"hpc-runner: {len(tasks)} tasks > MaxArraySize {limits.max_array_size} ({limits.max_array_source}): "
             f"{len(sizes)} arrays")
     if preflight and sizes:
-        _preflight(profile, record, params, max(sizes), len(indices), submission)
-    executor = make_executor(profile, record.job_folder, params)
+        _preflight(executor, request, record, max(sizes), len(indices), submission)
     pending = list(tasks)
     retries = sbatch_calls = 0
     while pending:
@@ -193,13 +205,10 @@ def send_points(
             break
         batch = pending[:n]
         idx = [i for t in batch for i in t]
-        undo = before_chunk(idx) if before_chunk else None
         sbatch_calls += 1
         try:
-            jobs = _sbatch(executor, record, batch, sweep_dir, entry, job_record, parallel)
+            jobs = _sbatch(executor, task_fn, request, record, batch, sweep_dir, entry, job_record, parallel)
         except BaseException as exc:
-            if undo:
-                undo()
             message = exc.message if isinstance(exc, UserError) else str(exc)
             limited = isinstance(exc, Exception) and is_limit_refusal(message)
             if limited and retries < len(backoff.delays):
@@ -209,35 +218,28 @@ def send_points(
                 log(f"hpc-runner: sbatch refused {n} task(s) ({message[:160]}); "
                     f"retry {retries}/{len(backoff.delays)} in {delay:g} s")
                 backoff.sleep(delay)
-                limits = reader(profile.settings)
+                limits = reader()
                 out.limits = limits
                 continue
             if limited and give_up == "wait":
                 log(f"hpc-runner: sbatch still refuses after {retries} retries; {len(pending)} task(s) keep waiting")
                 break
             submission["sbatch_calls"] = sbatch_calls
-            _record_failure(record, pending, exc, submitted_any=bool(out.job_ids))
+            _record_failure(ledger, pending, exc, submitted_any=bool(out.job_ids))
             raise
         for task, job in zip(batch, jobs):
             for i in task:
-                p = record.points[i]
-                p["job_id"] = job.job_id
-                p.setdefault("jobs", []).append(job.job_id)
-                p["submit"] = sr.SUBMITTED
+                ledger.submit(i, job.job_id)
                 out.job_ids[i] = job.job_id
-        entry_ = {"job_id": jobs[0].job_id.split("_")[0], "size": n, "points": len(idx), "first": idx[0],
-                  "last": idx[-1]}
+        array_id = jobs[0].job_id.split("_")[0]
+        entry_ = {"job_id": array_id, "size": n, "points": len(idx), "first": idx[0], "last": idx[-1]}
         submission["arrays"].append(entry_)
         out.arrays.append(entry_)
         limits.consume(n)
         pending = pending[n:]
     waiting = [i for t in pending for i in t]
     for i in waiting:
-        p = record.points[i]
-        p["job_id"] = None
-        p["submit"] = sr.WAITING
-    if waiting and before_chunk:
-        before_chunk(waiting)  # fixes given on resume apply to the points that wait, too
+        ledger.wait(i)
     out.waiting = waiting
     submission["sbatch_calls"] = sbatch_calls
     if reason == "top-up" and not sbatch_calls:
@@ -248,14 +250,11 @@ def send_points(
         submission["limit"] = limits.describe()
 
 
-def _preflight(profile: ClusterProfile, record: sr.SweepRecord, params: dict[str, Any], size: int, points: int,
+def _preflight(executor: Executor, request: JobRequest, record: sr.SweepRecord, size: int, points: int,
                submission: dict[str, Any]) -> None:
     """sbatch --test-only for the largest array sent now; a limit refusal is not a reason to stop here."""
-    from hpc_runner.slurm.scheduler_check import check_resources
-
     try:
-        check_resources(profile, record.job_folder, params, map_count=size if size > 1 else None,
-                        what=f"the sweep's job array ({points} points)")
+        executor.check_resources(request, size, f"the sweep's job array ({points} points)")
     except ClusterError as exc:
         if is_limit_refusal(exc.message):  # --test-only counts the queue too; the governor handles that
             return
@@ -263,12 +262,10 @@ def _preflight(profile: ClusterProfile, record: sr.SweepRecord, params: dict[str
         raise
 
 
-def _sbatch(executor: Any, record: sr.SweepRecord, batch: list[list[int]], sweep_dir: str, entry: str | None,
-            job_record: dict[str, Any], parallel: int) -> list[Any]:
-    """One sbatch: an array of ``len(batch)`` tasks, each running its points with pack_runner."""
-    from hpc_runner.slurm.executor import submit_array
-    from hpc_runner.slurm.pack_runner import run_sweep_task
-
+def _sbatch(executor: Executor, task_fn: Callable[..., Any], request: JobRequest, record: sr.SweepRecord,
+            batch: list[list[int]], sweep_dir: str, entry: str | None, job_record: dict[str, Any],
+            parallel: int) -> list[Any]:
+    """One sbatch: an array of ``len(batch)`` tasks, each running its points with ``task_fn``."""
     n = len(batch)
     points = [
         [{"index": i, "dir": record.points[i]["dir"], "overrides": record.effective_overrides(record.points[i])}
@@ -276,31 +273,32 @@ def _sbatch(executor: Any, record: sr.SweepRecord, batch: list[list[int]], sweep
         for task in batch
     ]
     with outside_the_job():
-        return submit_array(executor, run_sweep_task, [[sweep_dir] * n, points, [entry] * n, [job_record] * n,
-                                                       [parallel] * n])
+        return executor.submit(task_fn, [[sweep_dir] * n, points, [entry] * n, [job_record] * n,
+                                                [parallel] * n], request)
 
 
-def _record_failure(record: sr.SweepRecord, rest: list[list[int]], exc: BaseException, submitted_any: bool) -> None:
+def _record_failure(ledger: sr.Ledger, rest: list[list[int]], exc: BaseException, submitted_any: bool) -> None:
     for task in rest:
         for i in task:
-            p = record.points[i]
-            if not p.get("job_id") or p.get("submit") == sr.WAITING:
-                p["job_id"] = None
-                p["submit"] = sr.NOT_SUBMITTED
-    record.data["error"] = {
+            if ledger.points[i].get("submit") in (sr.SUBMITTING, sr.WAITING):
+                ledger.refuse(i)
+    ledger.data["error"] = {
         "at": now_iso(),
         "message": (exc.paragraph() if isinstance(exc, UserError) else str(exc))[:800],
     }
-    record.data["state"] = "partially-submitted" if submitted_any else sr.NOT_SUBMITTED
+    ledger.data["state"] = "partially-submitted" if submitted_any else sr.NOT_SUBMITTED
 
 
 def waiting_indices(record: sr.SweepRecord) -> list[int]:
-    """Return the indices of the points that wait for a free submit slot."""
+    """Return the indices of the points that wait for a free submit slot (a tune's trials never do)."""
+    if record.is_tune:
+        return []
     return [n for n, p in enumerate(record.points) if p.get("submit") == sr.WAITING]
 
 
 def top_up(
     sweep_dir: str | Path,
+    task_fn: Callable[..., Any],
     log: Log = print,
     *,
     leaving: bool = False,
@@ -309,33 +307,36 @@ def top_up(
 ) -> int:
     """Submit the sweep's waiting points into the free submit slots; return how many points were submitted.
 
+    The one top-up step: the sweep's tasks when they end, ``status``, ``status --watch`` and ``resume``
+    all call it. It writes nothing and takes no lock when no point waits (the common case).
     ``leaving``: the caller is an array task of this sweep that is about to end (see the module doc).
     """
-    from hpc_runner.slurm.submission import Submitted
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.submitted import Submitted
 
     path = Path(sweep_dir)
     if not (path / sr.SWEEP_FILE).is_file():
         return 0
     if not waiting_indices(sr.SweepRecord.load(path)):
-        return 0  # the common case: nothing to send, so no lock and no write of sweep.yaml
+        return 0
     me = own_job_id() if leaving else None
-    submitted = 0
-    with sr.locked(path) as record:
+    with sr.locked(path) as ledger:
+        record = ledger.record
         waiting = waiting_indices(record)
         if not waiting:
             return 0
-        profile = profile_from_record(record)
+        executor = executor_for(profile_from_record(record))
         last = next((s for s in reversed(record.submissions()) if s.get("reason") != "top-up"), {})
         out = Submitted(record.path)
         try:
-            send_points(record, waiting, profile, entry=record.data.get("entry"), reason="top-up", out=out,
+            send_points(ledger, waiting, executor, task_fn, entry=record.data.get("entry"), reason="top-up", out=out,
                         array_parallelism=last.get("array_parallelism"), log=log, preflight=False,
                         give_up="wait", backoff=backoff, limits_reader=limits_reader)
         except Exception as exc:  # not a limit: the points keep waiting; status/resume try again
             for i in waiting:
-                if not record.points[i].get("job_id"):
-                    record.points[i]["submit"] = sr.WAITING
-            record.data["error"] = {"at": now_iso(), "message": f"top-up: {exc}"[:800]}
+                if ledger.points[i].get("submit") == sr.NOT_SUBMITTED:
+                    ledger.wait(i)
+            ledger.data["error"] = {"at": now_iso(), "message": f"top-up: {exc}"[:800]}
             log(f"hpc-runner: could not submit {len(waiting)} waiting point(s): {exc}")
             out.job_ids.clear()
         if not waiting_indices(record) and all(p.get("job_id") for p in record.points):
@@ -347,20 +348,19 @@ def top_up(
         if me:  # later top-ups count this job as gone (see the module doc); forget the ones that left
             queued = {j for j, _, _ in out.limits.jobs} if out.limits is not None else set()
             record.data["leaving"] = sorted({j for j in record.data.get("leaving") or [] if j in queued} | {me})
+    executor.run_pending(log)
     return submitted
 
 
-def top_up_after_task(sweep_dir: Path) -> int:
+def top_up_after_task(sweep_dir: Path, task_fn: Callable[..., Any]) -> int:
     """Submit waiting points into the slot the calling task frees; return how many were submitted."""
-    if not os.environ.get("SLURM_JOB_ID"):
-        return top_up(sweep_dir)
-    return top_up(sweep_dir, leaving=True)
+    return top_up(sweep_dir, task_fn, leaving=is_scheduler_job(own_job_id()))
 
 
-def cancel_waiting(record: sr.SweepRecord) -> int:
-    """Turn the sweep's waiting points into not-submitted (call under the lock); return how many."""
-    waiting = waiting_indices(record)
-    for i in waiting:
-        record.points[i]["submit"] = sr.NOT_SUBMITTED
-        record.points[i]["job_id"] = None
-    return len(waiting)
+def cancel_waiting(ledger: sr.Ledger) -> int:
+    """Cancel the sweep's points that no job has yet (call under the lock); return how many."""
+    cancelled = [i for i, p in enumerate(ledger.points) if p.get("submit") in (sr.WAITING, sr.NOT_SUBMITTED)
+                 and not ledger.record.is_tune]
+    for i in cancelled:
+        ledger.cancel(i)
+    return len(cancelled)

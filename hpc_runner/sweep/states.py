@@ -1,11 +1,8 @@
-"""Where every point of a sweep (or a single submitted run) stands, from ONE scheduler call.
+"""Where every point of a sweep (or a single submitted run) stands: the ledger's state, the scheduler's
+answer to ONE call (scheduler/accounting.py) and the run's own run.yaml, put together, read-only.
 
-``sacct -X -D --parsable2 -j id1,id2,...`` once for all arrays, parsed by submitit's own
-``SlurmInfoWatcher.read_info`` (it expands ``123_[5-999%32]`` ranges; with ``-D`` a requeued job has
-one record per attempt, oldest first, so the last one read is the current one and the others count
-its requeues); ``squeue`` once when sacct does not answer. The run dirs are read only where the
-scheduler cannot tell (no record yet, purged, local runs, packed points) and for the cause of failed
-points, so status stays fast at thousands of points.
+The run dirs are read only where the scheduler cannot tell (no record yet, purged, local runs, packed
+points) and for the cause of failed points, so status stays fast at thousands of points.
 
 Packed points (``--pack K``: K points share one array task's job id) take their state from their
 own run.yaml when it says completed or failed, else from the task: queued or running -> PENDING
@@ -17,37 +14,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-import subprocess
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.slurm import sweep_record as sr
+from hpc_runner.scheduler.accounting import DONE, FAILED_STATES, SchedulerAnswer
+from hpc_runner.scheduler.executor import is_local_job, is_scheduler_job
+from hpc_runner.sweep import ledger as sr
 
-# states after which a job never runs again, and that mean the point must be run again
-FAILED_STATES = frozenset(
-    {
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "PREEMPTED",
-        "REVOKED",
-        "SPECIAL_EXIT",
-    }
-)
-DONE = "COMPLETED"
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
 ENDED_WELL = (DONE, PRUNED)
 NOT_SUBMITTED = "NOT-SUBMITTED"
 NOT_STARTED = "NOT-STARTED"  # local run, or packed point, that never started
-WAITING = "WAITING"  # waits in the sweep dir for a free submit slot (sweep_record.WAITING, no job id)
+WAITING = "WAITING"  # waits in the sweep dir for a free submit slot (ledger.WAITING, no job id)
 UNKNOWN = "UNKNOWN"  # the scheduler has no record (yet: sacct lags a few seconds; or purged)
+GAVE_UP = "FAILED"  # the ledger gave the point up (returned or retried past its bounds): failed, with a cause
 # run.yaml status -> state, for runs the scheduler cannot tell about
 RUN_STATUS_STATES = {
     "completed": DONE,
@@ -60,7 +43,6 @@ RUN_STATUS_STATES = {
     "submitted": "PENDING",
     sr.NOT_SUBMITTED: NOT_SUBMITTED,
 }
-SACCT_FIELDS = "JobID,State,Elapsed,ExitCode"
 
 
 @dataclass
@@ -79,7 +61,8 @@ class PointState:
     requeues: int = 0  # how many times the scheduler requeued its job (sacct -D records, run.yaml)
     scheduler_state: str | None = None  # sacct's whole State ("CANCELLED by 1000")
     exit_code: str | None = None  # sacct's ExitCode ("2:0")
-    cause: Any = None  # hpc_runner.slurm.causes.Cause of a failed point (see explain_failures)
+    cause: Any = None  # hpc_runner.sweep.causes.Cause of a failed point (see explain_failures)
+    recorded_cause: dict[str, Any] | None = None  # the ledger's own cause (a point it gave up)
 
     @property
     def cause_kind(self) -> str | None:
@@ -97,79 +80,8 @@ class PointState:
         return not (self.failed or self.state in (*ENDED_WELL, UNKNOWN, NOT_STARTED))
 
 
-@dataclass
-class SchedulerAnswer:
-    """The parsed answer of the one sacct (or squeue) call."""
-
-    info: dict[str, dict[str, str]]
-    source: str  # "sacct", "squeue" or "none"
-    calls: int = 0
-    error: str | None = None
-    records: dict[str, int] = field(default_factory=dict)  # sacct records per job id (2 and more: requeued)
-
-    def requeues(self, job_id: str | None) -> int:
-        """Return how many times the job was requeued (its sacct records beyond the first)."""
-        return max(0, self.records.get(job_id, 0) - 1) if job_id else 0
-
-
-def array_ids(job_ids: Iterable[str | None]) -> list[str]:
-    """Return the distinct job ids to ask about (array tasks ``123_4`` -> ``123``), local runs left out."""
-    return list(dict.fromkeys(j.split("_")[0] for j in job_ids if j and j[0].isdigit()))
-
-
 def _first_word(state: str) -> str:
     return state.split()[0].rstrip("+") if state.strip() else ""
-
-
-def count_records(text: str) -> dict[str, int]:
-    """Return how many sacct records each job id has (``sacct -D``: one per attempt of a requeued job)."""
-    out: Counter = Counter()
-    for line in text.splitlines()[1:]:
-        job_id = line.split("|", 1)[0].strip()
-        if job_id and "." not in job_id and "[" not in job_id:
-            out[job_id] += 1
-    return dict(out)
-
-
-def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
-    """Return the answer of ``sacct -X -D --parsable2 -o JobID,State,...`` (header line first)."""
-    from submitit.slurm.slurm import SlurmInfoWatcher
-
-    return SchedulerAnswer(SlurmInfoWatcher().read_info(text), "sacct", calls, records=count_records(text))
-
-
-def query_scheduler(job_ids: Sequence[str], since: str | None = None, timeout: float = 60) -> SchedulerAnswer:
-    """Ask sacct once about ``job_ids`` (squeue once if sacct fails); return submitit-parsed info per job id."""
-    from submitit.slurm.slurm import SlurmInfoWatcher
-
-    ids = array_ids(job_ids)
-    if not ids:
-        return SchedulerAnswer({}, "none")
-    parse = SlurmInfoWatcher().read_info
-    command = ["sacct", "-X", "-D", "--parsable2", "-o", SACCT_FIELDS, "-j", ",".join(ids)]
-    if since:
-        command += ["-S", since]
-    errors = []
-    try:
-        res = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        if res.returncode == 0:
-            return parse_sacct(res.stdout)
-        errors.append(f"sacct: {res.stderr.strip()[:300]}")
-    except (OSError, subprocess.SubprocessError) as exc:
-        errors.append(f"sacct: {exc}")
-    try:
-        res = subprocess.run(
-            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return SchedulerAnswer({}, "none", 1, "; ".join([*errors, f"squeue: {exc}"]))
-    if res.returncode != 0 and "Invalid job id" not in res.stderr:
-        return SchedulerAnswer({}, "none", 2, "; ".join([*errors, f"squeue: {res.stderr.strip()[:300]}"]))
-    text = "JobID|State\n" + (res.stdout if res.returncode == 0 else "")
-    return SchedulerAnswer(parse(text), "squeue", 2, "; ".join(errors))
 
 
 # failures after which SLURM itself may requeue the job (JobRequeue=1 / --requeue); sacct records the
@@ -180,19 +92,15 @@ REQUEUABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED"})
 def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, timeout: float = 30) -> None:
     """Ask squeue once (only when some point ended NODE_FAIL/PREEMPTED) whether SLURM requeued those jobs;
     a requeued one is shown as squeue says (PENDING, RUNNING), one requeue more than sacct counts."""
+    from hpc_runner.scheduler.accounting import queued_states
+
     suspects = [s for s in states if s.state in REQUEUABLE_STATES and s.source == "sacct" and s.job_id]
     if not suspects:
         return
-    ids = array_ids(s.job_id for s in suspects)
-    try:
-        res = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T"],
-                             capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return
+    queued = queued_states([s.job_id for s in suspects if s.job_id], timeout)
     answer.calls += 1
-    if res.returncode != 0:
+    if not queued:
         return
-    queued = dict(line.split("|", 1) for line in res.stdout.split() if "|" in line)
     for s in suspects:
         now = queued.get(s.job_id) or queued.get(f"{s.job_id}_0" if "_" not in s.job_id else "")
         if now and now not in FAILED_STATES and now != DONE:
@@ -258,6 +166,11 @@ def _packed_state(ps: PointState, task: str, status: str | None) -> tuple[str, s
     return ("RUNNING", "run.yaml") if task == "RUNNING" and status == "running" else ("PENDING", ps.source)
 
 
+# the ledger's states of a point that no job has (sweep/ledger.py) -> the state shown
+_LEDGER_STATES = {sr.WAITING: WAITING, sr.CANCELLED: "CANCELLED", sr.GAVE_UP: GAVE_UP, sr.NOT_SUBMITTED: NOT_SUBMITTED,
+                  sr.SUBMITTING: NOT_SUBMITTED}
+
+
 def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packed: bool = False) -> PointState:
     """Return one point's state: the scheduler's, except that a completed run.yaml always wins.
 
@@ -268,7 +181,9 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
     params = point.get("params", {})
     ps = PointState(point["index"], run_dir, params, job_id, UNKNOWN, "record", extra=point.get("extra", {}))
     if not job_id:
-        ps.state = WAITING if point.get("submit") == sr.WAITING else NOT_SUBMITTED
+        ps.state = _LEDGER_STATES.get(point.get("submit", ""), NOT_SUBMITTED)
+        if point.get("submit") == sr.GAVE_UP:
+            ps.recorded_cause = point.get("cause") or {}
         return ps
     info = answer.info.get(job_id) if job_id[0].isdigit() else None
     if info and _first_word(info.get("State", "")):
@@ -284,8 +199,23 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
             if state == DONE:
                 ps.state, ps.source = state, src
         return ps
-    ps.state, ps.source = _state_from_record(run_dir, job_id == "local")
+    ps.state, ps.source = _state_from_record(run_dir, is_local_job(job_id))
     return ps
+
+
+def job_alive(answer: SchedulerAnswer, job_id: str | None) -> bool:
+    """Whether a scheduler's job may still run: queued or running, or not yet in sacct (it lags a few
+    seconds behind sbatch); a local job never is."""
+    if not is_scheduler_job(job_id):
+        return False
+    state = _first_word((answer.info.get(job_id or "") or {}).get("State", ""))
+    return state not in FAILED_STATES and state not in ENDED_WELL
+
+
+def unclaimed_trial(point: dict[str, Any], run_dir: Path, workers_alive: bool) -> PointState:
+    """A tune trial no worker has claimed: PENDING while a worker may still claim it, else NOT-STARTED."""
+    state = "PENDING" if workers_alive else NOT_STARTED
+    return PointState(point["index"], run_dir, {}, None, state, "record")
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failed|Warning)\b.*")
@@ -375,10 +305,15 @@ def _requeue_counter(rec: dict[str, Any]) -> int:
 
 def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> None:
     """Set ``cause`` (and run.yaml's requeue count) on every failed point; reads only failed points' files."""
-    from hpc_runner.slurm.causes import decide
+    from hpc_runner.sweep.causes import decide
 
     for ps in states:
         if ps.state not in FAILED_STATES:
+            continue
+        if ps.recorded_cause is not None:  # the ledger gave it up and said why
+            from hpc_runner.sweep.causes import Cause
+
+            ps.cause = Cause(ps.recorded_cause.get("kind", "ERROR"), message=ps.recorded_cause.get("message"))
             continue
         rec = _read_record(ps.run_dir) if ps.run_dir.is_dir() else {}
         ps.requeues = max(ps.requeues, _requeue_counter(rec))

@@ -21,7 +21,7 @@ from hpc_runner.config.ids import get_by_id, has_id, split_id
 from hpc_runner.config.overrides import Override, check_value_type
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES
 from hpc_runner.errors import ClusterError, ConfigError
-from hpc_runner.slurm.sweep_spec import ADD_PREFIX, describe_point
+from hpc_runner.sweep.spec import ADD_PREFIX, describe_point
 
 SOURCE = "sweep"
 

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpc_runner.scheduler.accounting import FAILED_STATES
+
 OUT_OF_MEMORY = "OUT_OF_MEMORY"
 TIMEOUT = "TIMEOUT"
 PREEMPTED = "PREEMPTED"
@@ -33,7 +35,8 @@ NODE_FAIL = "NODE_FAIL"
 CANCELLED = "CANCELLED"
 ERROR = "ERROR"
 BAD_INPUT = "BAD_INPUT"
-CAUSES = (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, ERROR, BAD_INPUT)
+RETURNED = "RETURNED"  # the ledger gave the point up: its tasks returned it unrun too often
+CAUSES = (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, ERROR, BAD_INPUT, RETURNED)
 
 # sacct states (first word) that say by themselves why the job ended
 SCHEDULER_CAUSES = {
@@ -89,6 +92,7 @@ class Cause:
             OUT_OF_MEMORY: "killed for exceeding its memory",
             BAD_INPUT: f"bad input (the job exited with code {self.exit_code})",
             ERROR: "failed" + (f" with exit code {self.exit_code}" if self.exit_code else ""),
+            RETURNED: "returned unrun too often",
         }
         return words[self.kind] + (f": {self.message}" if self.message else "")
 
@@ -168,8 +172,6 @@ def decide(
     ``record`` the point's run.yaml and ``log_line`` the job log's error line, or a function that
     reads it: it is called only when the others do not tell.
     """
-    from hpc_runner.slurm.tracking import FAILED_STATES
-
     if state not in FAILED_STATES:
         return None
     record = record or {}

@@ -8,7 +8,7 @@ ends) and the margin is the profile's ``signal_delay_s`` plus ``SIGNAL_EARLY_S``
 signal that long before the end, or up to 60 s earlier (its time-limit check runs every 30 s; SLURM's
 sbatch manual says "up to 60 seconds"; on the local cluster a 20 s delay came 28 s before the end), and
 a point started after it would only be stopped again. A point that is not started goes back to the
-sweep as waiting (see pack_runner), so it is never lost.
+sweep as waiting (see sweep/task.py), so it is never lost.
 
 The decisions are pure functions of the given clock so they are tested without waiting for a job.
 """
@@ -16,7 +16,6 @@ The decisions are pure functions of the given clock so they are tested without w
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,10 +58,11 @@ def _run(cmd: list[str]) -> str:
 
 def job_end_time(job_id: str | None, environ: Mapping[str, str] | None = None, run: Runner = _run) -> float | None:
     """Return the epoch second at which SLURM ends this job, or None (no job, no limit, or no answer)."""
-    env = os.environ if environ is None else environ
-    raw = env.get("SLURM_JOB_END_TIME", "").strip()  # SLURM >= 23.02 sets it: no call needed
-    if raw.isdigit() and int(raw) > 0:
-        return float(raw)
+    from hpc_runner.scheduler.job_env import end_time
+
+    known = end_time(environ)  # SLURM >= 23.02 sets it: no call needed
+    if known is not None:
+        return known
     if not job_id:
         return None
     try:

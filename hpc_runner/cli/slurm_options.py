@@ -38,7 +38,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
 
 def load_profile_from_args(args: argparse.Namespace, name: str | None = None) -> Any:
     """Return the ClusterProfile that --cluster and --slurm describe."""
-    from hpc_runner.slurm.profiles import load_profile, parse_setting_overrides
+    from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
 
     return load_profile(name or args.cluster, parse_setting_overrides(args.slurm))
 
@@ -51,4 +51,15 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
     return value

@@ -8,8 +8,10 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import RUN_FILE, RunDir
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm import tracking
+from hpc_runner.scheduler.executor import LOCAL_JOB_ID, Executor, is_scheduler_job
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep import states as tracking
 
 
 @dataclass
@@ -49,24 +51,51 @@ class Target:
         shared: set[str] = set()
         for p in self.points:
             job = p.get("job_id")
-            if job and job != "local":
+            if is_scheduler_job(job):
                 (shared if job in seen else seen).add(job)
         return shared
 
+    def executor(self) -> Executor:
+        """Return the executor of the profile the sweep (or run) was last submitted with."""
+        from hpc_runner.scheduler.select import executor_for
+        from hpc_runner.sweep.governor import profile_from_record
+
+        if self.record is not None:
+            return executor_for(profile_from_record(self.record))
+        cluster = ((self.run_record or {}).get("job") or {}).get("cluster")
+        recorded = cluster if isinstance(cluster, dict) else {}
+        return executor_for(ClusterProfile(str(recorded.get("profile") or "recorded"), [],
+                                           dict(recorded.get("settings") or {})))
+
     def states(self) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
-        """Return every point's state from one scheduler call, with the cause of each failed one."""
-        answer = tracking.query_scheduler(
-            [p.get("job_id") for p in self.points], since=tracking._since(self.submitted_dates())
+        """Return every point's state from one scheduler call, with the cause of each failed one.
+
+        Read-only: nothing is written. A tune's trials that no worker has claimed yet wait for one: PENDING
+        while one of its workers is queued or running, NOT-STARTED once none is (``resume`` starts more)."""
+        workers = self._worker_jobs()
+        answer = self.executor().query(
+            [p.get("job_id") for p in self.points] + workers, since=tracking._since(self.submitted_dates())
         )
         shared = self.shared_job_ids()
         packed_sweep = int(((self.record.data.get("pack") if self.record else None) or {}).get("points", 1)) > 1
-        states = [
-            tracking.combine(p, self.run_dir(p), answer, packed=packed_sweep or p.get("job_id") in shared)
-            for p in self.points
-        ]
+        packed_sweep = packed_sweep or bool(workers)  # a tune's worker runs trial after trial, like a packed task
+        alive = any(tracking.job_alive(answer, w) for w in workers)
+        states = []
+        for p in self.points:
+            if self.record is not None and self.record.is_tune and p.get("trial") is None:
+                states.append(tracking.unclaimed_trial(p, self.run_dir(p), alive))
+            else:
+                states.append(tracking.combine(p, self.run_dir(p), answer,
+                                               packed=packed_sweep or p.get("job_id") in shared))
         tracking.recheck_requeued(states, answer)
         tracking.explain_failures(states, self.job_folder)
         return states, answer
+
+    def _worker_jobs(self) -> list[str]:
+        """Return the job ids of a tune's workers (none for a sweep or a run)."""
+        if self.record is None or not self.record.is_tune:
+            return []
+        return [job for s in self.record.submissions() for job in (s.get("workers") or {}).values() if job]
 
 
 def _job_id_of_run(rec: dict[str, Any]) -> str | None:
@@ -89,7 +118,7 @@ def load_target(path: str | Path) -> Target:
         rec = RunDir(path).record()
         job_id = _job_id_of_run(rec)
         if not job_id and rec.get("status") != sr.NOT_SUBMITTED:
-            job_id = "local"
+            job_id = LOCAL_JOB_ID
         point = {"index": 0, "dir": ".", "params": {}, "job_id": job_id}
         if rec.get("status") == sr.NOT_SUBMITTED:
             point["job_id"] = None

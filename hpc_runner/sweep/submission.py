@@ -1,11 +1,11 @@
 """Submit a run or a sweep: check everything first, write the records, then one sbatch per array.
 
 Order of work for a sweep: expand and check every point (nothing written), create the sweep dir with
-its base config and sweep.yaml (state ``submitting``), submit the points as arrays of at most
-MaxArraySize tasks through submitit's ``map_array``, then record the job id of every point. If the
-first sbatch fails nothing is queued and the sweep dir is removed again; if a later one fails, the
-points already queued keep their job ids, the others are marked ``not-submitted`` (``resume`` sends
-them), and the error says so.
+its base config and sweep.yaml (points ``submitting``), submit the points through the profile's
+executor as arrays of at most MaxArraySize tasks (one sbatch each), recording each point's job id in
+the ledger. If the first sbatch fails nothing is queued and the sweep dir is removed again; if a later
+one fails, the points already queued keep their job ids, the others are ``not-submitted`` (``resume``
+sends them), and the error says so. With the local executor the tasks run here once they are recorded.
 """
 
 from __future__ import annotations
@@ -13,43 +13,20 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import RunDir, check_folder_path, now_iso, timestamp_name
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm.profiles import ClusterProfile
-from hpc_runner.slurm.sweep_spec import SweepSpec
+from hpc_runner.scheduler.executor import Executor, JobRequest
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.governor import outside_the_job
+from hpc_runner.sweep.spec import SweepSpec
+from hpc_runner.sweep.submitted import Submitted
 
 Log = Callable[[str], None]
-
-
-@dataclass
-class ArrayPlan:
-    """The point indices one sbatch array will run."""
-
-    indices: list[int]
-    script: str = ""
-
-
-@dataclass
-class Submitted:
-    """What a submission did: job ids per point index, arrays, sbatch calls, and the texts shown."""
-
-    directory: Path
-    job_ids: dict[int, str] = field(default_factory=dict)
-    arrays: list[dict[str, Any]] = field(default_factory=list)
-    scripts: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    local_failures: int = 0
-    logs: dict[int, dict[str, str]] = field(default_factory=dict)
-    waiting: list[int] = field(default_factory=list)  # points that wait for a free submit slot
-    limits: Any = None  # the SubmitLimits the governor read (slurm/limits.py)
-    pack: tuple[int, int] = (1, 1)  # points per task, points at once per task
 
 
 def chunk(indices: Sequence[int], size: int) -> list[list[int]]:
@@ -75,7 +52,7 @@ def _job_name(cfg_name: str, kind: str) -> str:
 
 
 def _max_array(profile: ClusterProfile) -> tuple[int, str]:
-    from hpc_runner.slurm.cluster_info import max_array_size
+    from hpc_runner.scheduler.cluster_info import max_array_size
 
     return max_array_size(profile.get("max_array_size"))
 
@@ -128,62 +105,58 @@ def submit_run(
     log: Log = print,
     preflight: bool = True,
 ) -> Submitted:
-    """Prepare a run dir for ``cfg`` and submit one job running it (or run it here with a local profile)."""
+    """Prepare a run dir for ``cfg`` and submit one job running it (the local executor runs it here)."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.records.rundir import default_run_dir
-    from hpc_runner.slurm.executor import make_executor, sbatch_script, slurm_parameters, submit_one
-    from hpc_runner.slurm.job import run_submitted
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.job import run_submitted
 
     check_entry(cfg, entry)
+    executor = executor_for(profile)
+    executor.check_time()
     if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
         from hpc_runner.config.preflight import check_config
 
-        check_config(cfg)
+        check_config(cfg, entry=entry or "run")
+    _warn_code_once(cfg)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
     check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
-    params = slurm_parameters(profile, job_name=_job_name(cfg.name, "run"), hold=hold, chdir=os.getcwd())
-    folder = path / sr.RUN_JOB_FOLDER
+    request = JobRequest(job_name=_job_name(cfg.name, "run"), folder=path / sr.RUN_JOB_FOLDER, chdir=os.getcwd(),
+                         hold=hold)
     if dry_run:
         from hpc_runner.config.display import to_plain
         from hpc_runner.records.rundir import dump_yaml
 
         out = Submitted(path, dry_run=True)
-        if profile.executor == "local":
+        script = executor.script(request, 1)
+        if script is None:
             out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no sbatch script)")
         else:
-            out.scripts.append(sbatch_script(profile, folder, params))
+            out.scripts.append(script)
         out.notes.append(
             "# resolved config (config.yaml of the run dir)\n" + dump_yaml(to_plain(_resolved_for_display(cfg, path)))
         )
         return out
-    if preflight and profile.executor != "local":
-        from hpc_runner.slurm.scheduler_check import check_resources
-
-        check_resources(profile, folder, params, what="the job")
+    if preflight:
+        executor.check_resources(request, 1, "the job")
     created = _fresh_dir(path, "the run dir")
     job_record = {"cluster": profile.to_record(), "submitted": now_iso()}
     run_dir, _ = prepare_run(cfg, entry, path, argv)
-    if profile.executor == "local":
-        run_dir.update_record(job={**job_record, "id": "local"})
-        log(f"hpc-runner: running {run_dir.path} here (profile '{profile.name}': no scheduler)")
-        out = Submitted(run_dir.path, {0: "local"})
-        try:
-            run_submitted(str(run_dir.path), entry, {**job_record, "id": "local"})
-        except Exception as exc:  # the run's own record says what failed
-            out.local_failures = 1
-            log(f"hpc-runner: the run failed: {exc}")
-        return out
     try:
-        executor = make_executor(profile, folder, params)
-        job = submit_one(executor, run_submitted, str(run_dir.path.resolve()), entry, job_record)
+        with outside_the_job():
+            job = executor.submit(run_submitted, [[str(run_dir.path.resolve())], [entry], [job_record]], request)[0]
     except BaseException as exc:
         _undo_run_dir(run_dir, created, exc)
         raise
-    logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-    run_dir.update_record(status="submitted", job={**job_record, "id": job.job_id, **logs})
+    run_dir.update_record(status="submitted", job={**job_record, "id": job.job_id, **job.logs})
     out = Submitted(run_dir.path, {0: job.job_id}, [{"job_id": job.job_id, "points": [0]}])
-    out.logs[0] = logs
+    if job.logs:
+        out.logs[0] = job.logs
+    if executor.runs_here:
+        log(f"hpc-runner: running {run_dir.path} here (profile '{profile.name}': no scheduler)")
+        out.local_failures = executor.run_pending(log)
+        out.ran_here = True
     return out
 
 
@@ -198,36 +171,27 @@ def _undo_run_dir(run_dir: RunDir, created: bool, exc: BaseException) -> None:
 
 
 def submit_points(
-    record: sr.SweepRecord,
+    ledger: sr.Ledger,
     indices: Sequence[int],
-    profile: ClusterProfile,
+    executor: Executor,
     *,
     entry: str | None,
     reason: str,
     hold: bool = False,
     array_parallelism: int | None = None,
-    before_chunk: Callable[[list[int]], Callable[[], None]] | None = None,
     log: Log = print,
     preflight: bool = True,
 ) -> Submitted:
-    """Submit ``indices`` of a recorded sweep as tasks of K points, never more tasks than there are free
-    submit slots (the rest wait, slurm/governor.py), in arrays of at most MaxArraySize; record job ids.
+    """Submit ``indices`` of a recorded sweep (under its lock) as tasks of K points, never more tasks than there
+    are free submit slots (the rest wait, sweep/governor.py), in arrays of at most MaxArraySize."""
+    from hpc_runner.sweep.governor import pack_of, send_points
+    from hpc_runner.sweep.task import run_sweep_task
 
-    ``before_chunk(indices)`` runs before each sbatch and returns an undo for when that sbatch fails.
-    """
-    from hpc_runner.slurm.governor import pack_of, send_points
-
+    record = ledger.record
     out = Submitted(record.path, pack=pack_of(record))
-    if profile.executor == "local":
-        job_record = {"cluster": profile.name, "sweep": str(record.path.resolve())}
-        submission: dict[str, Any] = {"at": now_iso(), "reason": reason, "profile": profile.to_record(), "arrays": []}
-        record.submissions().append(submission)
-        if before_chunk:
-            before_chunk(list(indices))
-        return _run_points_here(record, indices, entry, job_record, submission, out, log)
     try:
-        send_points(record, indices, profile, entry=entry, reason=reason, out=out, hold=hold,
-                    array_parallelism=array_parallelism, before_chunk=before_chunk, log=log, preflight=preflight)
+        send_points(ledger, indices, executor, run_sweep_task, entry=entry, reason=reason, out=out, hold=hold,
+                    array_parallelism=array_parallelism, log=log, preflight=preflight)
     except BaseException as exc:
         if out.job_ids and isinstance(exc, Exception):
             left = sum(1 for p in record.points if p.get("submit") == sr.NOT_SUBMITTED)
@@ -245,44 +209,6 @@ def _partial_error(record: sr.SweepRecord, exc: BaseException, out: Submitted, l
         hint=f"`hpc-runner resume {record.path}` submits them later; "
         f"`hpc-runner cancel {record.path}` cancels the queued ones",
     )
-
-
-def _run_points_here(
-    record: sr.SweepRecord,
-    indices: Sequence[int],
-    entry: str | None,
-    job_record: dict[str, Any],
-    submission: dict[str, Any],
-    out: Submitted,
-    log: Log,
-) -> Submitted:
-    from hpc_runner.slurm.job import run_sweep_point
-
-    for i in indices:
-        p = record.points[i]
-        p.update(job_id="local", submit=sr.SUBMITTED)
-        p.setdefault("jobs", []).append("local")
-    record.save()
-    for n, i in enumerate(indices):
-        p = record.points[i]
-        log(f"hpc-runner: point {i} ({n + 1}/{len(indices)}) runs here in {record.point_dir(p)}")
-        try:
-            run_sweep_point(
-                str(record.path.resolve()),
-                i,
-                str(record.point_dir(p).resolve()),
-                record.effective_overrides(p),
-                entry,
-                {**job_record, "id": "local"},
-            )
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # the point's run.yaml and error.txt say what failed; go on with the next
-            out.local_failures += 1
-            log(f"hpc-runner: point {i} failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-        out.job_ids[i] = "local"
-    submission["arrays"].append({"job_id": "local", "size": len(indices)})
-    return out
 
 
 def new_sweep_record(
@@ -316,11 +242,7 @@ def new_sweep_record(
         "error": None,
         "submissions": [],
     }
-    recs = [
-        {"index": i, "dir": sr.point_dir_name(i, len(points)), "params": p, "job_id": None, "submit": "submitting"}
-        for i, p in enumerate(points)
-    ]
-    return sr.SweepRecord(directory, data, recs)
+    return sr.SweepRecord(directory, data, sr.new_points(points, len(points)))
 
 
 def submit_sweep(
@@ -339,61 +261,74 @@ def submit_sweep(
     pack: int = 1,
     pack_parallel: int = 1,
     record_extra: dict[str, Any] | None = None,
+    bounds: dict[str, int] | None = None,
 ) -> Submitted:
     """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays."""
     from hpc_runner.engine.runner import check_entry, prepare_run
-    from hpc_runner.slurm.sweep_check import check_points
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.check import check_points
 
     check_pack(pack, pack_parallel)
     check_entry(cfg, entry)
+    executor = executor_for(profile)
+    executor.check_time()
     points = spec.points()
     note = check_points(cfg, points)
     if preflight:
         from hpc_runner.config.preflight import check_points as preflight_points
-        from hpc_runner.slurm.sweep_check import make_override
+        from hpc_runner.sweep.check import make_override
 
-        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points])
+        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points],
+                                        entry=entry or "run")
+    _warn_code_once(cfg)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
-        return _dry_run_sweep(cfg, directory, points, profile, hold, array_parallelism, note, pack)
+        return _dry_run_sweep(cfg, directory, points, executor, hold, array_parallelism, note, pack)
     created = _fresh_dir(directory, "the sweep dir")
     record = new_sweep_record(directory, cfg, entry, spec, points, profile, argv, note)
     if pack > 1 or pack_parallel > 1:
         record.data["pack"] = {"points": pack, "parallel": pack_parallel}
+    if bounds:
+        record.data["bounds"] = dict(bounds)
     record.data.update(record_extra or {})
     try:
         base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
         base.update_record(status="sweep-base", note="the shared config of the sweep; points/NNNN are its runs")
-        record.save()
+        sr.write_new(record)
         # Held from the first sbatch until the waiting points are recorded: a task that ends at once
-        # must find them, or no one would top them up (slurm/governor.py).
-        with sr.locked(directory) as record:
-            try:
-                out = submit_points(
-                    record,
-                    range(len(points)),
-                    profile,
-                    entry=entry,
-                    reason="sweep",
-                    hold=hold,
-                    array_parallelism=array_parallelism,
-                    log=log,
-                    preflight=preflight,
-                )
-            except BaseException:
-                if any(p.get("job_id") for p in record.points):
-                    record.save()
-                raise
-            record.data["state"] = "submitted"  # waiting points are a per-point state
+        # must find them, or no one would top them up (sweep/governor.py).
+        with sr.locked(directory) as ledger:
+            out = submit_points(ledger, range(len(points)), executor, entry=entry, reason="sweep", hold=hold,
+                                array_parallelism=array_parallelism, log=log, preflight=preflight)
+            ledger.data["state"] = "submitted"  # waiting points are a per-point state
     except BaseException as exc:
-        if not any(p.get("job_id") for p in record.points):
+        if not _any_queued(directory):
             _remove_sweep(directory, created)  # nothing is queued: leave nothing behind
         if isinstance(exc, Exception) and not isinstance(exc, UserError):
             raise ClusterError(f"submitting the sweep failed: {exc}") from exc
         raise
     out.notes.append(note)
+    if executor.runs_here:
+        out.local_failures = executor.run_pending(log)
+        out.ran_here = True
     return out
+
+
+def _warn_code_once(cfg: BundleConfig) -> None:
+    """MONAI's "this config runs code" warning, once for the whole submission (never in each array task)."""
+    from hpc_runner.config.monai_bridge import warn_code_once
+
+    warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))
+
+
+def _any_queued(directory: Path) -> bool:
+    """Whether any point of the sweep in ``directory`` was handed to a job (the record may not exist)."""
+    try:
+        record = sr.SweepRecord.load(directory)
+    except UserError:
+        return False
+    return any(p.get("job_id") for p in record.points)
 
 
 def check_pack(points: int, parallel: int) -> None:
@@ -419,7 +354,7 @@ def _dry_run_sweep(
     cfg: BundleConfig,
     directory: Path,
     points: list[dict[str, Any]],
-    profile: ClusterProfile,
+    executor: Executor,
     hold: bool,
     array_parallelism: int | None,
     note: str,
@@ -427,28 +362,20 @@ def _dry_run_sweep(
 ) -> Submitted:
     from hpc_runner.config.display import to_plain
     from hpc_runner.records.rundir import dump_yaml
-    from hpc_runner.slurm.executor import sbatch_script, slurm_parameters
-    from hpc_runner.slurm.governor import group_tasks, plan_arrays
-    from hpc_runner.slurm.sweep_spec import describe_point
+    from hpc_runner.sweep.governor import group_tasks, plan_arrays
+    from hpc_runner.sweep.spec import describe_point
 
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
-    if profile.executor == "local":
-        out.notes.append(f"profile '{profile.name}' runs the points here, one after another (no sbatch script)")
+    request = JobRequest(job_name=_job_name(cfg.name, "sweep"), folder=directory / sr.SWEEP_JOB_FOLDER,
+                         chdir=os.getcwd(), hold=hold, array_parallelism=array_parallelism)
+    if executor.script(request, 1) is None:
+        out.notes.append(f"profile '{executor.name}' runs the points here, one after another (no sbatch script)")
     else:
-        from hpc_runner.slurm.limits import read_limits
-
-        limits = read_limits(profile.settings)
+        limits = executor.limits()
         out.limits = limits
         tasks = group_tasks(range(len(points)), pack)
         sizes, waiting_tasks = plan_arrays(len(tasks), limits.free_slots, limits.max_array_size)
-        params = slurm_parameters(
-            profile,
-            job_name=_job_name(cfg.name, "sweep"),
-            hold=hold,
-            array_parallelism=array_parallelism,
-            chdir=os.getcwd(),
-        )
         now = tasks[: len(tasks) - waiting_tasks]
         waiting = [i for t in tasks[len(now):] for i in t]
         out.notes.append(
@@ -463,9 +390,7 @@ def _dry_run_sweep(
             start += size
         for size in sorted(set(sizes)):
             covered = [f"{a}-{b}" for n, a, b in arrays if n == size]
-            script = sbatch_script(
-                profile, directory / sr.SWEEP_JOB_FOLDER, params, map_count=size if size > 1 else None
-            )
+            script = executor.script(request, size)
             out.scripts.append(f"# sbatch script for the array(s) of points {', '.join(covered)}\n{script}")
     width = len(str(len(points) - 1))
     lines = [f"  {i:>{width}}  {describe_point(p)}" for i, p in enumerate(points[:50])]
@@ -475,3 +400,12 @@ def _dry_run_sweep(
     base = _resolved_for_display(cfg, directory / sr.BASE_DIR)
     out.notes.append("# resolved base config (each point is this plus its overrides)\n" + dump_yaml(to_plain(base)))
     return out
+
+
+def top_up(sweep_dir: str | Path, log: Log = print, **options: Any) -> int:
+    """Submit the sweep's waiting points into the free submit slots (the governor's one top-up step, with the
+    sweep's task); the step ``status``, ``status --watch`` and ``resume`` take, as the tasks do when they end."""
+    from hpc_runner.sweep.governor import top_up as governor_top_up
+    from hpc_runner.sweep.task import run_sweep_task
+
+    return governor_top_up(sweep_dir, run_sweep_task, log, **options)

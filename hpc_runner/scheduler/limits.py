@@ -204,7 +204,7 @@ def read_limits(
     settings: dict[str, Any], user: str | None = None, run: Runner | None = None
 ) -> SubmitLimits:
     """Return the limits for a job submitted with the profile ``settings``, with the user's queued jobs counted."""
-    from hpc_runner.slurm.cluster_info import max_array_size, scheduler_config
+    from hpc_runner.scheduler.cluster_info import max_array_size, scheduler_config
 
     run = run or _run
     user = user or current_user()

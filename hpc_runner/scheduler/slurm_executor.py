@@ -1,4 +1,5 @@
-"""Turn a cluster profile into a submitit SlurmExecutor, and into the exact sbatch script it submits."""
+"""The SLURM executor: a cluster profile turned into submitit's SlurmExecutor and the exact sbatch script it
+submits (proven first, scheduler/job_script.py); sacct/squeue for states; scancel."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.slurm.profiles import ClusterProfile
+from hpc_runner.scheduler.accounting import SchedulerAnswer
+from hpc_runner.scheduler.executor import Executor, Job, JobRequest
+from hpc_runner.scheduler.limits import SubmitLimits
+from hpc_runner.scheduler.profiles import ClusterProfile
 
 # profile key -> submitit SlurmExecutor parameter (same meaning, passed through when set)
 _PASS_THROUGH = {
@@ -46,7 +50,7 @@ def slurm_parameters(
     chdir: str | None = None,
 ) -> dict[str, Any]:
     """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir)."""
-    from hpc_runner.slurm.job_script import check_parameters, safe_job_name
+    from hpc_runner.scheduler.job_script import check_parameters, safe_job_name
 
     # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
     params: dict[str, Any] = {"job_name": safe_job_name(profile.get("job_name") or job_name),
@@ -73,7 +77,7 @@ def slurm_parameters(
 
 def python_command(profile: ClusterProfile) -> str:
     """Return the command that starts python in the job (the profile's, else this interpreter)."""
-    from hpc_runner.slurm.job_script import check_python_command
+    from hpc_runner.scheduler.job_script import check_python_command
 
     command = profile.get("python") or shlex.quote(sys.executable)
     check_python_command(command, profile.where)
@@ -84,7 +88,7 @@ def sbatch_script(
     profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None
 ) -> str:
     """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven."""
-    from hpc_runner.slurm.job_script import checked_script
+    from hpc_runner.scheduler.job_script import checked_script
 
     try:
         return checked_script(parameters, folder, python_command(profile), map_count, profile.where)
@@ -94,13 +98,13 @@ def sbatch_script(
 
 def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, Any]) -> Any:
     """Return a submitit SlurmExecutor writing into ``folder`` (which may hold ``%j``)."""
-    from submitit import SlurmExecutor
+    from submitit import SlurmExecutor as SubmititExecutor
 
-    from hpc_runner.slurm.job_script import check_path
+    from hpc_runner.scheduler.job_script import check_path
 
     check_path(Path(folder).expanduser().absolute(), "the job's log folder", profile.where)
     try:
-        executor = SlurmExecutor(folder=folder, python=python_command(profile))
+        executor = SubmititExecutor(folder=folder, python=python_command(profile))
     except RuntimeError as exc:  # no srun on PATH
         raise ClusterError(
             f"cannot submit to SLURM from here ({exc})",
@@ -150,6 +154,91 @@ def submit_one(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _prove(executor: Any, map_count: int | None) -> None:
     """Prove the script the executor is about to hand sbatch (submitit writes it from these same values)."""
-    from hpc_runner.slurm.job_script import checked_script
+    from hpc_runner.scheduler.job_script import checked_script
 
     checked_script(executor.parameters, executor.folder, executor.python, map_count)
+
+
+class SlurmExecutor(Executor):
+    """Jobs submitted to SLURM through submitit: one sbatch per group (an array), sacct for states."""
+
+    kind = "slurm"
+    runs_here = False
+
+    def limits(self) -> SubmitLimits:
+        """Return the user's submit limits and queued jobs (sacctmgr, squeue, scontrol)."""
+        from hpc_runner.scheduler.limits import read_limits
+
+        return read_limits(self.profile.settings)
+
+    def check_time(self) -> None:
+        """ClusterError when the stop signal would be due before a job could start anything."""
+        check_time_room(self.profile)
+
+    def parameters(self, request: JobRequest) -> dict[str, Any]:
+        """Return submitit's parameters for ``request`` under this profile (every value checked)."""
+        return slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
+                                array_parallelism=request.array_parallelism, chdir=request.chdir)
+
+    def check_resources(self, request: JobRequest, count: int, what: str) -> None:
+        """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""
+        from hpc_runner.scheduler.resource_check import check_resources
+
+        parameters = self.parameters(request)
+        script = sbatch_script(self.profile, request.folder, parameters, map_count=count if count > 1 else None)
+        check_resources(self.profile, script, parameters, what=what)
+
+    def script(self, request: JobRequest, count: int) -> str | None:
+        """Return the proven sbatch script of a group of ``count`` tasks."""
+        return sbatch_script(self.profile, request.folder, self.parameters(request),
+                             map_count=count if count > 1 else None)
+
+    def submit(self, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]], request: JobRequest) -> list[Job]:
+        """One sbatch: ``map_array`` for several tasks, ``submit`` for one; the script is proven first."""
+        executor = make_executor(self.profile, request.folder, self.parameters(request))
+        count = len(argument_lists[0]) if argument_lists else 0
+        if count == 1:
+            jobs = [submit_one(executor, fn, *(a[0] for a in argument_lists))]
+        else:
+            jobs = submit_array(executor, fn, argument_lists)
+        out = []
+        for j in jobs:
+            logs = {"stdout": str(j.paths.stdout), "stderr": str(j.paths.stderr)}
+            out.append(Job(j.job_id, j.paths.stdout, j.paths.stderr, logs))
+        return out
+
+    def query(self, job_ids: Sequence[str | None], since: str | None = None) -> SchedulerAnswer:
+        """One sacct call (squeue when sacct does not answer)."""
+        from hpc_runner.scheduler.accounting import query_scheduler
+
+        return query_scheduler(job_ids, since=since)
+
+    def still_queued(self, job_ids: Sequence[str]) -> set[str]:
+        """The jobs squeue still lists."""
+        from hpc_runner.scheduler.accounting import still_queued
+
+        return still_queued(job_ids)
+
+    def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        """One scancel of the scheduler's jobs among ``job_ids``."""
+        from hpc_runner.scheduler.accounting import array_ids, scancel
+
+        ids = array_ids(job_ids)
+        if ids:
+            scancel(ids)
+        return ids
+
+
+def check_time_room(profile: ClusterProfile) -> None:
+    """ClusterError when the profile's time limit is not longer than its stop-signal delay: the stop signal
+    would come before the job could start anything, and a job that only checkpoints and requeues forever
+    floods the scheduler."""
+    limit_s = profile.time_minutes() * 60
+    delay = int(profile.get("signal_delay_s") or 0)
+    if limit_s <= delay:
+        raise ClusterError(
+            f"time limit {profile.time_minutes()} min leaves no room before the stop signal, which SLURM sends "
+            f"signal_delay_s={delay} s before the end",
+            where=profile.where,
+            expected=f"--slurm time longer than {delay // 60 + 1} min, or a smaller signal_delay_s",
+        )

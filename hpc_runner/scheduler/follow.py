@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from hpc_runner.slurm import tracking
+from hpc_runner.scheduler.accounting import DONE, FAILED_STATES, query_scheduler
 
 
 class _Tail:
@@ -43,7 +43,7 @@ def follow_job(
     out = out or sys.stdout
     tails = [_Tail(Path(stdout)), _Tail(Path(stderr))]
     last_state_check = 0.0
-    state = tracking.UNKNOWN
+    state = "UNKNOWN"
     result = Path(str(stdout).replace("_log.out", "_result.pkl"))
     finished_at: float | None = None
     while True:
@@ -58,10 +58,10 @@ def follow_job(
             finished_at = now
         if finished or now - last_state_check >= state_every_s:
             last_state_check = now
-            answer = tracking.query_scheduler([job_id], since=since)
+            answer = query_scheduler([job_id], since=since)
             info = answer.info.get(job_id, {})
             state = info.get("State", "").split(" ")[0] or state
-            if state in tracking.ENDED_WELL or state in tracking.FAILED_STATES:
+            if state == DONE or state in FAILED_STATES:
                 break
             if finished_at is not None and now - finished_at > 30:
                 break  # the function returned; the scheduler's record lags or is gone

@@ -2,7 +2,7 @@
 
 Search order for ``--cluster NAME`` (first match wins): each folder of ``$HPCR_CLUSTER_PATH``
 (``:``-separated), then ``$XDG_CONFIG_HOME/hpc-runner/clusters`` (default ``~/.config/...``), then the
-profiles shipped in ``hpc_runner/slurm/profiles``. ``--cluster path/to/file.yaml`` names a file directly.
+profiles shipped in ``hpc_runner/scheduler/profiles``. ``--cluster path/to/file.yaml`` names a file directly.
 A profile may start from another with ``extends: NAME``.
 """
 
@@ -221,7 +221,7 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
 
 def _check_script_values(settings: Mapping[str, Any], where: str) -> None:
     """ClusterError for a value that must not reach a job script (slurm/job_script.py), named by its key."""
-    from hpc_runner.slurm.job_script import check_field, check_python_command, check_text
+    from hpc_runner.scheduler.job_script import check_field, check_python_command, check_text
 
     for key, value in settings.items():
         if key == "python" and value is not None:

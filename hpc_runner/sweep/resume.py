@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,12 +10,12 @@ from typing import Any
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import now_iso
-from hpc_runner.slurm import sweep_record as sr
-from hpc_runner.slurm import tracking
-from hpc_runner.slurm.governor import waiting_indices
-from hpc_runner.slurm.profiles import ClusterProfile
-from hpc_runner.slurm.submission import Submitted, submit_points
-from hpc_runner.slurm.targets import Target
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep import states as tracking
+from hpc_runner.sweep.submission import submit_points
+from hpc_runner.sweep.submitted import Submitted
+from hpc_runner.sweep.targets import Target
 
 
 @dataclass
@@ -28,28 +27,11 @@ class ResumePlan:
     active: list[int] = field(default_factory=list)
 
 
-def still_queued(job_ids: Sequence[str]) -> set[str]:
-    """Job ids squeue still lists as pending/running (for points sacct does not know yet)."""
-    ids = tracking.array_ids(job_ids)
-    if not ids:
-        return set()
-    try:
-        res = subprocess.run(
-            ["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i"], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.SubprocessError):
-        return set(job_ids)  # cannot tell: do not risk running a point twice
-    if res.returncode != 0:
-        return set() if "Invalid job id" in res.stderr else set(job_ids)
-    listed = set(res.stdout.split())
-    return {j for j in job_ids if j in listed or j.split("_")[0] in listed}
-
-
 def plan_resume(target: Target, only: Sequence[int] | None = None) -> ResumePlan:
     """Sort the points into resubmit / completed / active; ``only`` limits the resubmitted ones."""
     states, _ = target.states()
-    unknown = [s for s in states if s.state in (tracking.UNKNOWN,) and s.job_id]
-    queued = still_queued([s.job_id for s in unknown]) if unknown else set()
+    unknown = [s.job_id for s in states if s.state == tracking.UNKNOWN and s.job_id]
+    queued = target.executor().still_queued(unknown) if unknown else set()
     plan = ResumePlan()
     for s in states:
         if s.state in tracking.ENDED_WELL:  # completed, or a tune trial pruned: never again
@@ -99,91 +81,67 @@ def resume_sweep(
     array_parallelism: int | None = None,
     log: Callable[[str], None] = print,
     preflight: bool = True,
+    max_retries: int | None = None,
 ) -> Submitted:
     """Submit the planned points again, and the points still waiting for a slot, through the governor.
 
-    With ``extra`` fixes the planned points' old run dirs go to attempts/. The sweep's lock is held from
-    the first sbatch until the record is saved, so no task of the sweep tops up in between.
+    Each planned point takes the ledger's ``retry`` transition (bounded: a point resubmitted
+    ``max_retries`` times is refused, naming it, before anything is submitted); with ``extra`` fixes its
+    old run dir goes to attempts/ first. The sweep's lock is held from the first sbatch until the record
+    is written, so no task of the sweep tops up in between.
     """
+    from hpc_runner.scheduler.select import executor_for
+
     assert target.record is not None
     planned = {s.index: s.job_id for s in plan.resubmit}
     fixes = {o.spelling(): o.value for o in extra}
+    executor = executor_for(profile)
+    executor.check_time()
     if preflight:  # the recorded base config plus each point's values and fixes, before any sbatch
         from hpc_runner.config.preflight import check_points
         from hpc_runner.config.recorded import load_recorded_config
-        from hpc_runner.slurm.sweep_check import make_override
+        from hpc_runner.sweep.check import make_override
 
         record = target.record
         base, _ = load_recorded_config(record.base_dir)
         cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
         check_points(base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]),
                                                                 **fixes}.items()] for i in planned],
-                     cwd=Path(cwd) if cwd else None)
-    with sr.locked(target.path) as record:
+                     cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
+    with sr.locked(target.path) as ledger:
+        record = ledger.record
         target.record, target.points = record, record.points
+        if max_retries is not None:
+            record.data.setdefault("bounds", {})["max_retries"] = max_retries
         # a point a task submitted since the plan was made (it was waiting) is not sent twice
-        indices = [i for i, job in planned.items() if record.points[i].get("job_id") == job]
-        fixed = set(indices)
-        waiting = [i for i in waiting_indices(record) if i not in fixed]
+        indices = [i for i, job in planned.items() if record.points[i].get("job_id") == job
+                   and record.points[i].get("submit") != sr.WAITING]
+        for i in indices:  # all checked (bounds) before any run dir moves or any sbatch
+            ledger.retry(i, fixes)
+        for i in indices:
+            if fixes:
+                pair = _move_aside(record, record.points[i])
+                if pair:
+                    record.points[i].setdefault("attempts", []).append(str(pair[1].relative_to(record.path)))
+        waiting = sorted(set(ledger.waiting()) | set(indices))
+        record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
         try:
-            out = submit_points(
-                record,
-                indices + waiting,
-                profile,
-                entry=record.data.get("entry"),
-                reason="resume",
-                hold=hold,
-                array_parallelism=array_parallelism,
-                before_chunk=_apply_fixes(record, fixes, fixed),
-                log=log,
-                preflight=preflight,
-            )
+            out = submit_points(ledger, waiting, executor, entry=record.data.get("entry"), reason="resume", hold=hold,
+                                array_parallelism=array_parallelism, log=log, preflight=preflight)
         finally:
-            record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
             if all(p.get("job_id") for p in record.points):
                 record.data["state"] = "submitted"
-            record.save()  # also when an sbatch failed (the lock saves only on success)
+    if executor.runs_here:
+        out.local_failures = executor.run_pending(log)
+        out.ran_here = True
     return out
 
 
 def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:
     """Submit the sweep's waiting points into the free submit slots (``resume`` with nothing to resubmit)."""
-    from hpc_runner.slurm.governor import top_up
+    from hpc_runner.sweep.submission import top_up
 
     return top_up(target.path, log) if target.record is not None else 0
-
-
-def _apply_fixes(
-    record: sr.SweepRecord, fixes: dict[str, Any], fixed: set[int]
-) -> Callable[[list[int]], Callable[[], None]]:
-    """Return the governor's ``before_chunk``: put the fixes on the resumed points, undone if sbatch fails."""
-    saved: dict[int, dict[str, Any]] = {}
-
-    def before(idx: list[int]) -> Callable[[], None]:
-        moved: list[tuple[int, Path, Path]] = []
-        mine = [i for i in idx if i in fixed]
-        for i in mine:
-            p = record.points[i]
-            saved[i] = dict(p.get("extra", {}))
-            if fixes:
-                p["extra"] = {**p.get("extra", {}), **fixes}
-                pair = _move_aside(record, p)
-                if pair:
-                    moved.append((i, *pair))
-                    p.setdefault("attempts", []).append(str(pair[1].relative_to(record.path)))
-
-        def undo() -> None:  # that sbatch failed: the points are as they were
-            for i, src, dst in moved:
-                dst.rename(src)
-                record.points[i]["attempts"].pop()
-            for i in mine:
-                record.points[i]["extra"] = saved[i]
-                if not saved[i]:
-                    record.points[i].pop("extra")
-
-        return undo
-
-    return before
 
 
 def resume_run(
@@ -196,38 +154,36 @@ def resume_run(
 ) -> Submitted:
     """Submit a single failed run dir again; it continues from its newest checkpoint."""
     from hpc_runner.records.rundir import RunDir
-    from hpc_runner.slurm.executor import make_executor, slurm_parameters, submit_one
-    from hpc_runner.slurm.job import run_submitted
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.governor import outside_the_job
+    from hpc_runner.sweep.job import run_submitted
 
+    executor = executor_for(profile)
+    executor.check_time()
     if preflight:  # the recorded config must still start (targets, $ lines, input paths)
         from hpc_runner.config.preflight import check_config
         from hpc_runner.config.recorded import load_recorded_config
 
         cfg, record = load_recorded_config(target.path)
         cwd = (record.get("command") or {}).get("cwd")  # where the job runs: relative paths start there
-        check_config(cfg, cwd=Path(cwd) if cwd else None)
+        check_config(cfg, cwd=Path(cwd) if cwd else None, entry=record.get("entry") or "run")
     rd = RunDir(target.path)
     rec = rd.record()
     old = rec.get("job") or {}
     previous = [p for p in [*(old.get("previous") or []), old.get("id")] if p]
     job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
-    if profile.executor == "local":
-        out = Submitted(target.path, {0: "local"})
-        try:
-            run_submitted(str(target.path.resolve()), rec.get("entry"), {**job_record, "id": "local"})
-        except Exception as exc:  # run.yaml and error.txt say what failed
-            out.local_failures = 1
-            log(f"hpc-runner: the run failed: {exc}")
-        return out
     name = (rec.get("bundle") or {}).get("name", "run")
-    cwd = (rec.get("command") or {}).get("cwd")
-    params = slurm_parameters(profile, job_name=f"hpcr-run-{name}", hold=hold, chdir=cwd)
+    request = JobRequest(job_name=f"hpcr-run-{name}", folder=target.path / sr.RUN_JOB_FOLDER,
+                         chdir=(rec.get("command") or {}).get("cwd"), hold=hold)
     if preflight:
-        from hpc_runner.slurm.scheduler_check import check_resources
-
-        check_resources(profile, target.path / sr.RUN_JOB_FOLDER, params, what="the resumed job")
-    executor = make_executor(profile, target.path / sr.RUN_JOB_FOLDER, params)
-    job = submit_one(executor, run_submitted, str(target.path.resolve()), rec.get("entry"), job_record)
-    logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-    rd.update_record(status="submitted", job={**job_record, "id": job.job_id, **logs})
-    return Submitted(target.path, {0: job.job_id}, [{"job_id": job.job_id, "points": [0]}])
+        executor.check_resources(request, 1, "the resumed job")
+    with outside_the_job():
+        job = executor.submit(run_submitted, [[str(target.path.resolve())], [rec.get("entry")], [job_record]],
+                              request)[0]
+    rd.update_record(status="submitted", job={**job_record, "id": job.job_id, **job.logs})
+    out = Submitted(target.path, {0: job.job_id}, [{"job_id": job.job_id, "points": [0]}])
+    if executor.runs_here:
+        out.local_failures = executor.run_pending(log)
+        out.ran_here = True
+    return out

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Mapping
 
 from hpc_runner.engine.distributed import launched_world
+from hpc_runner.scheduler.job_env import MAX_REQUEUES_ENV, max_requeues, own_job_id, restart_count
 
 
 def current_job_id(environ: Mapping[str, str] | None = None) -> str | None:
     """Return the id SLURM knows this job (or array task) by, or None outside SLURM."""
-    environ = os.environ if environ is None else environ
-    if "SLURM_ARRAY_JOB_ID" in environ and "SLURM_ARRAY_TASK_ID" in environ:
-        return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
-    return environ.get("SLURM_JOB_ID")
+    return own_job_id(environ)
 
 
 def requeue_current_job(environ: Mapping[str, str] | None = None) -> str | None:
-    """Ask SLURM to requeue this job; return its id when SLURM accepted, else None."""
+    """Ask SLURM to requeue this job; return its id when SLURM accepted, else None.
+
+    Bounded: a job already requeued ``max_requeues`` times (``HPCR_MAX_REQUEUES``, default 5) is not
+    requeued again (a time limit that leaves no room would otherwise requeue it forever); the caller
+    then ends it as failed, and its checkpoint stays for ``resume``."""
     job = current_job_id(environ)
     if not job or launched_world(environ)[0] != 0:  # rank 0 only: it asks once its checkpoint is written
+        return None
+    if restart_count(environ) >= max_requeues(environ):
+        print(f"hpc-runner: job {job} was requeued {restart_count(environ)} times already ({MAX_REQUEUES_ENV}="
+              f"{max_requeues(environ)}); not requeued again", flush=True)
         return None
     if not _still_running(job):
         return None

@@ -215,16 +215,22 @@ def prove_script(
     if lines[:3] != ["#!/bin/bash", "", "# Parameters"]:
         raise fail("its header changed")
     n = 3
-    found: dict[str, str | None] = {}
     while n < len(lines) and lines[n].startswith("#SBATCH"):
+        n += 1
+    # what sbatch reads: every #SBATCH line up to the first line that is neither blank nor a comment
+    found: dict[str, str | None] = {}
+    for line in lines[3:]:
+        if line.strip() and not line.startswith("#"):
+            break
+        if not line.startswith("#SBATCH"):
+            continue
         try:
-            key, value = _parse_option(lines[n])
+            key, value = _parse_option(line)
         except ValueError as exc:
             raise fail(str(exc)) from None
         if key in found:
             raise fail(f"option --{key} appears twice")
         found[key] = value
-        n += 1
     intended = intended_options(parameters, folder, map_count)
     if found != intended:
         diff = sorted(set(found.items()) ^ set(intended.items()), key=str)[:4]

@@ -17,6 +17,7 @@ from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import Tee
 from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
 from hpc_runner.resources.threads import use_cpu_budget
+from hpc_runner.scheduler.executor import LOCAL_JOB_ID
 
 
 class RunFailed(RuntimeError):
@@ -65,11 +66,11 @@ def stderr_into_log(log_file: Path) -> Iterator[None]:
 def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
     """Put the job fields back on run.yaml and turn the outcome into a result, a requeue or RunFailed."""
     from hpc_runner.engine.runner import describe_failure
-    from hpc_runner.slurm.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
 
     rd = RunDir(outcome.run_dir)
     # run_recorded rewrote run.yaml when it started, so the job and sweep fields go back on now
-    job = {**extra_record.get("job", {}), "id": current_job_id() or "local", **_log_paths()}
+    job = {**extra_record.get("job", {}), "id": current_job_id() or LOCAL_JOB_ID, **_log_paths()}
     fields = {**extra_record, "job": job}
     rd.update_record(**fields)
     if outcome.status == "completed":
@@ -106,8 +107,8 @@ def materialize_point(
         return point_dir
     from hpc_runner.config.recorded import load_recorded_config
     from hpc_runner.engine.runner import prepare_run
-    from hpc_runner.slurm.sweep_check import make_override
-    from hpc_runner.slurm.sweep_record import BASE_DIR
+    from hpc_runner.sweep.check import make_override
+    from hpc_runner.sweep.ledger import BASE_DIR
 
     cfg, _ = load_recorded_config(Path(sweep_dir) / BASE_DIR, [make_override(k, v) for k, v in overrides.items()])
     prepare_run(cfg, entry, point_dir)
@@ -137,9 +138,10 @@ def run_sweep_point(
     print(f"hpc-runner: sweep point {index} runs in {path}", flush=True)
     if pack is None:
         clear_stop()  # a stop request meant for the previous point of an in-process sweep is not for this one
-    # which GPUs and CPUs this point ran on, before it runs (prepare_run keeps the fields it does not own)
-    RunDir(path).update_record(binding=device_binding(), **({"pack": pack} if pack else {}))
+    # which point this is, and which GPUs and CPUs it ran on, before it runs: what the point's own code
+    # (tracking, TensorBoard names) reads, so nothing at a point's start reads the sweep's whole record
+    record = {"sweep": {"dir": str(Path(sweep_dir).resolve()), "index": index, "overrides": overrides}}
+    RunDir(path).update_record(binding=device_binding(), **record, **({"pack": pack} if pack else {}))
     with stderr_into_log(path / LOG_FILE):
         outcome = run_keeping_overrides(path, entry)
-    record = {"sweep": {"dir": str(Path(sweep_dir).resolve()), "index": index, "overrides": overrides}}
     return finish_job(outcome, {**record, "job": job_record or {}}, requeue=pack is None)

@@ -1,0 +1,61 @@
+"""The text of ``hpc-runner status``: a header, counts per state and cause, and a table of the points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_ROWS = 40
+MAX_ERRORS = 20
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
+    """Return the status report as text."""
+    from hpc_runner.sweep.spec import format_cell
+    from hpc_runner.sweep.states import cause_counts, counts, failure_text
+
+    c = counts(states)
+    what = f"sweep of {len(states)} points" if target.kind == "sweep" else "run"
+    profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
+    if not profile and target.run_record:
+        profile = (target.run_record.get("job") or {}).get("cluster") or {}
+    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {answer.source}"
+    head += f", {answer.calls} call{'s' if answer.calls != 1 else ''})" if answer.calls else ")"
+    lines = [head]
+    if answer.error:
+        lines.append(f"  note: {answer.error}")
+    lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
+    by_cause = cause_counts(states)
+    if by_cause:
+        ordered = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append("  causes: " + "  ".join(f"{k} {n}" for k, n in ordered))
+    requeued = sum(1 for s in states if s.requeues)
+    if requeued:
+        lines.append(f"  requeued: {requeued} point(s), {sum(s.requeues for s in states)} requeue(s) in all")
+    failed = [s for s in states if s.failed]
+    params = target.param_ids
+    if show_all or len(states) <= MAX_ROWS:
+        rows = [["point", "state", "cause", "job", "requeues", *params, "error"]]
+        for s in states:
+            eff = {**s.params, **s.extra}
+            err = failure_text(s, target.job_folder) if s.failed else ""
+            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", str(s.requeues),
+                         *(format_cell(eff.get(p)) for p in params), err[:300]])
+        lines.append(_table(rows))
+    elif failed:
+        lines.append(f"failed points ({len(failed)}; --all lists every point):")
+        for s in failed[:MAX_ERRORS]:
+            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  "
+                         f"{failure_text(s, target.job_folder)[:300]}")
+        if len(failed) > MAX_ERRORS:
+            lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")
+    if failed and target.kind == "sweep":
+        lines.append(f"resubmit the failed ones: hpc-runner resume {target.path}")
+        if by_cause.get("TIMEOUT"):
+            lines.append(f"  only the timed-out ones, longer: hpc-runner resume {target.path} --cause TIMEOUT "
+                         "--slurm time=...")
+    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""What a submission did: job ids per point, arrays, sbatch calls, the texts shown (one record per call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Submitted:
+    """What a submission did: job ids per point index, arrays, sbatch calls, and the texts shown."""
+
+    directory: Path
+    job_ids: dict[int, str] = field(default_factory=dict)
+    arrays: list[dict[str, Any]] = field(default_factory=list)
+    scripts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    local_failures: int = 0
+    ran_here: bool = False  # the executor ran the work in this process (no scheduler)
+    logs: dict[int, dict[str, str]] = field(default_factory=dict)
+    waiting: list[int] = field(default_factory=list)  # points that wait for a free submit slot
+    limits: Any = None  # the SubmitLimits the governor read (scheduler/limits.py)
+    pack: tuple[int, int] = (1, 1)  # points per task, points at once per task

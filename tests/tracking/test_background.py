@@ -26,7 +26,8 @@ def test_put_never_waits_for_a_slow_server_and_close_keeps_what_it_could_not_sen
     t0 = time.perf_counter()
     for i in range(5000):
         sender.put({"kind": "metric", "key": "loss", "value": float(i), "step": i, "timestamp": 0})
-    assert time.perf_counter() - t0 < 0.5  # 5000 records queued while the first send hangs
+    # 5000 records queued while the first send hangs (5 s): far less than one hung send, on a busy machine too
+    assert time.perf_counter() - t0 < 2.5
     stats = sender.close(timeout=0.2)
     release.set()
     kept = _lines(tmp_path / "unsent.jsonl")

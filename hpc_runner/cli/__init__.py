@@ -11,7 +11,7 @@ import importlib
 import sys
 import warnings
 from collections.abc import Sequence
-from types import ModuleType
+from typing import Any
 
 from hpc_runner import __version__
 from hpc_runner.cli.argv import split_overrides
@@ -38,12 +38,12 @@ COMMANDS: dict[str, str] = {
     "tune": "hpc_runner.cli.tune",
     "tracking": "hpc_runner.tracking.command",
     # MONAI's bundle subcommands, same arguments as `python -m monai.bundle NAME` (hpc_runner/monai_cli/spec.py)
-    "run_workflow": "hpc_runner.cli.run_workflow",
-    "ckpt_export": "hpc_runner.cli.ckpt_export",
-    "onnx_export": "hpc_runner.cli.onnx_export",
-    "verify_metadata": "hpc_runner.cli.verify_metadata",
-    "verify_net_in_out": "hpc_runner.cli.verify_net_in_out",
-    "init_bundle": "hpc_runner.cli.init_bundle",
+    "run_workflow": "hpc_runner.cli.monai_commands:run_workflow",
+    "ckpt_export": "hpc_runner.cli.monai_commands:ckpt_export",
+    "onnx_export": "hpc_runner.cli.monai_commands:onnx_export",
+    "verify_metadata": "hpc_runner.cli.monai_commands:verify_metadata",
+    "verify_net_in_out": "hpc_runner.cli.monai_commands:verify_net_in_out",
+    "init_bundle": "hpc_runner.cli.monai_commands:init_bundle",
 }
 
 EPILOG = """examples:
@@ -57,8 +57,11 @@ environment: HPCR__a__b=VALUE overrides id a::b; ${env:NAME,default} in values i
 """
 
 
-def _load(name: str) -> ModuleType:
-    return importlib.import_module(COMMANDS[name])
+def _load(name: str) -> Any:
+    """Return the command's module, or for ``module:name`` the command object that module registers."""
+    module, _, attr = COMMANDS[name].partition(":")
+    loaded = importlib.import_module(module)
+    return loaded.COMMANDS[attr] if attr else loaded
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

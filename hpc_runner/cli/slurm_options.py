@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 DEFAULT_CLUSTER = "slurm"
@@ -43,23 +44,18 @@ def load_profile_from_args(args: argparse.Namespace, name: str | None = None) ->
     return load_profile(name or args.cluster, parse_setting_overrides(args.slurm))
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number above zero."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+def _whole_number_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be {what}")
+        return value
+
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
+positive_int = _whole_number_at_least(1, "at least 1")  # argparse type: a whole number above zero
+nonnegative_int = _whole_number_at_least(0, "0 or more")  # argparse type: a whole number >= 0

@@ -25,8 +25,8 @@ class RecordError(UserError):
     """A record that cannot be read or used; the message names the file."""
 
 
-def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False) -> str | None:
-    """Return a record file's text (None when it does not exist); RecordError when it cannot be a record.
+def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False) -> bytes | None:
+    """Return a record file's bytes (None when it does not exist); RecordError when it cannot be a record.
 
     ``pipe``: a named pipe (``<(...)`` in bash) is read too, up to ``limit``; devices never are."""
     try:
@@ -46,6 +46,14 @@ def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *
     if len(data) > limit:
         raise RecordError(f"the {what} is larger than {limit >> 20} MiB", where=str(path),
                           expected=f"a {what} of a sensible size")
+    return data
+
+
+def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False) -> str | None:
+    """Return a record file's text (None when it does not exist); RecordError when it is not UTF-8 text."""
+    data = read_record_bytes(path, what, limit, pipe=pipe)
+    if data is None:
+        return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,18 +125,9 @@ class JsonLines:
 def read_json_lines(path: Path, what: str = "JSON-lines file") -> JsonLines:
     """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged."""
     out = JsonLines()
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
+    data = read_record_bytes(path, what)
+    if data is None:
         return out
-    except OSError as exc:
-        raise RecordError(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise RecordError(f"the {what} is not a regular file", where=str(path))
-        data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise RecordError(f"the {what} is larger than {MAX_BYTES >> 20} MiB", where=str(path))
     lines = data.split(b"\n")
     last = len(lines)
     for n, raw in enumerate(lines, 1):

@@ -189,10 +189,7 @@ def _prepare_run(
     from hpc_runner.tracking.session import record_for_run
 
     record_for_run(run_dir.path, cfg)  # --tracking: kept in the run dir for jobs, requeues and resumes
-    previous = run_dir.record()
-    run_dir.write_yaml(
-        "run.yaml",
-        {
+    run_dir.change_record(lambda previous: {
             **previous,  # keep what others recorded (the job id and profile, the sweep point, rerun_of)
             "entry": run_id,
             **_init_final_record(cfg),
@@ -216,8 +213,7 @@ def _prepare_run(
             "attempts": previous.get("attempts", 0),
             "created": previous.get("created", now_iso()),
             **({"deterministic": determinism} if determinism else {}),
-        },
-    )
+    })
     return run_dir, expanded
 
 

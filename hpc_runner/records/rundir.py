@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ERROR_FILE = "error.txt"
 CHECKPOINT_DIR = "checkpoints"
+RECORD_LOCK = ".run.lock"  # the lock of run.yaml's one writer (records/file_lock.py)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -146,9 +147,19 @@ class RunDir:
 
         return read_yaml_record(self.file(RUN_FILE), f"run record ({RUN_FILE})") or {}
 
-    def update_record(self, **fields: Any) -> dict:
-        """Merge ``fields`` into run.yaml atomically and return the new record."""
-        rec = self.record()
-        rec.update(fields)
-        self.write_yaml(RUN_FILE, rec)
+    def change_record(self, change: Callable[[dict], dict]) -> dict:
+        """The one writer of run.yaml: under the run dir's lock, read it, ``change`` it, write it atomically.
+
+        The job writes its status while ``cancel`` on the login node writes ``cancelled``; without the lock
+        one of the two updates would be lost."""
+        from hpc_runner.records.file_lock import exclusive
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        with exclusive(self.path / RECORD_LOCK, what=f"the run {self.path}"):
+            rec = change(self.record())
+            self.write_yaml(RUN_FILE, rec)
         return rec
+
+    def update_record(self, **fields: Any) -> dict:
+        """Merge ``fields`` into run.yaml (locked, atomic) and return the new record."""
+        return self.change_record(lambda rec: {**rec, **fields})

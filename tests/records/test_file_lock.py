@@ -123,3 +123,24 @@ def test_a_filesystem_without_posix_locks_falls_back_to_the_lease_and_says_so(tm
 def test_the_lock_is_reentrant_in_one_thread(tmp_path: Path):
     with exclusive(tmp_path / "sweep.lock", timeout=5), exclusive(tmp_path / "sweep.lock", timeout=1):
         pass
+
+
+def _stamp(folder: str, key: str, rounds: int) -> None:
+    from hpc_runner.records.rundir import RunDir
+
+    for n in range(rounds):
+        RunDir(folder).update_record(**{f"{key}{n}": n})
+
+
+def test_two_processes_writing_run_yaml_lose_no_field(tmp_path: Path):
+    """The job writes its status while `cancel` on the login node writes `cancelled`: both stay."""
+    from hpc_runner.records.rundir import RunDir
+
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_stamp, args=(str(tmp_path), key, 30)) for key in ("job", "cancel")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(120)
+    record = RunDir(tmp_path).record()
+    assert {f"job{n}" for n in range(30)} | {f"cancel{n}" for n in range(30)} <= set(record)

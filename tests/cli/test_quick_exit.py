@@ -35,3 +35,16 @@ def test_main_called_in_process_leaves_the_collector_alone(tmp_path: Path) -> No
             "main(['--help'])\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "frozen at exit: False" in res.stderr, res.stderr
+
+
+def test_a_failed_run_loses_no_write_of_a_buffered_file_held_in_a_reference_cycle(tmp_path: Path) -> None:
+    """The failed run keeps its exception (and the bundle's frames); an object in a cycle holds a buffered
+    file with 8 bytes not yet flushed (CPython's own collection would lose them too: it may finalize the
+    raw file before its buffer). The exit hook flushes open writers, then freezes the heap."""
+    keep = "$(lambda cycle: (cycle.append(cycle), cycle[0].write(b'12345678')))([open('out.bin', 'wb')])"
+    (tmp_path / "train.json").write_text(json.dumps({"run": [keep, "$1 / 0"]}))
+    res = subprocess.run([sys.executable, "-c", PROBE, "run", "--config_file", "train.json", "--output_dir", "r"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip().endswith("frozen at exit: True"), res.stderr
+    assert (tmp_path / "out.bin").read_bytes() == b"12345678"

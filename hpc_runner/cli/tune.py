@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--parallel", type=positive_int, default=1, metavar="K",
                    help="worker array tasks, each running one trial at a time (default 1)")
     g.add_argument("--metric", required=True, metavar="NAME", help="the validation metric (the trainer's metric_name)")
-    g.add_argument("--direction", choices=["maximize", "minimize"], default="maximize")
+    g.add_argument("--direction", choices=["maximize", "minimize"], default=None,
+                   help="which way the metric is better (default: the trainer's metric_mode, else maximize)")
     g.add_argument("--pruner", choices=["asha", "hyperband", "median", "none"], default="asha")
     g.add_argument("--pruner-option", "--pruner_option", dest="pruner_option", action="append", default=[],
                    metavar="KEY=VALUE", help="an option of the Optuna pruner class, e.g. min_resource=1 "

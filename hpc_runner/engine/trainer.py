@@ -44,7 +44,7 @@ from hpc_runner.engine.distributed import (
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, rng_for_rank, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
-from hpc_runner.engine.trainer_args import check_trainer_arguments
+from hpc_runner.engine.trainer_args import better, check_trainer_arguments
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
@@ -223,6 +223,7 @@ class Trainer:
         val_interval: int = 1,
         metric: Any = None,
         metric_name: str = "val_metric",
+        metric_mode: str = "max",
         post_pred: Callable | None = None,
         post_label: Callable | None = None,
         inferer: Callable | None = None,
@@ -243,7 +244,7 @@ class Trainer:
         ddp: dict[str, Any] | None = None,
     ) -> None:
         check_trainer_arguments(max_epochs, val_interval, checkpoint_interval, keep_checkpoints, scheduler_interval,
-                                grad_clip_norm)
+                                grad_clip_norm, metric_mode)
         self.network = network
         # `_mode_: callable` in a bundle gives a factory: build it on this network (no `$` needed)
         if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
@@ -268,6 +269,7 @@ class Trainer:
         self.val_interval = max(1, int(val_interval))
         self.metric = metric
         self.metric_name = metric_name
+        self.metric_mode = metric_mode  # which way is better: decided once, read by collect, reports and tune
         self.post_pred = post_pred
         self.post_label = post_label
         self.inferer = inferer
@@ -621,7 +623,7 @@ class Trainer:
                         record[self.metric_name] = value
                         self.history["metrics"].append([epoch, value])
                         best = self.history["best_metric"]
-                        if best is None or value > best:
+                        if best is None or better(value, best, self.metric_mode):
                             self.history["best_metric"], self.history["best_epoch"] = value, epoch
                         metrics.write({"kind": "val", "step": self.step, "epoch": epoch, self.metric_name: value})
                         try:  # listeners (tune's pruner) see each value; Pruned ends the run after this record
@@ -672,6 +674,7 @@ class Trainer:
             "steps_per_s": round(len(self._data_s) / wall_s, 3) if wall_s > 0 else None,
             "final_loss": losses[-1] if losses else None,
             "metric_name": self.metric_name if metric_values else None,
+            "metric_mode": self.metric_mode,
             "final_metric": metric_values[-1][1] if metric_values else None,
             "best_metric": self.history["best_metric"],
             "best_epoch": (self.history["best_epoch"] + 1) if self.history["best_epoch"] is not None else None,

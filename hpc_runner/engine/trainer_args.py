@@ -21,11 +21,22 @@ def _whole(name: str, value: Any, minimum: int) -> None:
                           expected=f"{name}: a whole number >= {minimum}")
 
 
+METRIC_MODES = ("max", "min")
+
+
+def better(value: float, best: float, mode: str) -> bool:
+    """Whether ``value`` beats ``best`` for a metric where ``mode`` (max or min) is better."""
+    return value < best if mode == "min" else value > best
+
+
 def check_trainer_arguments(
     max_epochs: Any, val_interval: Any, checkpoint_interval: Any, keep_checkpoints: Any, scheduler_interval: Any,
-    grad_clip_norm: Any = None,
+    grad_clip_norm: Any = None, metric_mode: Any = "max",
 ) -> None:
     """ConfigError for an argument of the Trainer that cannot mean anything."""
+    if metric_mode not in METRIC_MODES:
+        raise ConfigError(f"Trainer metric_mode {metric_mode!r} is not valid",
+                          expected="metric_mode: max (a higher metric is better: Dice) or min (lower: a loss, HD95)")
     _whole("max_epochs", max_epochs, 1)
     _whole("val_interval", val_interval, 1)
     _whole("checkpoint_interval", checkpoint_interval or 0, 0)

@@ -40,7 +40,7 @@ def plot_curves(run: RunData, path: Path) -> bytes:
     name = run.metric_name or "metric"
     if epochs:
         ax_metric.plot(epochs, values, "o-", color="C2")
-        best = max(values)
+        best = (min if run.summary.get("metric_mode") == "min" else max)(values)  # the trainer's own "best"
         ax_metric.axhline(best, color="C2", alpha=0.3, linestyle="--")
         ax_metric.set_xlabel("epoch")
         ax_metric.set_ylabel(name)

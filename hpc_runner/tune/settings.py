@@ -17,7 +17,7 @@ class TuneSettings:
     space: list[str]
     trials: int
     metric: str
-    direction: str = "maximize"
+    direction: str | None = None  # None until tune_dir settles it (tune/direction.py); sweep.yaml always has one
     pruner: str = "asha"
     sampler: str = "tpe"
     seed: int | None = None

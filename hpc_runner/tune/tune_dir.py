@@ -21,6 +21,7 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry:
     from hpc_runner.tune.space import parse_space, space_corners
     from hpc_runner.tune.study import rehearse
 
+    _decide_direction(cfg, settings)
     settings.check()
     _check_metric(cfg.config, settings.metric)
     space = parse_space(settings.space)
@@ -36,6 +37,19 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry:
 
     warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))  # once for the tune, not in each worker
     return note
+
+
+def _decide_direction(cfg: Any, settings: TuneSettings) -> None:
+    """Settle ``settings.direction`` once and tell the trainers that state no metric_mode (tune/direction.py)."""
+    from hpc_runner.config.bundle_config import apply_overrides
+    from hpc_runner.config.overrides import Override
+    from hpc_runner.tune.direction import MODE_OF, settle_direction
+
+    given = settings.direction
+    settings.direction, untold = settle_direction(cfg.config, settings.metric, given)
+    overrides = [Override(f"{p}::metric_mode", MODE_OF[settings.direction], "hpc-runner",
+                          f"hpc-runner tune --direction {settings.direction}", add=True) for p in untold]
+    apply_overrides(cfg, overrides, {})
 
 
 def _metric_names(node: Any, path: str = "") -> dict[str, Any]:

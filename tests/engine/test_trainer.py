@@ -73,3 +73,37 @@ def test_ddp_options_are_the_ones_ddp_takes_and_device_ids_stay_the_trainers():
         ddp_options({"device_ids": [0]})
     with pytest.raises(ConfigError, match="find_unused_parameters"):
         trainer(None, ddp={"find_unused_paramters": True})
+
+
+class _Countdown:
+    """A metric whose value falls at each validation (4, 3, 2): its best is the last under min, the first under max."""
+
+    def __init__(self) -> None:
+        self.value = 5.0
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, y_pred, y) -> None:
+        pass
+
+    def aggregate(self) -> torch.Tensor:
+        self.value -= 1
+        return torch.tensor(self.value)
+
+
+@pytest.mark.parametrize(("mode", "best", "epoch"), [("max", 4.0, 1), ("min", 2.0, 3)])
+def test_metric_mode_decides_which_validation_is_best(tmp_path, mode, best, epoch):
+    import json
+
+    loader = torch.utils.data.DataLoader(ITEMS[:1], batch_size=1)
+    t = trainer(tmp_path, val_loader=loader, metric=_Countdown(), metric_name="val_loss", metric_mode=mode)
+    t.max_epochs = 3
+    t.run()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["best_metric"], summary["best_epoch"], summary["metric_mode"]) == (best, epoch, mode)
+
+
+def test_a_metric_mode_that_means_nothing_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"metric_mode: max .* or min"):
+        trainer(tmp_path, metric_mode="minimize")

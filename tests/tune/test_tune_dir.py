@@ -42,3 +42,31 @@ def test_a_space_or_setting_that_cannot_run_is_refused_and_nothing_is_written(
         make_tune(tmp_path / "tune", space, **{"trials": 4, **settings})
     assert needle in err.value.paragraph()
     assert not (tmp_path / "tune").exists()
+
+
+def _base_config(sweep: Path) -> str:
+    return (sweep / "base" / "config.yaml").read_text()
+
+
+def test_the_direction_is_decided_once_and_the_trainer_is_told_it(tmp_path: Path, make_tune) -> None:
+    space = ["learning_rate=uniform(0.001,0.01)"]
+    # no --direction, no metric_mode: Dice is maximised, as ever, and the base config is left as written
+    sweep = make_tune(tmp_path / "up", space, trials=2, direction=None)
+    assert TuneSettings.from_record(SweepRecord.load(sweep).data["tune"]).direction == "maximize"
+    assert "metric_mode" not in _base_config(sweep)
+    # --direction minimize: the trainer keeps the checkpoint with the lowest value too, not the highest
+    sweep = make_tune(tmp_path / "down", space, trials=2, direction="minimize")
+    assert TuneSettings.from_record(SweepRecord.load(sweep).data["tune"]).direction == "minimize"
+    assert "metric_mode: min" in _base_config(sweep)
+    # a trainer that states metric_mode decides when --direction is left out ...
+    sweep = make_tune(tmp_path / "stated", space, trials=2, extra=["--trainer::metric_mode", "min"], direction=None)
+    assert TuneSettings.from_record(SweepRecord.load(sweep).data["tune"]).direction == "minimize"
+
+
+def test_a_direction_that_contradicts_the_trainer_is_refused(tmp_path: Path, make_tune) -> None:
+    with pytest.raises(UserError) as err:
+        make_tune(tmp_path / "tune", ["learning_rate=uniform(0.001,0.01)"], trials=2,
+                  extra=["--trainer::metric_mode", "min"], direction="maximize")
+    text = err.value.paragraph()
+    assert "trainer::metric_mode" in text and "--direction minimize" in text
+    assert not (tmp_path / "tune").exists()

@@ -376,20 +376,29 @@ cancel_recovered_jobs() {
   n=$(squeue -h -o %A 2>/dev/null | wc -l) || return 0
   ((n > 0)) || return 0
   log "cancelling $n job(s) recovered from the last run (stopped without 'stop')"
-  cancel_all_jobs
-  wait_until "$TIMEOUT" queue_empty ||
+  # One pass is not enough: an array task split off or requeued after the listing escapes it (CI once
+  # waited 90 s on such a task, started 10 s after the cancel). Cancel by user until nothing is left.
+  wait_until "$TIMEOUT" cancel_until_empty ||
     die "jobs recovered from the last run still queued after ${TIMEOUT}s: $(squeue -h -o '%i %T' | head -n 5 | tr '\n' ' ')"
 }
 
-cancel_all_jobs() { squeue -h -o %A 2>/dev/null | xargs -r scancel 2>/dev/null || true; }
+cancel_all_jobs() {
+  scancel --user="$(id -un)" 2>/dev/null || true
+  squeue -h -o %A 2>/dev/null | xargs -r scancel 2>/dev/null || true
+}
+# Polled every 0.2 s by wait_until: re-cancel at most once a second, so late arrivals are caught.
+cancel_until_empty() {
+  queue_empty && return 0
+  ((SECONDS != ${_last_cancel:--1})) && { _last_cancel=$SECONDS; cancel_all_jobs; }
+  return 1
+}
 queue_empty() { [[ -z $(squeue -h 2>/dev/null) ]]; }
 
 cmd_stop() {
   local d p i
   # Cancel first, so no slurmstepd or job process outlives the daemons.
   if alive slurmctld; then
-    cancel_all_jobs
-    wait_until 20 queue_empty || true
+    wait_until 20 cancel_until_empty || true
   fi
   for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
     d=${DAEMONS[i]}

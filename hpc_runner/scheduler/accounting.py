@@ -18,6 +18,7 @@ FAILED_STATES = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "N
                            "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
 DONE = "COMPLETED"
 SACCT_FIELDS = "JobID,State,Elapsed,ExitCode"
+SACCT_FIELDS += ",NodeList"  # where each attempt ran: status's node column, the node exclusions of the governor
 
 
 @dataclass

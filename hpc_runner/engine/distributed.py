@@ -193,7 +193,7 @@ def rank_record(backend: str, environ: Mapping[str, str] | None = None) -> dict[
     from hpc_runner.engine.rendezvous import resolve_host, this_node
 
     environ = os.environ if environ is None else environ
-    rank, world = launched_world(environ)
+    rank = launched_world(environ)[0]
     lr = local_rank(environ)
     host = socket.gethostname()
     try:

@@ -36,20 +36,26 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     requeued = sum(1 for s in states if s.requeues)
     if requeued:
         lines.append(f"  requeued: {requeued} point(s), {sum(s.requeues for s in states)} requeue(s) in all")
+    nodes = {s.node for s in states if s.node}
+    if len(nodes) > 1:
+        lines.append(f"  nodes: {len(nodes)} ({', '.join(sorted(nodes)[:8])}{', ...' if len(nodes) > 8 else ''})")
+    excluded = [s for s in states if s.excluded]
+    for s in excluded[:MAX_ERRORS]:
+        lines.append(f"  point {s.index} excludes node {', '.join(s.excluded)} (it failed there twice)")
     failed = [s for s in states if s.failed]
     params = target.param_ids
     if show_all or len(states) <= MAX_ROWS:
-        rows = [["point", "state", "cause", "job", "requeues", *params, "error"]]
+        rows = [["point", "state", "cause", "job", "node", "requeues", *params, "error"]]
         for s in states:
             eff = {**s.params, **s.extra}
             err = failure_text(s, target.job_folder) if s.failed else ""
-            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", str(s.requeues),
+            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", s.where(), str(s.requeues),
                          *(format_cell(eff.get(p)) for p in params), err[:300]])
         lines.append(_table(rows))
     elif failed:
         lines.append(f"failed points ({len(failed)}; --all lists every point):")
         for s in failed[:MAX_ERRORS]:
-            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  "
+            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  {s.where()}  "
                          f"{failure_text(s, target.job_folder)[:300]}")
         if len(failed) > MAX_ERRORS:
             lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")

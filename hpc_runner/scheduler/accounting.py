@@ -18,6 +18,7 @@ FAILED_STATES = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "N
                            "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
 DONE = "COMPLETED"
 SACCT_FIELDS = "JobID,State,Elapsed,ExitCode"
+SACCT_FIELDS += ",NodeList"  # where each attempt ran: status's node column, the node exclusions of the governor
 
 
 @dataclass
@@ -29,10 +30,40 @@ class SchedulerAnswer:
     calls: int = 0
     error: str | None = None
     records: dict[str, int] = field(default_factory=dict)  # sacct records per job id (2 and more: requeued)
+    attempts: dict[str, list[Attempt]] = field(default_factory=dict)  # per job id, oldest first (sacct -D)
 
     def requeues(self, job_id: str | None) -> int:
         """Return how many times the job was requeued (its sacct records beyond the first)."""
         return max(0, self.records.get(job_id, 0) - 1) if job_id else 0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job (a requeued job has several): how it ended and where it ran."""
+
+    state: str  # sacct's State, first word (NODE_FAIL, COMPLETED, RUNNING, ...)
+    node: str | None  # sacct's NodeList (``vm[1-2]``), None before the job had nodes
+
+
+def parse_attempts(text: str) -> dict[str, list[Attempt]]:
+    """Return each job's attempts, oldest first, from ``sacct -X -D --parsable2`` output with State and NodeList."""
+    lines = text.splitlines()
+    if not lines:
+        return {}
+    head = lines[0].split("|")
+    if "State" not in head or "NodeList" not in head:
+        return {}
+    i_state, i_node = head.index("State"), head.index("NodeList")
+    out: dict[str, list[Attempt]] = {}
+    for line in lines[1:]:
+        cells = line.split("|")
+        job_id = cells[0].strip()
+        if not job_id or "." in job_id or "[" in job_id or len(cells) <= max(i_state, i_node):
+            continue
+        state = cells[i_state].split()[0] if cells[i_state].strip() else ""
+        node = cells[i_node].strip()
+        out.setdefault(job_id, []).append(Attempt(state, None if node in ("", "None assigned") else node))
+    return out
 
 
 def array_ids(job_ids: Iterable[str | None]) -> list[str]:
@@ -54,7 +85,8 @@ def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
     """Return the answer of ``sacct -X -D --parsable2 -o JobID,State,...`` (header line first)."""
     from submitit.slurm.slurm import SlurmInfoWatcher
 
-    return SchedulerAnswer(SlurmInfoWatcher().read_info(text), "sacct", calls, records=count_records(text))
+    return SchedulerAnswer(SlurmInfoWatcher().read_info(text), "sacct", calls, records=count_records(text),
+                           attempts=parse_attempts(text))
 
 
 def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, timeout: float = 60) -> SchedulerAnswer:

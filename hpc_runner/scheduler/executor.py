@@ -42,6 +42,7 @@ class JobRequest:
     chdir: str | None = None
     hold: bool = False
     array_parallelism: int | None = None
+    exclude: str | None = None  # nodes these jobs must avoid (sbatch --exclude), besides the profile's own
 
 
 def is_local_job(job_id: str | None) -> bool:

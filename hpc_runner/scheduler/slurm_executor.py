@@ -48,8 +48,10 @@ def slurm_parameters(
     hold: bool = False,
     array_parallelism: int | None = None,
     chdir: str | None = None,
+    exclude: str | None = None,
 ) -> dict[str, Any]:
-    """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir)."""
+    """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir;
+    ``exclude``: nodes to avoid besides the profile's own ``exclude``)."""
     from hpc_runner.scheduler.job_script import check_parameters, safe_job_name
 
     # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
@@ -59,6 +61,8 @@ def slurm_parameters(
         value = profile.get(key)
         if value is not None and value != []:
             params[name] = value
+    if exclude:
+        params["exclude"] = ",".join(n for n in (params.get("exclude"), exclude) if n)
     if profile.get("mem_gb") is not None and "mem" not in params:
         params["mem"] = _mem(float(profile.get("mem_gb")))
     parallelism = array_parallelism or profile.get("array_parallelism")
@@ -178,7 +182,8 @@ class SlurmExecutor(Executor):
     def parameters(self, request: JobRequest) -> dict[str, Any]:
         """Return submitit's parameters for ``request`` under this profile (every value checked)."""
         return slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
-                                array_parallelism=request.array_parallelism, chdir=request.chdir)
+                                array_parallelism=request.array_parallelism, chdir=request.chdir,
+                                exclude=request.exclude)
 
     def check_resources(self, request: JobRequest, count: int, what: str) -> None:
         """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""

@@ -24,6 +24,11 @@ array per MaxArraySize tasks, and every task runs at least its first point (swee
 number of sbatch calls of a sweep is at most its points times (1 + the ledger's bounds on returns
 and retries).
 
+A point that failed twice on one node (its jobs' attempts ended NODE_FAIL or BOOT_FAIL there, as sacct
+records them) excludes that node on its next submission: ``exclude_failing_nodes`` (called by ``resume``)
+notes the failures and the exclusion in the ledger, and ``send_points`` submits the tasks whose points
+exclude nodes as arrays of their own, with ``sbatch --exclude``.
+
 A refused sbatch whose message names a limit (QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit,
 MaxJobCount, a socket time-out) is retried after 1, 2, 4 and 8 s, re-counting the free slots each time,
 and is never recorded as submitted. When the limits are known and no slot is free the rest wait; when
@@ -34,6 +39,7 @@ not-submitted, as for any other sbatch error) and a top-up leaves them waiting.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +57,8 @@ from hpc_runner.sweep import ledger as sr
 
 Log = Callable[[str], None]
 DEFAULT_BACKOFF = (1.0, 2.0, 4.0, 8.0)  # seconds before each retry of a limit refusal: 15 s at most in all
+NODE_FAULTS = frozenset({"NODE_FAIL", "BOOT_FAIL"})  # attempts that failed because of their node
+EXCLUDE_AFTER = 2  # a point excludes a node after this many failures there
 LEAVING_WAIT_S = 30.0  # how long a top-up waits for tasks that are ending to leave the queue
 
 
@@ -72,6 +80,51 @@ def group_tasks(indices: Sequence[int], points_per_task: int) -> list[list[int]]
     """Split point indices, in order, into tasks of at most ``points_per_task`` points."""
     idx = list(indices)
     return [idx[i : i + points_per_task] for i in range(0, len(idx), points_per_task)]
+
+
+def excluded_nodes(record: sr.SweepRecord, indices: Sequence[int]) -> str:
+    """Return the nodes the points ``indices`` exclude, as sbatch --exclude takes them (``""``: none)."""
+    return ",".join(sorted({n for i in indices for n in record.points[i].get("exclude") or []}))
+
+
+def group_tasks_by_exclusion(record: sr.SweepRecord, indices: Sequence[int], points_per_task: int) -> list[list[int]]:
+    """Split point indices into tasks, the points that exclude the same nodes together (those excluding none
+    first), so that each array is one sbatch with one --exclude."""
+    by_key: dict[str, list[int]] = {}
+    for i in indices:
+        by_key.setdefault(excluded_nodes(record, [i]), []).append(i)
+    return [t for key in sorted(by_key) for t in group_tasks(by_key[key], points_per_task)]
+
+
+def failed_nodes(attempts: Sequence[dict[str, Any]]) -> list[str]:
+    """Return the node of each attempt that failed because of its node (NODE_FAIL, BOOT_FAIL), oldest first.
+
+    An attempt on several nodes is left out: sacct lists all of them and cannot say which one failed.
+    """
+    return [a["node"] for a in attempts if a.get("state") in NODE_FAULTS and a.get("node")
+            and not any(c in a["node"] for c in ",[")]
+
+
+def exclude_failing_nodes(ledger: sr.Ledger, states: Sequence[Any], log: Log = print) -> dict[int, list[str]]:
+    """Note where each point's current job failed (its attempts: ``PointState.history`` and its state now),
+    and exclude a node from a point's next submissions once the point failed there ``EXCLUDE_AFTER`` times;
+    return the nodes newly excluded, per point. Call it under the sweep's lock, before the points are retried."""
+    newly: dict[int, list[str]] = {}
+    for ps in states:
+        if not ps.job_id or ledger.points[ps.index].get("job_id") != ps.job_id:
+            continue
+        nodes = failed_nodes([*ps.history, {"state": ps.state, "node": ps.node}])
+        if nodes:
+            ledger.note_node_failures(ps.index, ps.job_id, nodes)
+        counts: dict[str, int] = {}
+        for job_nodes in (ledger.points[ps.index].get("node_failures") or {}).values():
+            for node in job_nodes:
+                counts[node] = counts.get(node, 0) + 1
+        for node, n in sorted(counts.items()):
+            if n >= EXCLUDE_AFTER and ledger.exclude_node(ps.index, node):
+                newly.setdefault(ps.index, []).append(node)
+                log(f"hpc-runner: point {ps.index} failed {n} times on node {node}; its next jobs exclude it")
+    return newly
 
 
 def plan_arrays(n_tasks: int, free: int | None, max_array: int) -> tuple[list[int], int]:
@@ -176,7 +229,7 @@ def send_points(
 
     me = own_job_id()
     k, parallel = pack_of(record)
-    tasks = group_tasks(indices, k)
+    tasks = group_tasks_by_exclusion(record, indices, k)
     sweep_dir = str(record.path.resolve())
     settings = executor.profile.settings
     clock = {k: settings.get(k) for k in ("signal_delay_s", "point_minutes") if settings.get(k) is not None}
@@ -200,14 +253,17 @@ def send_points(
     retries = sbatch_calls = 0
     while pending:
         free = limits.free_slots
-        n = min(len(pending), limits.max_array_size, len(pending) if free is None else free)
+        exclude = excluded_nodes(record, pending[0])
+        same = next((j for j, t in enumerate(pending) if excluded_nodes(record, t) != exclude), len(pending))
+        n = min(same, limits.max_array_size, len(pending) if free is None else free)
         if n <= 0:
             break
         batch = pending[:n]
         idx = [i for t in batch for i in t]
         sbatch_calls += 1
         try:
-            jobs = _sbatch(executor, task_fn, request, record, batch, sweep_dir, entry, job_record, parallel)
+            jobs = _sbatch(executor, task_fn, dataclasses.replace(request, exclude=exclude or None), record, batch,
+                           sweep_dir, entry, job_record, parallel)
         except BaseException as exc:
             message = exc.message if isinstance(exc, UserError) else str(exc)
             limited = isinstance(exc, Exception) and is_limit_refusal(message)
@@ -233,6 +289,8 @@ def send_points(
                 out.job_ids[i] = job.job_id
         array_id = jobs[0].job_id.split("_")[0]
         entry_ = {"job_id": array_id, "size": n, "points": len(idx), "first": idx[0], "last": idx[-1]}
+        if exclude:
+            entry_["exclude"] = exclude
         submission["arrays"].append(entry_)
         out.arrays.append(entry_)
         limits.consume(n)

@@ -22,6 +22,10 @@ sweep.yaml. The states and the events that move them (docs/ledger.md has the dia
     submitted|not-submitted|cancelled|gave-up --retry--> waiting  (resume; retries > max_retries: refused)
     submitting|waiting|not-submitted --cancel--> cancelled (a queued job is scancelled; it stays submitted)
 
+Beside the states, a point may carry ``node_failures`` (job id -> the nodes its attempts failed on,
+``note_node_failures``) and ``exclude`` (the nodes its next submissions avoid, ``exclude_node``; the
+governor excludes a node once a point failed on it twice: sweep/governor.py ``exclude_failing_nodes``).
+
 What the run itself did (running, completed, failed, pruned) is the point's own run.yaml
 (records/rundir.py, one locked writer); what the scheduler did comes from sacct. ``sweep/states.py``
 puts the three together, read-only. A tune's trials are points too, made at the start (one per trial
@@ -107,9 +111,15 @@ def _check_point(point: Any, n: int, file: Path) -> None:
         problem = f"has job_id {point.get('job_id')!r}, not text"
     elif point.get("submit", WAITING) not in STATES:
         problem = f"has state {point.get('submit')!r}, not one of {', '.join(STATES)}"
+    elif not _node_names(point.get("exclude", [])):
+        problem = f"has exclude {point.get('exclude')!r}, not a list of node names"
     if problem:
         raise ClusterError(f"point {n} of the sweep record {problem}", where=str(file),
                            expected=f"the {SWEEP_FILE} hpc-runner wrote (hand edits may change params only)")
+
+
+def _node_names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) for n in value)
 
 
 def _is_point_dir(text: str) -> bool:
@@ -294,6 +304,26 @@ class Ledger:
         """Cancel a point that no job has (a queued job is cancelled with scancel and stays submitted)."""
         p = self._move("cancel", index)
         p["job_id"] = None
+
+    def note_node_failures(self, index: int, job_id: str, nodes: list[str]) -> None:
+        """Record the nodes on which job ``job_id`` of the point failed, one per failed attempt (the job's
+        whole list again when asked twice: a resume that failed before its sbatch may note it again)."""
+        p = self.record.points[index]
+        failures = p.setdefault("node_failures", {})
+        if failures.get(job_id) != list(nodes):
+            failures[job_id] = list(nodes)
+            self.events.append(("note_node_failures", index))
+
+    def exclude_node(self, index: int, node: str) -> bool:
+        """Exclude ``node`` from the point's next submissions (sbatch --exclude); return False if it already was."""
+        p = self.record.points[index]
+        excluded = p.setdefault("exclude", [])
+        if node in excluded:
+            return False
+        excluded.append(node)
+        excluded.sort()
+        self.events.append(("exclude_node", index))
+        return True
 
     def waiting(self) -> list[int]:
         """Return the indices of the points that wait for a free submit slot."""

@@ -91,6 +91,7 @@ def resume_sweep(
     is written, so no task of the sweep tops up in between.
     """
     from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.governor import exclude_failing_nodes
 
     assert target.record is not None
     planned = {s.index: s.job_id for s in plan.resubmit}
@@ -116,6 +117,8 @@ def resume_sweep(
         # a point a task submitted since the plan was made (it was waiting) is not sent twice
         indices = [i for i, job in planned.items() if record.points[i].get("job_id") == job
                    and record.points[i].get("submit") != sr.WAITING]
+        wanted = set(indices)  # a point that failed twice on a node avoids it from now on
+        exclude_failing_nodes(ledger, [s for s in plan.resubmit if s.index in wanted], log)
         for i in indices:  # all checked (bounds) before any run dir moves or any sbatch
             ledger.retry(i, fixes)
         for i in indices:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.report.sweep_plots import label_digits, short_cell, spans_decades
 from hpc_runner.report.status_table import scheduler_note, states_source
+from hpc_runner.report.sweep_plots import label_digits, short_cell, spans_decades
 from hpc_runner.scheduler.accounting import SchedulerAnswer, query_scheduler
 
 
@@ -49,6 +49,7 @@ def unreachable(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SLURM_CONF", str(conf))
 
 
+@pytest.mark.slow  # sacct and squeue each wait ~9 s for a controller that is not there
 def test_real_sacct_errors_become_one_line(unreachable) -> None:
     answer = query_scheduler(["123_0"], timeout=30)
     assert answer.source == "none" and answer.error  # sacct's and squeue's own words, kept for the record

@@ -98,3 +98,18 @@ def test_efficiency_and_request_edge_cases() -> None:
     assert cpu_efficiency(10, 0, 4) is None and cpu_efficiency(None, 10, 1) is None
     assert cpu_efficiency(50, 10, 4) == 1.0  # never above 1 (a clock skew or a rounded Elapsed)
     assert mem_request_mb("1000Mc", 4) == 4000 and mem_request_mb("0", 1) is None
+
+
+def test_a_step_the_memory_cgroup_killed_makes_its_job_out_of_memory(tmp_path: Path) -> None:
+    # SLURM 22.05 with task/cgroup: the step says OUT_OF_MEMORY, the job (its batch script saw srun fail) FAILED
+    text = """\
+JobID|State|Elapsed|ExitCode|Timelimit|TotalCPU|AllocCPUS|ReqMem|MaxRSS|TRESUsageInAve|TRESUsageInMax
+315|FAILED|00:00:19|1:0|00:10:00|00:12.101|1|1G|||
+315.batch|FAILED|00:00:19|1:0||00:00.020|1||5000K||
+315.0|OUT_OF_MEMORY|00:00:19|0:125||00:12.081|1||1048000K||
+316|FAILED|00:00:09|1:0|00:10:00|00:08.000|1|1G|||
+316.0|FAILED|00:00:09|1:0||00:08.000|1||500000K||
+"""
+    answer = parse_sacct(text)
+    assert answer.info["315"]["State"] == "OUT_OF_MEMORY" and answer.info["316"]["State"] == "FAILED"
+    assert point_usage(state("315", tmp_path), answer).max_rss_mb == pytest.approx(1048000 / 1024)

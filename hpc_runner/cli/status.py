@@ -81,6 +81,11 @@ def main(args: argparse.Namespace) -> int:
             target = load_target(args.dir)  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()
         pending = [s for s in states if is_pending(s)]
+        if step is not None and target.kind == "sweep":  # failed points a --retry rule sends again: not final
+            from hpc_runner.sweep.retry import pending_retries
+
+            again = pending_retries(target.record, states)
+            pending += [s for s in states if s.index in again]
         if not args.wait or not pending:
             break
         if args.timeout is not None and time.monotonic() - started > args.timeout:

@@ -239,3 +239,17 @@ def decide(points: Sequence[Mapping[str, Any]], states: Sequence[Any], rules: Ma
         changed = changed_request(rule, settings, point.get("request") or {}, used, node)
         plan.retry.append(RetryDecision(st.index, st.job_id, kind, rule, changed.request, changed.note, node))
     return plan
+
+
+def pending_retries(record: Any, states: Sequence[Any]) -> set[int]:
+    """Return the failed points of a sweep that its rules send again at the next top-up (``status --wait`` and
+    ``--watch`` wait for them: a point its own task just saw fail is not final yet)."""
+    if record is None or getattr(record, "is_tune", False):
+        return set()
+    rules = rules_of(record.data.get("retry"))
+    if not rules:
+        return set()
+    from hpc_runner.sweep.ledger import MAX_RETRIES
+
+    plan = decide(record.points, states, rules, {}, record.limit("max_retries", MAX_RETRIES))
+    return {d.index for d in plan.retry}

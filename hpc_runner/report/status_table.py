@@ -19,12 +19,12 @@ def _clock(at: str | None) -> str:
 
 
 def states_source(answer: Any) -> str:
-    """Where the states come from, for people: ``sacct (1 call)``, ``squeue (sacct did not answer)``, ``the
+    """Where the states come from, for people: ``sacct, 1 call``, ``squeue (sacct did not answer)``, ``the
     run records`` (no scheduler: local runs), or that the scheduler cannot be reached."""
     source = getattr(answer, "source", None)
     calls = getattr(answer, "calls", 0)
     if source == "sacct":
-        return f"sacct ({calls} call{'s' if calls != 1 else ''})" if calls else "sacct"
+        return f"sacct, {calls} call{'s' if calls != 1 else ''}" if calls else "sacct"
     if source == "squeue":
         return "squeue (sacct did not answer)"
     if getattr(answer, "error", None):

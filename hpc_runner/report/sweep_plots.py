@@ -244,7 +244,7 @@ def plot_states(sweep: SweepData, path: Path) -> bytes:
     ax.set_xlim(0, max(c.values(), default=1) * 1.15 + 0.5)
     from hpc_runner.report.status_table import states_source
 
-    source = states_source(sweep.answer).split(" (")[0]  # sacct, squeue or the run records
+    source = states_source(sweep.answer).split(" (")[0].split(",")[0]  # sacct, squeue or the run records
     ax.set_title(f"{len(sweep.states)} points: {c.get('COMPLETED', 0)} completed (states from {source})")
     return save_png(fig, path)
 

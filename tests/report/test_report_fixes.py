@@ -30,7 +30,7 @@ def test_a_log_axis_when_values_span_more_than_a_decade() -> None:
 
 
 def test_the_states_source_reads_as_words() -> None:
-    assert states_source(SchedulerAnswer({}, "sacct", 1)) == "sacct (1 call)"
+    assert states_source(SchedulerAnswer({}, "sacct", 1)) == "sacct, 1 call"
     assert states_source(SchedulerAnswer({}, "none")) == "the run records"  # local runs, not "none"
     gone = SchedulerAnswer({}, "none", 2, "sacct: ... resolve_ctls_from_dns_srv ...", at="2026-11-25T21:26:57+00:00")
     assert states_source(gone) == "the run records (the scheduler cannot be reached, as of 2026-11-25 21:26:57)"

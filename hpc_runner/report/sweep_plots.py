@@ -320,6 +320,9 @@ def plot_usage(sweep: SweepData, path: Path) -> bytes:
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize="small", loc="upper right")
     axes[-1].set_xlabel("point")
-    axes[-1].xaxis.get_major_locator().set_params(integer=True)
+    if any_data:  # a panel without data set empty (fixed) ticks on the shared axis: whole point numbers again
+        from matplotlib.ticker import MaxNLocator
+
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle("requested against used, per point" + ("" if any_data else " (nothing recorded yet)"))
     return save_png(fig, path)

@@ -65,6 +65,8 @@ def test_a_report_made_when_the_scheduler_is_gone_says_so_in_one_line(local_swee
     record = json.loads((sweep / "sweep.yaml").read_text())
     for n, p in enumerate(record["points"]):  # as if a cluster had run them: job ids it gave
         p["job_id"], p["jobs"] = f"4242_{n}", [f"4242_{n}"]
+    for profile in [record["cluster"]] + [s["profile"] for s in record.get("submissions", []) if s.get("profile")]:
+        profile.setdefault("settings", {})["executor"] = "slurm"  # and its profile a SLURM one: sacct is asked
     (sweep / "sweep.yaml").write_text(json.dumps(record))
     text = build_report(sweep).html.read_text(encoding="utf-8")
     assert "The scheduler cannot be reached; states are from the run records, as of " in text

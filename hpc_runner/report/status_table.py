@@ -13,6 +13,35 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _clock(at: str | None) -> str:
+    """``2026-11-25T21:26:57+00:00`` -> ``2026-11-25 21:26:57``."""
+    return (at or "").split("+")[0].replace("T", " ") or "now"
+
+
+def states_source(answer: Any) -> str:
+    """Where the states come from, for people: ``sacct, 1 call``, ``squeue (sacct did not answer)``, ``the
+    run records`` (no scheduler: local runs), or that the scheduler cannot be reached."""
+    source = getattr(answer, "source", None)
+    calls = getattr(answer, "calls", 0)
+    if source == "sacct":
+        return f"sacct, {calls} call{'s' if calls != 1 else ''}" if calls else "sacct"
+    if source == "squeue":
+        return "squeue (sacct did not answer)"
+    if getattr(answer, "error", None):
+        return f"the run records (the scheduler cannot be reached, as of {_clock(getattr(answer, 'at', None))})"
+    return "the run records"
+
+
+def scheduler_note(answer: Any) -> str | None:
+    """One line when the scheduler could not be asked (instead of sacct's and squeue's raw errors), else None."""
+    if not getattr(answer, "error", None):
+        return None
+    at = _clock(getattr(answer, "at", None))
+    if getattr(answer, "source", None) == "squeue":
+        return f"sacct did not answer; states are from squeue and the run records, as of {at}"
+    return f"the scheduler cannot be reached; states are from the run records, as of {at}"
+
+
 def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
     from hpc_runner.sweep.spec import format_cell
@@ -23,11 +52,11 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
     if not profile and target.run_record:
         profile = (target.run_record.get("job") or {}).get("cluster") or {}
-    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {answer.source}"
-    head += f", {answer.calls} call{'s' if answer.calls != 1 else ''})" if answer.calls else ")"
+    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {states_source(answer)})"
     lines = [head]
-    if answer.error:
-        lines.append(f"  note: {answer.error}")
+    note = scheduler_note(answer)
+    if note:
+        lines.append(f"  note: {note}")
     lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
     by_cause = cause_counts(states)
     if by_cause:

@@ -19,7 +19,8 @@ sweep.yaml. The states and the events that move them (docs/ledger.md has the dia
     submitting --submit--> submitted --return--> waiting --submit--> submitted ...
         |  \\--wait--> waiting (no free slot)     (returns > max_returns: gave-up, cause RETURNED)
         \\--refuse--> not-submitted (the sbatch failed) --submit|wait--> ...
-    submitted|not-submitted|cancelled|gave-up --retry--> waiting  (resume; retries > max_retries: refused)
+    submitted|not-submitted|cancelled|gave-up --retry--> waiting  (resume, or a --retry rule at a top-up;
+                                                                  retries > max_retries: refused)
     submitting|waiting|not-submitted --cancel--> cancelled (a queued job is scancelled; it stays submitted)
 
 Beside the states, a point may carry ``node_failures`` (job id -> the nodes its attempts failed on,
@@ -107,6 +108,9 @@ def _check_point(point: Any, n: int, file: Path) -> None:
         problem = f"has dir {point.get('dir')!r}, not a folder under {POINTS_DIR}/"
     elif not isinstance(point.get("params", {}), dict) or not isinstance(point.get("extra", {}), dict):
         problem = "has params or extra that are not mappings"
+    elif not isinstance(point.get("request") or {}, dict) or not all(
+            isinstance(v, str | int | float | type(None)) for v in (point.get("request") or {}).values()):
+        problem = f"has request {point.get('request')!r}, not a mapping of profile settings to plain values"
     elif point.get("job_id") is not None and not isinstance(point.get("job_id"), str):
         problem = f"has job_id {point.get('job_id')!r}, not text"
     elif point.get("submit", WAITING) not in STATES:
@@ -285,8 +289,11 @@ class Ledger:
         p.update(job_id=None, returns=returns)
         return True
 
-    def retry(self, index: int, fixes: dict[str, Any] | None = None) -> None:
-        """Resubmit a failed or missing point (resume): back to waiting, with the fixes given; bounded."""
+    def retry(self, index: int, fixes: dict[str, Any] | None = None, request: dict[str, Any] | None = None,
+              history: dict[str, Any] | None = None) -> None:
+        """Resubmit a failed or missing point (resume, or a ``--retry`` rule): back to waiting, with the fixes
+        given, and with ``request`` (profile settings of its next job, sweep/retry.py) recorded with the attempt
+        in ``history``; bounded."""
         p = self.record.points[index]
         retries = int(p.get("retries", 0)) + 1
         bound = self.record.limit("max_retries", MAX_RETRIES)
@@ -299,6 +306,10 @@ class Ledger:
         p.pop("cause", None)
         if fixes:
             p["extra"] = {**p.get("extra", {}), **fixes}
+        if request is not None:
+            p["request"] = dict(request)
+        if history is not None:
+            p.setdefault("history", []).append(history)
 
     def cancel(self, index: int) -> None:
         """Cancel a point that no job has (a queued job is cancelled with scancel and stays submitted)."""

@@ -136,9 +136,14 @@ def _read_record(run_dir: Path) -> dict:
         return {}
 
 
-def _state_from_record(run_dir: Path, local: bool) -> tuple[str, str]:
+def _state_from_record(run_dir: Path, local: bool, job_id: str | None = None) -> tuple[str, str]:
     rec = _read_record(run_dir) if run_dir.is_dir() else {}
     status = rec.get("status")
+    recorded_job = str((rec.get("job") or {}).get("id") or "")
+    if job_id and is_scheduler_job(job_id) and is_scheduler_job(recorded_job) and recorded_job != job_id:
+        # run.yaml is an earlier job's (a retry or resume sent the point again, and sacct does not list the
+        # new job yet): not the point's state
+        return UNKNOWN, "record"
     if status in RUN_STATUS_STATES:
         return RUN_STATUS_STATES[status], "run.yaml"
     return (NOT_STARTED if local else UNKNOWN), "record"
@@ -211,7 +216,7 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
             if state == DONE:
                 ps.state, ps.source = state, src
         return ps
-    ps.state, ps.source = _state_from_record(run_dir, is_local_job(job_id))
+    ps.state, ps.source = _state_from_record(run_dir, is_local_job(job_id), job_id)
     return ps
 
 

@@ -406,6 +406,8 @@ def top_up(sweep_dir: str | Path, log: Log = print, **options: Any) -> int:
     """Submit the sweep's waiting points into the free submit slots (the governor's one top-up step, with the
     sweep's task); the step ``status``, ``status --watch`` and ``resume`` take, as the tasks do when they end."""
     from hpc_runner.sweep.governor import top_up as governor_top_up
+    from hpc_runner.sweep.targets import states_of
     from hpc_runner.sweep.task import run_sweep_task
 
+    options.setdefault("states_reader", states_of)  # failed points with a --retry rule go again first
     return governor_top_up(sweep_dir, run_sweep_task, log, **options)

@@ -140,6 +140,8 @@ def job_request(record: sr.SweepRecord, hold: bool = False, array_parallelism: i
         chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
         hold=hold,
         array_parallelism=array_parallelism,
+        # a pipeline stage waits on its inputs (pipeline/): its top-ups wait on them too
+        dependency=record.data.get("dependency"),
     )
 
 

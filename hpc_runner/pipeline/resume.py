@@ -89,8 +89,10 @@ def plan_pipeline(record: pr.PipelineRecord, views: list[StageView]) -> Pipeline
 
 
 def _took_choice(record: pr.PipelineRecord, name: str) -> bool:
-    """Whether a run or sharded stage's prepared config holds its select stage's choice (or needs none)."""
-    from hpc_runner.records.rundir import RunDir
+    """Whether a run or sharded stage's prepared config holds its select stage's choice (or needs none): its
+    weights id names the chosen run dir."""
+    from hpc_runner.config.ids import get_by_id
+    from hpc_runner.config.loader import load_file
     from hpc_runner.sweep.ledger import BASE_DIR
 
     s = record.stage(name)
@@ -100,9 +102,13 @@ def _took_choice(record: pr.PipelineRecord, name: str) -> bool:
         return False
     if not s.get("inputs"):
         return True
+    choice = record.choice(s["inputs"][0])
+    if choice is None:
+        return False
+    weights_id = (s.get("spec") or {}).get("weights_id") or ps.DEFAULT_WEIGHTS_ID
     try:
-        return bool(RunDir(prepared).record().get("pipeline"))
-    except Exception:  # an unreadable record: start the stage anew
+        return str(get_by_id(load_file(prepared / "config.yaml").data, weights_id)) == str(choice.get("run_dir"))
+    except Exception:  # an unreadable config: the stage starts anew
         return False
 
 

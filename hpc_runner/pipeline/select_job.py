@@ -5,12 +5,14 @@ from, so it runs whatever way they ended (SLURM never leaves it pending), with o
 stages that take ``from`` it wait on it with ``afterok`` (and ``--kill-on-invalid-dep=yes``). Its job:
 
 1. reads where every point of its input stands (one sacct call, sweep/states.py);
-2. if some point is still queued, running, or waiting for a submit slot (the governor left it waiting:
-   it is submitted by the tasks that end, and later than this job was queued), it does not choose:
-   it submits a copy of itself that waits (``afterany``) on the input's jobs queued now, points the
-   stages waiting on it at the copy (``scontrol update Dependency=afterok:<copy>``), and ends. Points
-   waiting with no job of the input left are first submitted (the governor's top-up). Bounded: at most
-   MAX_DEFERRALS copies, and at most POLLS short polls when nothing of the input is queued;
+2. if some point is still queued, running, or waiting for a submit slot, it does not choose. The
+   governor's top-ups make this job wait on the arrays they add (it is the sweep's ``waiters``), so
+   this happens only when the input's last task ended with points still waiting (no slot was free
+   then): it submits them (the governor's top-up), then a copy of itself that waits (``afterany``) on
+   the input's jobs queued now, points the stages waiting on it at the copy (``scontrol update
+   Dependency=afterok:<copy>``), and ends. When no slot is free for the copy either, it keeps its own
+   and looks again every POLL_S seconds until a minute before its time limit. Bounded: at most
+   MAX_DEFERRALS copies, and the job's own time limit;
 3. chooses (pipeline/selection.py) and writes choice.json (every point considered, why);
 4. chose: records the choice (pipeline.yaml), then writes it into the prepared config of each stage
    that takes from it (pipeline/choice.py) before it ends, so they start with it;
@@ -39,8 +41,8 @@ JOB_FOLDER = "slurm"
 NO_CHOICE = "NO_CHOICE"
 STALLED = "STALLED"
 CHOICE_REFUSED = "CHOICE_REFUSED"
-POLLS = 6  # short waits for an input with nothing queued but not final (sacct lags, no submit slot)
-POLL_S = 10.0
+POLL_S = 15.0  # between two looks at an input that is not final and cannot be waited on by a new job
+MAX_POLL_S = 600.0  # how long a select job with no time limit (or the local executor) polls at most
 
 
 class SelectFailed(RuntimeError):
@@ -136,16 +138,15 @@ def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     folder = record.stage_dir(source)
     print(f"hpc-runner: select stage {name} chooses from {source} by {metric or 'completion'} ({mode})", flush=True)
     decision, look = choose(folder, metric, mode)
-    polls = 0
+    deadline = _deadline(me)
     while look.unfinished:
         deferred = _wait_again(directory, record, name, source, look)
         if deferred is not None:
             return deferred
-        if polls >= POLLS:
-            message = (f"stage '{source}' is not finished and nothing of it is queued after {POLLS} waits of "
-                       f"{POLL_S:g} s: {', '.join(look.unfinished[:8])}; `hpc-runner resume {directory}` goes on")
+        if time.time() + POLL_S > deadline:
+            message = (f"stage '{source}' did not finish while this job could wait, and no job could be queued to wait "
+                       f"for it: {', '.join(look.unfinished[:8])}; `hpc-runner resume {directory}` goes on")
             _fail(directory, name, STALLED, message)
-        polls += 1
         time.sleep(POLL_S)
         decision, look = choose(folder, metric, mode)
     _write_choice(directory / name, name, source, decision)
@@ -161,6 +162,14 @@ def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     print(f"hpc-runner: {name} chose point {decision.chosen.index} of {source}: {decision.why}", flush=True)
     hand_on(directory, record, name, choice)
     return {"status": "chosen", "point": decision.chosen.index, "run_dir": str(decision.chosen.run_dir)}
+
+
+def _deadline(job: str | None) -> float:
+    """Until when this job may poll its input: a minute before SLURM ends it, else MAX_POLL_S from now."""
+    from hpc_runner.scheduler.job_clock import job_end_time
+
+    end = job_end_time(job) if job else None
+    return end - 60.0 if end is not None else time.time() + MAX_POLL_S
 
 
 def _fail(directory: Path, name: str, kind: str, message: str) -> None:
@@ -225,8 +234,10 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
                 look: Examined) -> dict[str, Any] | None:
     """The input is not finished: queue a copy of this job that waits on its jobs queued now and point the
     stages waiting on this job at the copy; None when nothing of the input is queued (the caller polls)."""
+    from hpc_runner.errors import UserError
     from hpc_runner.pipeline.propagate import stage_executor
     from hpc_runner.scheduler.accounting import array_ids
+    from hpc_runner.scheduler.limits import is_limit_refusal
 
     executor = stage_executor(record, source)
     live = sorted(executor.still_queued(look.jobs)) if look.jobs else []
@@ -251,10 +262,19 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
         raise SelectFailed(stalled)
     dependency = "afterany:" + ":".join(array_ids(live))
     own = stage_executor(record, name)
-    job = submit_select(own, directory, name, dependency, record.data.get("cwd"))
+    try:
+        job = submit_select(own, directory, name, dependency, record.data.get("cwd"))
+    except UserError as exc:
+        if not is_limit_refusal(exc.message):
+            raise
+        # no submit slot for a new job: this one keeps its slot and looks again (the caller polls, bounded)
+        print(f"hpc-runner: no submit slot to wait for stage {source} in a new job ({exc.message[:160]}); "
+              f"this job looks again in {POLL_S:g} s", flush=True)
+        return None
     waiting_on_me = [c for c in record.consumers(name) if c.get("state") == pr.QUEUED]
     for c in waiting_on_me:
         _point_at(record, c, f"afterok:{job}")
+    wait_on_sweep(record.stage_dir(source), job)
     with pr.locked(directory) as led:
         led.defer(name, job, dependency)
         for c in waiting_on_me:
@@ -286,3 +306,14 @@ def _top_up(folder: Path) -> None:
         top_up(folder, lambda m: print(m, flush=True))
     except Exception as exc:  # the points keep waiting; the caller polls, then says so
         print(f"hpc-runner: could not submit the waiting points of {folder}: {exc}", flush=True)
+
+
+def wait_on_sweep(folder: Path, job: str) -> None:
+    """Make the select job ``job`` a waiter of the sweep in ``folder``: when the governor queues more of its points
+    (a top-up), it makes the job wait on those arrays too (sweep/governor.py), so it does not start early."""
+    from hpc_runner.sweep import ledger as sr
+
+    if not (folder / sr.SWEEP_FILE).is_file():
+        return
+    with sr.locked(folder) as ledger:
+        ledger.data["waiters"] = [job]

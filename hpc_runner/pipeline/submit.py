@@ -176,6 +176,10 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
     with pr.locked(directory) as led:
         jobs = _submit(directory, sc, executor, dependency, log, reserve, argv)
         led.queue(sc.name, jobs, dependency, profile=sc.profile.to_record())
+    if sc.stage.kind == ps.SELECT and jobs:
+        from hpc_runner.pipeline.select_job import wait_on_sweep
+
+        wait_on_sweep(directory / str(sc.stage.source), jobs[0])  # the sweep's top-ups make it wait on them too
     out.jobs[sc.name] = jobs
     out.dependencies[sc.name] = dependency
 

@@ -42,7 +42,7 @@ def queued_pipeline(tmp_path, write_pipeline, example):
 
 def test_the_select_job_records_its_choice_and_writes_it_into_the_queued_stage(queued_pipeline):
     out = queued_pipeline()
-    assert yaml.safe_load((out / "test" / "config.yaml").read_text())["ckpt"] == str((out / "best" / "chosen"))
+    assert yaml.safe_load((out / "test" / "config.yaml").read_text())["ckpt"] == str(out / "best" / "chosen")
     result = run_select_stage(str(out), "best")
     record = pr.PipelineRecord.load(out)
     chosen = record.choice("best")

@@ -112,6 +112,12 @@ def _from_job(record: pr.PipelineRecord, v: StageView) -> None:
     from hpc_runner.pipeline.propagate import stage_executor
 
     jobs = [j for j in v.jobs if j and j[0].isdigit()]
+    if not jobs and v.jobs and v.kind == ps.EXPORT:  # ran here (local executor): its file says how it went
+        from hpc_runner.pipeline.export_job import exported_file
+
+        path = exported_file(record, v.name)
+        v.state, v.detail = (COMPLETED, f"exported {path}") if path.is_file() else (FAILED, f"{path} not written")
+        return
     if not jobs:
         v.state = PENDING if v.jobs else PLANNED
         return
@@ -122,6 +128,10 @@ def _from_job(record: pr.PipelineRecord, v: StageView) -> None:
     if v.state == FAILED:
         v.cause = v.cause or {"kind": state, "message": f"job {jobs[-1]} ended {state}"}
         v.detail = v.detail or f"job {jobs[-1]} ended {state}"
+    elif v.state == COMPLETED and v.kind == ps.EXPORT:
+        from hpc_runner.pipeline.export_job import exported_file
+
+        v.detail = f"exported {exported_file(record, v.name)}"
 
 
 def _pending_reasons(record: pr.PipelineRecord, views: list[StageView]) -> None:

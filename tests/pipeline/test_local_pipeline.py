@@ -97,3 +97,23 @@ def test_resume_runs_again_only_the_stage_that_failed(tmp_path, write_pipeline, 
     assert {p: (p / "run.yaml").read_text() for p in shard_runs} == shard_runs
     assert after.stage("test")["submissions"] == 2
     assert json.loads((out / "test" / "summary.json").read_text())["metrics"]["dice"]["mean"] is not None
+
+
+def test_a_tune_search_and_an_export_of_the_chosen_trial_run_here(tmp_path, write_pipeline):
+    pytest.importorskip("optuna")
+    torch = pytest.importorskip("torch")
+    stages = [
+        {"name": "search", "overrides": {"max_epochs": 1},
+         "tune": {"space": ["learning_rate=loguniform(1e-4,1e-2)"], "trials": 2, "metric": "val_dice",
+                  "pruner": "none", "sampler": "random", "seed": 0}},
+        {"name": "best", "select": {"from": "search"}},  # the tune's own metric and direction
+        {"name": "export", "export": {"filepath": "model.ts"}, "from": "best"},
+    ]
+    out = tmp_path / "study"
+    assert run_cli("pipeline", str(write_pipeline(stages)), "--cluster", "local", "--output_dir", str(out)) == 0
+    chosen = pr.PipelineRecord.load(out).choice("best")
+    assert chosen["metric"] == "val_dice" and chosen["mode"] == "max"
+    command = yaml.safe_load((out / "export" / "command.yaml").read_text())
+    assert command["argv"][command["argv"].index("--ckpt_file") + 1] == chosen["run_dir"]
+    net = torch.jit.load(str(out / "export" / "model.ts"))
+    assert net(torch.zeros(1, 1, 16, 16, 16)).shape == (1, 2, 16, 16, 16)

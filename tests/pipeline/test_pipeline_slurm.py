@@ -125,3 +125,58 @@ def test_a_pipeline_whose_search_points_all_fail_leaves_no_job_pending_and_says_
     for name in ("test", "predict"):
         assert by_stage[name]["state"] == "CANCELLED"
         assert by_stage[name]["cause"]["message"].startswith("stage 'best' failed: nothing to choose")
+
+
+@pytest.fixture
+def qos_limit(slurm_cluster):
+    """``qos_limit(n)`` sets MaxSubmitJobsPerUser=n on QOS hpcr-limited (and waits until slurmctld knows); reset after."""
+    def shown() -> str:
+        return slurm_cluster.run("scontrol", "show", "assoc_mgr", "flags=qos", f"qos={LIMITED_QOS}").stdout
+
+    if LIMITED_QOS not in slurm_cluster.run("sacctmgr", "-nP", "show", "qos", "format=Name").stdout.split():
+        pytest.skip(f"no QOS {LIMITED_QOS}: restart the cluster with the current scripts/local-slurm.sh")
+    if "No Users" in shown():  # slurmctld shows a user's QOS limits once they submitted in the QOS
+        job = slurm_cluster.run("sbatch", "--parsable", "--hold", f"--qos={LIMITED_QOS}", "-o", "/dev/null",
+                                "--wrap", "true").stdout.strip()
+        slurm_cluster.run("scancel", job)
+
+    def set_limit(n: int) -> None:
+        slurm_cluster.run("sacctmgr", "-i", "modify", "qos", LIMITED_QOS, "set", f"MaxSubmitJobsPerUser={n}")
+        want = f"MaxSubmitJobsPU={'N' if n < 0 else n}("
+        deadline = time.monotonic() + 20
+        while want not in shown():
+            if time.monotonic() > deadline:
+                pytest.fail(f"slurmctld did not take MaxSubmitJobsPerUser={n} on {LIMITED_QOS}")
+            time.sleep(0.2)
+
+    yield set_limit
+    set_limit(-1)
+
+
+def test_the_submit_limit_holds_for_the_whole_pipeline_and_the_select_stage_waits_for_the_topped_up_points(
+        run, write_pipeline, example, slurm_cluster, qos_limit):
+    qos_limit(5)  # 3 search points, 2 shards and 3 single jobs would need 8 slots
+    (run.clusters / f"{PROFILE}.yaml").write_text(f"extends: slurm\ncpus_per_task: 1\ntime: 10\nqos: {LIMITED_QOS}\n")
+    stages = example()
+    stages[0]["sweep"] = ["learning_rate=1e-3,2e-3,4e-3"]
+    path = write_pipeline(stages)
+    directory = path.parent / "study"
+    res = run("pipeline", str(path), "--cluster", PROFILE, "--output_dir", str(directory))
+    assert res.returncode == 0, res.stderr
+    # the search keeps a slot for each later stage: 2 of its points are queued now, 1 waits; 1 shard waits
+    search = json.loads((directory / "search" / "sweep.yaml").read_text())
+    assert [p["submit"] for p in search["points"]] == ["submitted", "submitted", "waiting"]
+    predict = json.loads((directory / "predict" / "sweep.yaml").read_text())
+    assert [p["submit"] for p in predict["points"]] == ["submitted", "waiting"]
+    assert predict["dependency"] == pr.PipelineRecord.load(directory).stage("predict")["dependency"]
+    final = wait_for_the_pipeline(run, directory, slurm_cluster, timeout=600)
+    assert "4 COMPLETED" in final, final + slurm_cluster.explain(directory, all_jobs(directory))
+    record = pr.PipelineRecord.load(directory)
+    search = json.loads((directory / "search" / "sweep.yaml").read_text())
+    assert all(p["submit"] == "submitted" for p in search["points"])
+    assert [s["reason"] for s in search["submissions"]] == ["sweep", "top-up"]  # the waiting point went later
+    # the select stage chose among all 3 points: it waited for the one a task topped up later
+    considered = json.loads((directory / "best" / "choice.json").read_text())["considered"]
+    assert [c["state"] for c in considered] == ["COMPLETED"] * 3
+    assert "is the max of 3 point(s) that completed" in record.choice("best")["why"]
+    assert len(list((directory / "predict" / "predictions").glob("*_seg.nii.gz"))) == 2

@@ -162,7 +162,6 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
     from hpc_runner.scheduler.select import executor_for
 
     executor = executor_for(sc.profile)
-    dependency = None if executor.runs_here else dependency_of(record, sc.stage)
     if executor.runs_here:
         sc = _with_choice(directory, record, sc, configs)
         with pr.locked(directory) as led:
@@ -174,6 +173,10 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
             out.failed.append(sc.name)
         return
     with pr.locked(directory) as led:
+        # read under the lock: a select stage that has chosen already (resume) gives its choice now, and one that
+        # has not cannot choose before this stage is recorded as waiting on it (it then writes the choice in)
+        sc = _with_choice(directory, led.record, sc, configs)
+        dependency = dependency_of(led.record, sc.stage)
         jobs = _submit(directory, sc, executor, dependency, log, reserve, argv)
         led.queue(sc.name, jobs, dependency, profile=sc.profile.to_record())
     if sc.stage.kind == ps.SELECT and jobs:

@@ -54,7 +54,24 @@ def view(directory: str | Path) -> tuple[pr.PipelineRecord, list[StageView]]:
     record = pr.PipelineRecord.load(directory)
     views = [_stage_view(record, s) for s in record.stages]
     _pending_reasons(record, views)
+    _input_ended(record, views)
     return record, views
+
+
+def _input_ended(record: pr.PipelineRecord, views: list[StageView]) -> None:
+    """A queued stage whose jobs ended unrun because its input failed or was cancelled (SLURM ends a job whose
+    dependency can never be met) is shown cancelled, naming the input."""
+    by_name = {v.name: v for v in views}
+    for s in record.stages:
+        v = by_name[s["name"]]
+        if s.get("state") != pr.QUEUED or v.state not in (FAILED, PENDING):
+            continue
+        ended = [i for i in s.get("inputs") or [] if by_name[i].state in (FAILED, CANCELLED)]
+        if ended and (v.state == FAILED or v.reason == "DependencyNeverSatisfied"):
+            v.state = CANCELLED
+            v.cause = {"kind": "INPUT_FAILED", "message": f"stage '{ended[0]}' {by_name[ended[0]].state.lower()}: "
+                       f"{(by_name[ended[0]].cause or {}).get('message', '')}".rstrip(": ")}
+            v.detail = f"{v.cause['kind']}: {v.cause['message']}"
 
 
 def _stage_view(record: pr.PipelineRecord, s: dict[str, Any]) -> StageView:
@@ -79,7 +96,7 @@ def _stage_view(record: pr.PipelineRecord, s: dict[str, Any]) -> StageView:
 def _from_folder(v: StageView, done: bool) -> None:
     """A sweep, tune, run or sharded stage: its points' states (one scheduler call)."""
     from hpc_runner.errors import UserError
-    from hpc_runner.sweep.states import ENDED_WELL
+    from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
     from hpc_runner.sweep.targets import load_target
 
     try:
@@ -95,7 +112,7 @@ def _from_folder(v: StageView, done: bool) -> None:
         v.state = COMPLETED
     elif any(p.state == "RUNNING" for p in v.points):
         v.state = RUNNING
-    elif any(p.active for p in v.points):
+    elif any(p.active or (p.state == UNKNOWN and p.job_id) for p in v.points):  # UNKNOWN: sacct lags sbatch
         v.state = PENDING
     else:
         v.state = FAILED

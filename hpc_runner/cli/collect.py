@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import collect_main, is_pipeline
+
+    if is_pipeline(args.dir):  # a pipeline dir: its chain (cli/pipeline.py)
+        return collect_main(args)
     from hpc_runner.sweep.collect import result_rows, write_results
     from hpc_runner.sweep.targets import load_target
 

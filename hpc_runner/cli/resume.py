@@ -94,6 +94,10 @@ def _profile(args: argparse.Namespace, recorded: dict):
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import is_pipeline, resume_main
+
+    if is_pipeline(args.dir):  # a pipeline dir: its stages that failed or never ran (cli/pipeline.py)
+        return resume_main(args)
     from hpc_runner.sweep.targets import load_target
 
     target = load_target(args.dir)

@@ -26,7 +26,8 @@ exit codes: 0 (with --wait: every point completed), 1 some point failed (--wait)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the status options."""
-    parser.add_argument("dir", metavar="DIR", help="a sweep dir (with sweep.yaml) or a run dir (with run.yaml)")
+    parser.add_argument("dir", metavar="DIR",
+                        help="a sweep dir (sweep.yaml), a run dir (run.yaml) or a pipeline dir (pipeline.yaml)")
     parser.add_argument("--all", action="store_true", help="list every point (default: only up to 40)")
     parser.add_argument("--json", action="store_true", help="print the states as JSON lines")
     parser.add_argument("--wait", action="store_true", help="poll until no point is queued or running")
@@ -60,6 +61,10 @@ def _top_up(path: Any, quiet: bool = False) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import is_pipeline, status_main
+
+    if is_pipeline(args.dir):  # a pipeline dir: its stages (cli/pipeline.py)
+        return status_main(args)
     from hpc_runner.report.status_table import render
     from hpc_runner.report.watch import is_pending
     from hpc_runner.sweep.states import ENDED_WELL

@@ -195,6 +195,8 @@ def job_request(record: sr.SweepRecord, hold: bool = False, array_parallelism: i
         chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
         hold=hold,
         array_parallelism=array_parallelism,
+        # a pipeline stage waits on its inputs (pipeline/): its top-ups wait on them too
+        dependency=record.data.get("dependency"),
     )
 
 
@@ -309,6 +311,8 @@ def send_points(
         ledger.wait(i)
     out.waiting = waiting
     submission["sbatch_calls"] = sbatch_calls
+    if out.arrays and record.data.get("waiters"):
+        _tell_waiters(record, executor, log)
     if reason == "top-up" and not sbatch_calls:
         record.submissions().remove(submission)  # one task's "no slot free" is not worth a line
         return
@@ -341,6 +345,16 @@ def executor_with(executor: Executor, key: RequestKey) -> Executor:
     settings = {**executor.profile.settings, **dict(key)}
     check_settings(dict(key), f"a point's request in the sweep record ({executor.profile.name})")
     return executor_for(ClusterProfile(executor.profile.name, list(executor.profile.sources), settings))
+
+
+def _tell_waiters(record: sr.SweepRecord, executor: Executor, log: Log) -> None:
+    """Jobs that must start only once every point of the sweep has ended (a pipeline's select stage, recorded
+    as ``waiters``) wait on the arrays just submitted too; one that already started is left alone."""
+    arrays = [a["job_id"] for s in record.submissions() for a in s.get("arrays") or [] if a.get("job_id")]
+    try:
+        executor.set_dependency(record.data["waiters"], "afterany:" + ":".join(dict.fromkeys(arrays)))
+    except Exception as exc:  # the waiter started already: it looks at the sweep itself (pipeline/select_job.py)
+        log(f"hpc-runner: the jobs waiting on this sweep were not told of its new arrays ({exc})")
 
 
 def _preflight(executor: Executor, request: JobRequest, record: sr.SweepRecord, size: int, points: int,

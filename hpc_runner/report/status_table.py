@@ -32,13 +32,20 @@ def states_source(answer: Any) -> str:
     return "the run records"
 
 
+def _sacct_reason(error: str) -> str:
+    """Return sacct's own reason from the error of an answer squeue gave (``sacct: ...``), one short line."""
+    text = " ".join(error.removeprefix("sacct:").split())  # sacct's stderr may span lines: the note is one
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def scheduler_note(answer: Any) -> str | None:
     """One line when the scheduler could not be asked (instead of sacct's and squeue's raw errors), else None."""
     if not getattr(answer, "error", None):
         return None
     at = _clock(getattr(answer, "at", None))
     if getattr(answer, "source", None) == "squeue":
-        return f"sacct did not answer; states are from squeue and the run records, as of {at}"
+        reason = _sacct_reason(answer.error)
+        return f"sacct did not answer ({reason}); states are from squeue and the run records, as of {at}"
     return f"the scheduler cannot be reached; states are from the run records, as of {at}"
 
 

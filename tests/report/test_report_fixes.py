@@ -74,3 +74,10 @@ def test_a_report_made_when_the_scheduler_is_gone_says_so_in_one_line(local_swee
         assert raw not in text, raw
     assert text.count('<td class="state-COMPLETED">COMPLETED</td>') == 4  # the run records still tell
     assert os.path.isfile(sweep / "plots" / "usage.png")
+
+
+def test_when_squeue_answered_the_note_gives_sacct_s_own_reason_in_one_line() -> None:
+    answer = SchedulerAnswer({}, "squeue", 2, "sacct: Slurm accounting storage is disabled\n(see slurm.conf)",
+                             at="2026-11-25T21:26:57+00:00")
+    assert scheduler_note(answer) == ("sacct did not answer (Slurm accounting storage is disabled (see slurm.conf)); "
+                                      "states are from squeue and the run records, as of 2026-11-25 21:26:57")

@@ -119,6 +119,11 @@ def check_like_one_process(single: Path, run_dir: Path) -> None:
     assert wa.keys() == wb.keys() and worst < WEIGHT_ATOL, worst
 
 
+def status_points(cli, path: Path) -> list[dict]:
+    """The point lines of ``status --json`` (a finished sweep's last line is its right-size suggestion)."""
+    return [x for x in map(json.loads, cli("status", str(path), "--json").stdout.splitlines()) if "point" in x]
+
+
 def job_log(run_dir: Path) -> str:
     return "\n".join(p.read_text() for p in sorted((run_dir / "slurm").glob("*_log.out")))
 
@@ -135,7 +140,7 @@ def test_two_nodes_one_task_each_train_like_one_process(slurm_cluster, runs):
     assert m and m.group(1) == ranks[0]["address"] != "127.0.0.1", log
     assert f"{vm1} is NodeAddr {ranks[0]['address']}" in m.group(2) and "emulated on one machine" in m.group(2)
     assert f"rank 1: gloo uses loopback ({ranks[1]['address']}): this host's name {vm2}" in log, log
-    (point,) = [json.loads(line) for line in cli("status", str(run_dir), "--json").stdout.splitlines()]
+    (point,) = status_points(cli, run_dir)
     assert point["state"] == "COMPLETED" and sorted(expand_hostlist(point["node"])) == sorted([vm1, vm2])
 
 
@@ -174,7 +179,7 @@ def test_a_sweeps_tasks_spread_over_both_nodes_each_pinning_its_points_within_it
     sweep = cli.cwd / "spread"
     waited = cli("status", str(sweep), *WAIT)
     assert waited.returncode == 0, waited.stdout + slurm_cluster.explain(sweep)
-    points = [json.loads(line) for line in cli("status", str(sweep), "--json").stdout.splitlines()]
+    points = status_points(cli, sweep)
     by_task: dict[str, set[str]] = {}
     for p in points:
         by_task.setdefault(p["job_id"], set()).add(p["node"])

@@ -124,7 +124,7 @@ def queue(cluster, job: str, fmt: str) -> str:
 def status_json(cli, sweep: Path) -> dict[int, dict]:
     res = cli("status", str(sweep), "--json", "--no-submit")
     assert res.returncode == 0, res.stderr
-    return {p["point"]: p for p in map(json.loads, res.stdout.splitlines())}
+    return {p["point"]: p for p in map(json.loads, res.stdout.splitlines()) if "point" in p}  # not right_size
 
 
 def set_node(cluster, node: str, state: str) -> None:

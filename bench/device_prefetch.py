@@ -13,6 +13,7 @@ Without CUDA it prints "needs CUDA" and exits 0.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         opt.step()
 
-    def epoch(prefetch: bool) -> float:
+    def epoch(prefetch: bool, repeats: int = 1) -> float:
         loader = ThreadDataLoader(data, batch_size=bs, num_workers=2, use_thread_workers=True, seed=0,
                                   buffer_size=2)
         source = DevicePrefetcher(loader, device) if prefetch else loader
@@ -65,23 +66,51 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         count = 0
         for batch in source:
-            step(batch)
+            for _ in range(repeats):  # a heavier step: the loop becomes compute-bound
+                step(batch)
             count += 1
         torch.cuda.synchronize(device)
         return (time.perf_counter() - start) / count
 
+    def loader_alone(pin: bool) -> float:
+        """ms per batch of the loader with no step: the floor of a data-bound loop (pinned: one more copy)."""
+        loader = ThreadDataLoader(data, batch_size=bs, num_workers=2, use_thread_workers=True, seed=0,
+                                  buffer_size=2)
+        start, count = time.perf_counter(), 0
+        for _ in (loader.iter_from(None, pin_memory=True) if pin else loader):
+            count += 1
+        return (time.perf_counter() - start) / count
+
     epoch(False)  # warm-up: cuDNN autotune, allocator, pinned pool
     epoch(True)
+    resident = {k: v.to(device) for k, v in next(iter(ThreadDataLoader(data, batch_size=bs))).items()}
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        step(resident)
+    torch.cuda.synchronize(device)
+    step_s = (time.perf_counter() - t0) / 5
+    alone, pinned = loader_alone(False), loader_alone(True)
+    # enough steps per batch that computing takes 1.5x what loading takes: the case prefetch is for
+    heavy = min(64, max(2, math.ceil(1.5 * pinned / step_s)))
     res: dict[str, list[float]] = {"plain": [], "prefetch": []}
     with Contention() as busy:
         for _ in range(rounds):
             res["plain"].append(epoch(False))
             res["prefetch"].append(epoch(True))
+            res.setdefault("plain_x4", []).append(epoch(False, heavy))
+            res.setdefault("prefetch_x4", []).append(epoch(True, heavy))
     plain, pref = statistics.median(res["plain"]), statistics.median(res["prefetch"])
+    plain4, pref4 = statistics.median(res["plain_x4"]), statistics.median(res["prefetch_x4"])
     print(f"# device prefetch on {torch.cuda.get_device_name(device)}: batch {bs}x1x{size}^3 + label, "
           f"{n} batches, {rounds} round(s), median")
     print(f"device_prefetch: plain {plain * 1e3:.1f} ms/step  prefetch {pref * 1e3:.1f} ms/step  "
           f"speedup={plain / pref:.3f}x")
+    print(f"device_prefetch (step x{heavy}, compute-bound): plain {plain4 * 1e3:.1f} ms/batch  prefetch "
+          f"{pref4 * 1e3:.1f} ms/batch  speedup={plain4 / pref4:.3f}x")
+    print(f"# one step on a resident batch {step_s * 1e3:.1f} ms; the loader alone {alone * 1e3:.1f} ms/batch, "
+          f"pinning on its thread {pinned * 1e3:.1f} ms/batch: a loop slower than the loader is compute-bound, "
+          "where prefetch can overlap the copy")
     print(busy.line())
     return 0
 

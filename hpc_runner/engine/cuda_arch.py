@@ -12,6 +12,7 @@ compiled by the driver for any GPU of capability X.Y or newer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from hpc_runner.errors import ClusterError
 
@@ -79,6 +80,28 @@ def arch_problem(
     return text
 
 
+def release_arches(table: Any, host: str) -> dict[str, set[int]]:
+    """Return ``{CUDA version: architectures}`` of torch's wheels for ``host`` from ``PYTORCH_RELEASES_CODE_CC``.
+
+    The table is torch's own and its shape changed: torch 2.11 maps a CUDA version to a set of
+    architectures (x86_64 wheels), torch 2.13 to ``{host: set}``. Read both; anything else gives no
+    suggestion rather than a crash (the first real GPU job, on an H100 with torch 2.11, died here).
+    """
+    if not isinstance(table, Mapping):
+        return {}
+    out: dict[str, set[int]] = {}
+    for cuda, codes in table.items():
+        if isinstance(codes, Mapping):
+            codes = codes.get(host, ())
+        elif host != "x86_64":
+            continue  # the flat table is the x86_64 wheels' list
+        try:
+            out[str(cuda)] = {int(c) for c in codes}
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
 def check_cuda_arch() -> None:
     """Raise ClusterError when a GPU this process sees has no kernels in the installed torch (no-op without CUDA)."""
     import platform
@@ -89,8 +112,7 @@ def check_cuda_arch() -> None:
         return
     arch_list = torch.cuda.get_arch_list()
     host = "aarch64" if platform.machine().lower() == "aarch64" else "x86_64"
-    releases = {cuda: by_host.get(host, set())
-                for cuda, by_host in getattr(torch.cuda, "PYTORCH_RELEASES_CODE_CC", {}).items()}
+    releases = release_arches(getattr(torch.cuda, "PYTORCH_RELEASES_CODE_CC", None), host)
     for index in range(torch.cuda.device_count()):
         problem = arch_problem(index, torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index),
                                arch_list, torch.__version__, releases)

@@ -102,7 +102,8 @@ def test_amp_on_cpu_trains_in_bfloat16(tiny_bundle: Path, tmp_path: Path, monkey
         monkeypatch.delitem(sys.modules, name)
     parser = ConfigParser()
     parser.read_config(str(tiny_bundle / "configs" / "train.yaml"))
-    parser.update({"amp": True, "max_epochs": 1, "output_dir": str(tmp_path / "r")})
+    # the CPU's autocast on any machine: a GPU machine would pick cuda and float16 (the H100 run did)
+    parser.update({"amp": True, "max_epochs": 1, "output_dir": str(tmp_path / "r"), "trainer#device": "cpu"})
     trainer = parser.get_parsed_content("trainer")
     seen: list[tuple[bool, torch.dtype]] = []
     trainer.network.register_forward_hook(lambda module, args, out: seen.append((module.training, out.dtype)))

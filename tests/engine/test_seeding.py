@@ -71,5 +71,10 @@ def test_a_deterministic_bundle_gets_the_variable_before_it_is_built_and_run_yam
                              cli_overrides=parse_cli_overrides(["--+trainer::deterministic", "true"]))
     run_dir, _ = prepare_run(cfg, None, tmp_path / "run")
     record = yaml.safe_load((run_dir.path / "run.yaml").read_text())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # on a GPU machine an earlier test of this worker started CUDA: too late to set it, and it says so
+        assert record["deterministic"][CUBLAS_VARIABLE] is None
+        assert "may not be deterministic" in record["deterministic"]["note"]
+        return
     assert record["deterministic"][CUBLAS_VARIABLE] == ":4096:8"
     assert os.environ[CUBLAS_VARIABLE] == ":4096:8"

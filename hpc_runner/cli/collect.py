@@ -56,9 +56,9 @@ def main(args: argparse.Namespace) -> int:
 
 def _right_size(target, states, answer) -> None:
     """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
-    from hpc_runner.sweep.right_size import finished, for_target
+    from hpc_runner.sweep.right_size import for_target, suggested_for
 
-    if finished(states) and not (target.record is not None and target.record.is_tune):
+    if suggested_for(target, states):
         suggestion = for_target(target, states, answer)
         print(f"right-size: {suggestion.line()}")
         if suggestion.changes:

@@ -133,9 +133,9 @@ def main(args: argparse.Namespace) -> int:
 
 def _right_size(target: Any, states: list[Any], answer: Any, as_json: bool) -> None:
     """At the end of a sweep (or run): what the next submission should ask for (sweep/right_size.py)."""
-    from hpc_runner.sweep.right_size import finished, for_target
+    from hpc_runner.sweep.right_size import for_target, suggested_for
 
-    if not finished(states) or (target.record is not None and target.record.is_tune):
+    if not suggested_for(target, states):
         return
     suggestion = for_target(target, states, answer)
     if as_json:

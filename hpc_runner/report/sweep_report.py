@@ -125,9 +125,9 @@ def _when(at: Any) -> str:
 
 def right_size_section(sweep: SweepData) -> list[str]:
     """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
-    from hpc_runner.sweep.right_size import finished, for_target
+    from hpc_runner.sweep.right_size import for_target, suggested_for
 
-    if not finished(sweep.states) or sweep.target.record.is_tune:
+    if not suggested_for(sweep.target, sweep.states):
         return []
     s = for_target(sweep.target, sweep.states, sweep.answer)
     out = ['<h2>Right-size</h2>', f'<p class="right-size">{page.esc(s.line())}</p>']

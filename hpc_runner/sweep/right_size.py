@@ -210,6 +210,17 @@ def finished(states: Sequence[Any]) -> bool:
     return bool(states) and not any(s.active or s.state == WAITING for s in states)
 
 
+def suggested_for(target: Any, states: Sequence[Any]) -> bool:
+    """Whether status, collect and report show a suggestion: a sweep (or run) that has ended, not a tune, and
+    submitted to a scheduler (the local profile asks nothing of one, so there is nothing to right-size)."""
+    if not finished(states) or (target.record is not None and target.record.is_tune):
+        return False
+    try:
+        return not target.executor().runs_here
+    except Exception:  # an unreadable recorded profile: say what sacct's figures say
+        return True
+
+
 def for_target(target: Any, states: Sequence[Any], answer: Any) -> Suggestion:
     """Return the suggestion for a loaded sweep or run (sweep/targets.py) from its states and the status call."""
     from hpc_runner.sweep.usage import usages

@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# A real single-node SLURM cluster on loopback, for hpc-runner's tests and CI.
+# A real multi-node SLURM cluster emulated on this machine (loopback), for hpc-runner's tests and CI.
 #
 # Usage: scripts/local-slurm.sh start | stop [--clean] | status | env
 #
-#   start   install the Debian packages if missing, write the configs, start
-#           munged -> mariadbd -> slurmdbd -> slurmctld -> slurmd and wait until the
-#           node is idle. Idempotent: daemons already running (per pid file) are kept;
-#           a changed slurm.conf is applied with `scontrol reconfigure`. A cold start cancels
-#           the jobs slurmctld recovers from a cluster that died without `stop`.
+#   start   install the Debian packages if missing, write the configs and /etc/hosts lines, start
+#           munged -> mariadbd -> slurmdbd -> slurmctld -> one slurmd per node and wait until every
+#           node is idle. Idempotent: daemons already running (per pid file) are kept; a changed
+#           slurm.conf is applied with `scontrol reconfigure`, or, when the set of nodes changed
+#           (LOCAL_SLURM_NODES), by restarting slurmctld and the slurmds (queued jobs are kept).
+#           A cold start cancels the jobs slurmctld recovers from a cluster that died without `stop`.
 #   stop    cancel this cluster's jobs and stop the daemons it started (pid files only).
 #           --clean also wipes config, state, database and logs: the next start is cold.
 #   status  daemons, sinfo, and whether sacct answers; exit 1 if the cluster does not answer.
 #   env     print the line that points clients at this cluster:
 #               eval "$(scripts/local-slurm.sh env)"    # or: . /tmp/hpcr-slurm/env.sh
 #
-# What the cluster offers (the node is this machine, named `hostname -s`):
-#   partitions   small (default) and gpu, both on the one node (JADE-like naming).
-#   fake GPUs    2 gres "gpu" backed by character devices, so --gres=gpu:1 sets
+# What the cluster offers:
+#   nodes        LOCAL_SLURM_NODES (default 2) emulated nodes, <host>1..<host>N (`hostname -s`
+#                plus the index: vm1, vm2), each its own slurmd (`slurmd -N NAME`, Debian's build
+#                has multiple-slurmd support) with its own Port (6821, 6822, ...), spool dir, pid
+#                file and log (log/slurmd-NAME.log), its own address 127.0.1.I (NodeAddr, and a
+#                line in /etc/hosts), and its own host name: each slurmd runs in a UTS namespace
+#                (`unshare --uts`) named after its node, so a job's `hostname` is its node's name
+#                and gloo binds to that node's address. Every node declares this machine's cores
+#                (CPUs=2 on a 2-core machine) and all of its memory: overcommitted N times, so a one-node
+#                job can still have 2 tasks. A job without --mem gets its CPUs' share (DefMemPerCPU).
+#   partitions   small (default) and gpu, both over every node (JADE-like naming).
+#   fake GPUs    2 gres "gpu" per node backed by character devices, so --gres=gpu:1 sets
 #                CUDA_VISIBLE_DEVICES=0 and --gres=gpu:3 is refused. No real GPU behind them.
+#   placement    CR_LLN: a job goes to the least loaded node, so consecutive jobs spread.
+#   memory       a job's --mem (default: its CPUs' share of the node) is its limit. With a
+#                writable cgroup v1 memory controller (gVisor, most VMs) task/cgroup enforces it:
+#                the kernel kills the step and sacct says OUT_OF_MEMORY. Without one,
+#                JobAcctGatherParams=OverMemoryKill polls RSS every second and kills the step;
+#                22.05 then records FAILED, the job log "Exceeded job memory limit".
+#   node failure SlurmdTimeout=30: a node whose slurmd died is DOWN (its jobs NODE_FAIL) ~30-40 s later.
 #   arrays       MaxArraySize=$LOCAL_SLURM_MAX_ARRAY_SIZE (default 1001, common on real
 #                clusters): array indices must be < MaxArraySize, so --array=0-1000 is
 #                accepted and --array=0-1001 refused. Sweep code must split larger sweeps
@@ -42,21 +59,30 @@
 #   LOCAL_SLURM_DIR             everything lives here (default /tmp/hpcr-slurm):
 #                               etc/ configs, log/ daemon logs, run/ pids+sockets,
 #                               state/, mysql/, dev/ fake GPUs, jobs/ scratch, env.sh
+#   LOCAL_SLURM_NODES           how many nodes (default 2, at most 64)
+#   LOCAL_SLURM_MEMORY          how a job's memory is limited: cgroup (task/cgroup, cgroup v1),
+#                               poll (OverMemoryKill) or auto (default: cgroup when this machine
+#                               has a writable cgroup v1 memory controller, else poll)
 #   LOCAL_SLURM_MAX_ARRAY_SIZE  MaxArraySize (default 1001)
-#   LOCAL_SLURM_START_TIMEOUT   seconds to wait for the node to become idle (default 90)
+#   LOCAL_SLURM_START_TIMEOUT   seconds to wait for the nodes to become idle (default 90)
 #
-# Needs root (slurmd runs jobs as any user, mknod for the fake GPUs, SlurmUser=root) and
-# Debian 12 or similar (SLURM 22.05). No systemd or cgroups needed. Daemons listen on
-# ports 6817-6819 on all interfaces (22.05 cannot bind loopback only; traffic is
-# munge-authenticated) and MariaDB on 127.0.0.1:13306.
+# Needs root (slurmd runs jobs as any user, mknod for the fake GPUs, /etc/hosts, SlurmUser=root)
+# and Debian 12 or similar (SLURM 22.05). No systemd or cgroups needed. Daemons listen on
+# ports 6817 (slurmctld), 6819 (slurmdbd) and 6821.. (one per slurmd) on all interfaces (22.05
+# cannot bind loopback only; traffic is munge-authenticated) and MariaDB on 127.0.0.1:13306.
 set -Eeuo pipefail
 
 DIR=${LOCAL_SLURM_DIR:-/tmp/hpcr-slurm}
 MAX_ARRAY=${LOCAL_SLURM_MAX_ARRAY_SIZE:-1001}
 TIMEOUT=${LOCAL_SLURM_START_TIMEOUT:-90}
+NODES=${LOCAL_SLURM_NODES:-2}
+MEMORY=${LOCAL_SLURM_MEMORY:-auto}
 PKGS=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
-DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)   # start order; stop is the reverse
+DAEMONS=(munged mariadbd slurmdbd slurmctld)   # start order, then one slurmd per node; stop is the reverse
 DB_PORT=13306
+NODE_NET=127.0.1      # node I listens on 127.0.1.I: a rank that dials the wrong node fails
+NODE_PORT0=6820       # node I's slurmd listens on NODE_PORT0 + I (6819 is slurmdbd's)
+HOSTS_MARK="# hpcr-local-slurm node"   # ends each /etc/hosts line this script owns
 export SLURM_CONF=$DIR/etc/slurm.conf
 
 log() { echo "local-slurm: $*" >&2; }
@@ -65,7 +91,7 @@ log() { echo "local-slurm: $*" >&2; }
 # (plus apt's or mariadb-install-db's when that step is the one that failed).
 show_logs() {
   local f
-  for f in "$@" "${DAEMONS[@]/#/$DIR/log/}"; do
+  for f in "$@" "${DAEMONS[@]/#/$DIR/log/}" "$DIR"/log/slurmd-*.log; do
     f=${f%.log}.log
     [[ -f $f ]] || continue
     echo "===== $f (last 20 lines)" >&2
@@ -83,12 +109,13 @@ die() {
   exit 1
 }
 
-# alive NAME: $DIR/run/NAME.pid names a live process whose command line mentions NAME.
-# Checking the command line guards against a stale pid file whose pid was reused.
+# alive NAME [WORD]: $DIR/run/NAME.pid names a live process whose command line mentions WORD
+# (default NAME; a node's slurmd-vm1.pid is a `slurmd -N vm1`). Checking the command line guards
+# against a stale pid file whose pid was reused.
 alive() {
   local p
   p=$(cat "$DIR/run/$1.pid" 2>/dev/null) || return 1
-  [[ -n $p ]] && grep -qa "$1" "/proc/$p/cmdline" 2>/dev/null
+  [[ -n $p ]] && grep -qa "${2:-$1}" "/proc/$p/cmdline" 2>/dev/null
 }
 # running PID: exists and is not a zombie (PID 1 in a container may reap late).
 running() {
@@ -106,10 +133,24 @@ wait_until() {
   done
   return 1
 }
-node_name() { hostname -s; }
-node_state() { sinfo -h -n "$(node_name)" -o %T 2>/dev/null | head -n 1; }
-# idle/mixed/allocated = usable; a trailing * (not responding), drain or down is not.
-node_usable() { [[ "$(node_state)" =~ ^(idle|mixed|allocated|completing)$ ]]; }
+# node_names: vm1 vm2 ... on a machine named vm (a name ending in a digit gets an "n": ci-3n1).
+node_names() {
+  local host i
+  host=$(hostname -s)
+  [[ $host == *[0-9] ]] && host+=n
+  for ((i = 1; i <= NODES; i++)); do echo "$host$i"; done
+}
+node_addr() { echo "$NODE_NET.$1"; }        # node_addr I
+node_port() { echo $((NODE_PORT0 + $1)); }  # node_port I
+node_list() { node_names | paste -sd, -; }
+# node_states: "vm1 idle" per node; usable = idle/mixed/allocated/completing (a trailing *, not
+# responding, drain or down is not).
+node_states() { sinfo -h -N -n "$(node_list)" -o '%N %T' 2>/dev/null | sort -u; }
+nodes_usable() {
+  local states
+  states=$(node_states)
+  [[ $(grep -cE ' (idle|mixed|allocated|completing)$' <<<"$states" || true) -eq $NODES ]]
+}
 db_answers() { mariadb-admin --socket="$DIR/run/mysqld.sock" ping >/dev/null 2>&1; }
 dbd_listening() { ! port_free 6819; }
 
@@ -132,10 +173,19 @@ install_if_changed() {
 }
 
 write_configs() {
-  local node cpus mem
-  node=$(node_name)
-  # slurmd -C reports this machine's real layout; declaring more than exists drains the node.
+  local node cpus ncpu mem names task_plugin acct_params
+  node=$(hostname -s)
+  if [[ $MEMORY_LIMITS == cgroup ]]; then
+    task_plugin=task/cgroup acct_params="# JobAcctGatherParams: none (the cgroup limits memory)"
+  else
+    task_plugin=task/none acct_params=JobAcctGatherParams=OverMemoryKill
+  fi
+  mapfile -t names < <(node_names)
+  # slurmd -C reports this machine's real layout; declaring more than exists drains the node. Every
+  # emulated node is this machine and declares all of its cores and memory: overcommitted N times,
+  # so that a job with 2 tasks on one node still fits, as on the single-node cluster.
   cpus=$(slurmd -C | head -n 1 | grep -o 'CPUs=.*ThreadsPerCore=[0-9]*') || die "slurmd -C failed"
+  ncpu=$(sed -n 's/^CPUs=\([0-9]*\).*/\1/p' <<<"$cpus")
   mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
   mem=$((mem > 2048 ? mem - 1024 : mem))   # leave room for the daemons themselves
 
@@ -145,9 +195,11 @@ write_configs() {
   }
   # gres File= must be a character device (a count alone or a plain file drains the node);
   # c 1 3 is /dev/null's device number, so nothing can be harmed through it.
-  local i
-  for i in 0 1; do
-    [[ -c $DIR/dev/gpu$i ]] || mknod "$DIR/dev/gpu$i" c 1 3 || die "mknod $DIR/dev/gpu$i failed"
+  local i n
+  for n in "${names[@]}"; do
+    for i in 0 1; do
+      [[ -c $DIR/dev/$n-gpu$i ]] || mknod "$DIR/dev/$n-gpu$i" c 1 3 || die "mknod $DIR/dev/$n-gpu$i failed"
+    done
   done
 
   cat >"$SLURM_CONF.new" <<EOF
@@ -160,20 +212,25 @@ CredType=cred/munge
 # cred_expire also delays a requeued job's restart (default 120 s); 5 is the minimum.
 AuthInfo=socket=$DIR/run/munge.socket,cred_expire=10
 SlurmctldPort=6817
-SlurmdPort=6818
 StateSaveLocation=$DIR/state/ctld
-SlurmdSpoolDir=$DIR/state/d
+# Several slurmd on one machine (slurmd -N NAME): %n is the node's name; each has its own Port below.
+SlurmdSpoolDir=$DIR/state/d-%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
-SlurmdPidFile=$DIR/run/slurmd.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
 MailProg=/bin/true
-# No cgroups on CI machines without systemd: track processes by parentage, no binding.
+# Track processes by parentage (no systemd needed). Memory: see MEMORY_LIMITS below.
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task_plugin
 MpiDefault=none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+# Memory is a consumable resource, so a job's --mem is its limit (OverMemoryKill below); a job
+# without --mem gets its CPUs' share of the node's memory (DefMemPerCPU), so CPUs, not memory,
+# decide how many jobs share a node. CR_LLN: each job goes to the least loaded node, so a sweep's
+# tasks spread over the nodes.
+SelectTypeParameters=CR_Core_Memory,CR_LLN
+DefMemPerCPU=$((mem / ncpu))
 # Start jobs within about a second of submission or of a slot freeing up: the main
 # scheduler runs on every event (submit, job end) without throttling, and its full pass
 # runs every second instead of every 60 s, which is what starts a requeued job once its
@@ -183,6 +240,13 @@ SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=0,batch_sc
 # sacct needs slurmdbd (22.05 has no file-based accounting). Connections to slurmdbd
 # ignore AuthInfo; the munge socket must be given as AccountingStoragePass.
 JobAcctGatherType=jobacct_gather/linux
+# MEMORY_LIMITS=$MEMORY_LIMITS. cgroup: task/cgroup puts each step in a memory cgroup (v1, no
+# systemd) limited to its job's memory; the kernel kills what exceeds it and sacct says
+# OUT_OF_MEMORY. poll (no writable memory cgroup): the step is killed by polling, its processes' RSS
+# sampled every second (OverMemoryKill); sacct then says FAILED (22.05 marks only cgroup OOM kills
+# OUT_OF_MEMORY) and the job log "Exceeded job memory limit".
+$acct_params
+JobAcctGatherFrequency=task=1
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=6819
@@ -201,13 +265,31 @@ JobRequeue=1
 MinJobAge=300
 KillWait=5
 ReturnToService=2
+# A node whose slurmd stops answering is DOWN (its jobs NODE_FAIL) after 30 s, not 300.
+SlurmdTimeout=30
 InactiveLimit=0
 GresTypes=gpu
-NodeName=$node NodeAddr=127.0.0.1 $cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
-PartitionName=small Nodes=$node Default=YES MaxTime=INFINITE State=UP
-PartitionName=gpu Nodes=$node MaxTime=INFINITE State=UP
 EOF
-  echo "NodeName=$node Name=gpu File=$DIR/dev/gpu[0-1]" >"$DIR/etc/gres.conf.new"
+  : >"$DIR/etc/gres.conf.new"
+  for ((i = 1; i <= NODES; i++)); do
+    n=${names[i - 1]}
+    echo "NodeName=$n NodeHostname=$n NodeAddr=$(node_addr "$i") Port=$(node_port "$i") $cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN" >>"$SLURM_CONF.new"
+    echo "NodeName=$n Name=gpu File=$DIR/dev/$n-gpu[0-1]" >>"$DIR/etc/gres.conf.new"
+  done
+  # cgroup v1 (the v2 plugin of 22.05 wants systemd); memory only: no core or device binding.
+  # Each slurmd makes its own hierarchy (memory/slurm_vm1, ...: a multiple-slurmd build).
+  cat >"$DIR/etc/cgroup.conf.new" <<EOF
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=no
+ConstrainCores=no
+ConstrainDevices=no
+EOF
+  cat >>"$SLURM_CONF.new" <<EOF
+PartitionName=small Nodes=$(node_list) Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=$(node_list) MaxTime=INFINITE State=UP
+EOF
 
   cat >"$DIR/etc/slurmdbd.conf.new" <<EOF
 AuthType=auth/munge
@@ -244,15 +326,103 @@ innodb_flush_log_at_trx_commit=2
 EOF
   printf 'export SLURM_CONF=%q\n' "$SLURM_CONF" >"$DIR/env.sh"
 
-  local changed=0 f
-  for f in "$SLURM_CONF" "$DIR/etc/gres.conf" "$DIR/etc/slurmdbd.conf" "$DIR/etc/my.cnf"; do
+  local changed=0 f before after
+  before=$(restart_lines)
+  for f in "$SLURM_CONF" "$DIR/etc/gres.conf" "$DIR/etc/cgroup.conf" "$DIR/etc/slurmdbd.conf" "$DIR/etc/my.cnf"; do
     install_if_changed "$f.new" "$f" && changed=1
   done
-  # Daemons kept running from an earlier start read the old files; ask them to re-read.
-  if ((changed)) && alive slurmctld; then
+  after=$(restart_lines)
+  ((changed)) && alive slurmctld || return 0
+  # Daemons kept running from an earlier start read the old files. SLURM 22.05 cannot add or remove
+  # nodes, or change SelectType*, with a reconfigure: then slurmctld and the slurmds are restarted
+  # instead (start_daemons starts them again; the queue survives in StateSaveLocation).
+  if [[ $before != "$after" ]]; then
+    log "the nodes, SelectType, TaskPlugin or cgroup.conf changed (now $NODES node(s): $(node_list)); restarting slurmctld and the slurmds"
+    stop_slurmds
+    stop_daemon slurmctld
+  else
     log "configuration changed; scontrol reconfigure"
     scontrol reconfigure || die "scontrol reconfigure failed"
   fi
+}
+
+# restart_lines: the lines of slurm.conf that `scontrol reconfigure` cannot apply.
+restart_lines() {
+  grep -E '^(NodeName|SelectType|GresTypes|TaskPlugin|ProctrackType|JobAcctGather)' "$SLURM_CONF" 2>/dev/null || true
+  cat "$DIR/etc/cgroup.conf" 2>/dev/null || true
+}
+
+# memory_cgroup: whether a cgroup v1 memory controller is mounted and this root may make groups in it
+# (gVisor and most VMs: yes; a Docker container with a read-only /sys/fs/cgroup: no).
+memory_cgroup() {
+  local probe=/sys/fs/cgroup/memory/hpcr-probe.$$
+  [[ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]] && mkdir "$probe" 2>/dev/null && rmdir "$probe"
+}
+
+# ensure_hosts: one /etc/hosts line per node (127.0.1.I NAME), so a node's name resolves to its own
+# address everywhere. The lines this script writes end with HOSTS_MARK and are replaced as a block;
+# the file is rewritten in place (Docker bind-mounts it: it cannot be renamed over), only when the
+# block changed. Without a writable /etc/hosts the cluster still works (NodeAddr is an address).
+ensure_hosts() {
+  local want have rest i names
+  mapfile -t names < <(node_names)
+  want=$(for ((i = 1; i <= NODES; i++)); do echo "$(node_addr "$i") ${names[i - 1]} $HOSTS_MARK"; done)
+  have=$(grep -F -- "$HOSTS_MARK" /etc/hosts 2>/dev/null || true)
+  [[ $have == "$want" ]] && return 0
+  rest=$(grep -vF -- "$HOSTS_MARK" /etc/hosts 2>/dev/null || true)
+  if { [[ -z $rest ]] || printf '%s\n' "$rest"; } >/etc/hosts 2>/dev/null && printf '%s\n' "$want" >>/etc/hosts; then
+    log "/etc/hosts: $NODES node line(s) ($(node_addr 1) ${names[0]} ...)"
+  else
+    log "WARNING: cannot write /etc/hosts; the node names do not resolve (NodeAddr still works)"
+  fi
+}
+
+# in_own_uts: whether a slurmd can get a host name of its own (unshare --uts needs CAP_SYS_ADMIN).
+in_own_uts() { unshare --uts true 2>/dev/null; }
+
+# start_slurmd NAME PORT: one node's slurmd, in a UTS namespace named after the node when possible,
+# so the jobs on it see `hostname` = NAME (which resolves to the node's own address).
+start_slurmd() {
+  local n=$1 port=$2
+  if alive "slurmd-$n" slurmd; then
+    return 0
+  fi
+  port_free "$port" || die "port $port (node $n) is busy and not our slurmd (a system slurmd?)"
+  mkdir -p "$DIR/state/d-$n"
+  if ((OWN_UTS)); then
+    unshare --uts sh -c 'hostname "$1" && exec slurmd -N "$1"' sh "$n" || die "slurmd -N $n failed to start"
+  else
+    slurmd -N "$n" || die "slurmd -N $n failed to start"
+  fi
+}
+
+# stop_daemon NAME [WORD]: SIGTERM, 10 s, then SIGKILL; removes the pid file.
+stop_daemon() {
+  local p k
+  alive "$1" "${2:-$1}" || return 0
+  p=$(cat "$DIR/run/$1.pid")
+  kill -TERM "$p" 2>/dev/null || true
+  for ((k = 0; k < 100; k++)); do
+    running "$p" || break
+    sleep 0.1
+  done
+  if running "$p"; then
+    log "$1 ($p) ignored SIGTERM for 10 s; sending SIGKILL"
+    kill -KILL "$p" 2>/dev/null || true
+  fi
+  rm -f "$DIR/run/$1.pid"
+  log "stopped $1 ($p)"
+}
+
+# stop_slurmds: every slurmd this script started, by pid file (the nodes of an earlier start with
+# another LOCAL_SLURM_NODES too, and the single-node cluster's run/slurmd.pid).
+stop_slurmds() {
+  local f name
+  for f in "$DIR"/run/slurmd.pid "$DIR"/run/slurmd-*.pid; do
+    [[ -f $f ]] || continue
+    name=${f##*/}
+    stop_daemon "${name%.pid}" slurmd
+  done
 }
 
 start_daemons() {
@@ -290,10 +460,11 @@ start_daemons() {
     port_free 6817 || die "port 6817 is busy and not our slurmctld (a system slurmctld?)"
     slurmctld || die "slurmctld failed to start"
   fi
-  if ! alive slurmd; then
-    port_free 6818 || die "port 6818 is busy and not our slurmd (a system slurmd?)"
-    slurmd || die "slurmd failed to start"
-  fi
+  local i names
+  mapfile -t names < <(node_names)
+  for ((i = 1; i <= NODES; i++)); do
+    start_slurmd "${names[i - 1]}" "$(node_port "$i")"
+  done
 }
 
 # ensure_accounts: the account, users and QOS the tests need; idempotent (runs on every start).
@@ -349,23 +520,35 @@ cmd_start() {
   if ! [[ $MAX_ARRAY =~ ^[0-9]+$ ]] || ((MAX_ARRAY < 1 || MAX_ARRAY > 4000001)); then
     usage_error "LOCAL_SLURM_MAX_ARRAY_SIZE must be an integer in 1..4000001, got '$MAX_ARRAY'"
   fi
+  if ! [[ $NODES =~ ^[0-9]+$ ]] || ((NODES < 1 || NODES > 64)); then
+    usage_error "LOCAL_SLURM_NODES must be an integer in 1..64, got '$NODES'"
+  fi
   local t0=$SECONDS
-  mkdir -p "$DIR"/{etc,run,log,state/ctld,state/d,dev,jobs}
+  mkdir -p "$DIR"/{etc,run,log,state/ctld,dev,jobs}
   chmod 700 "$DIR/etc"
   # Any unexpected failure from here on must still show the daemon logs.
   trap 'die "command failed (line $LINENO): $BASH_COMMAND"' ERR
   install_packages
+  OWN_UTS=0
+  in_own_uts && OWN_UTS=1
+  case $MEMORY in
+    cgroup | poll) MEMORY_LIMITS=$MEMORY ;;
+    auto) MEMORY_LIMITS=poll && memory_cgroup && MEMORY_LIMITS=cgroup ;;
+    *) usage_error "LOCAL_SLURM_MEMORY must be auto, cgroup or poll, got '$MEMORY'" ;;
+  esac
+  ((OWN_UTS)) || log "unshare --uts is not allowed here: every node's jobs see this machine's host name"
+  ensure_hosts
   write_configs
   local warm=0
   alive slurmctld && warm=1
   start_daemons
   wait_until 30 accounts_known ||
     die "slurmctld does not know account hpcr or QOS hpcr-limited (scontrol show assoc_mgr); restart it"
-  wait_until "$TIMEOUT" node_usable ||
-    die "node $(node_name) not usable after ${TIMEOUT}s: state '$(node_state)'; $(scontrol show node "$(node_name)" 2>&1 | grep -o 'Reason=.*' || true)"
+  wait_until "$TIMEOUT" nodes_usable ||
+    die "not every node is usable after ${TIMEOUT}s: $(node_states | tr '\n' ' '); $(scontrol show node "$(node_list)" 2>&1 | grep -o 'Reason=.*' | sort -u | tr '\n' ' ' || true)"
   ((warm)) || cancel_recovered_jobs
   trap - ERR
-  log "node $(node_name) $(node_state) after $((SECONDS - t0))s (MaxArraySize=$MAX_ARRAY); clients: . $DIR/env.sh"
+  log "$NODES node(s) $(node_states | awk '{printf "%s%s=%s", (NR > 1 ? "," : ""), $1, $2}') after $((SECONDS - t0))s (MaxArraySize=$MAX_ARRAY); clients: . $DIR/env.sh"
 }
 
 # A cold start after the daemons died without `stop` (a killed session, a reboot) recovers the old
@@ -395,27 +578,14 @@ cancel_until_empty() {
 queue_empty() { [[ -z $(squeue -h 2>/dev/null) ]]; }
 
 cmd_stop() {
-  local d p i
+  local i
   # Cancel first, so no slurmstepd or job process outlives the daemons.
   if alive slurmctld; then
     wait_until 20 cancel_until_empty || true
   fi
+  stop_slurmds
   for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
-    d=${DAEMONS[i]}
-    alive "$d" || continue
-    p=$(cat "$DIR/run/$d.pid")
-    kill -TERM "$p" 2>/dev/null || true
-    local k
-    for ((k = 0; k < 100; k++)); do
-      running "$p" || break
-      sleep 0.1
-    done
-    if running "$p"; then
-      log "$d ($p) ignored SIGTERM for 10 s; sending SIGKILL"
-      kill -KILL "$p" 2>/dev/null || true
-    fi
-    rm -f "$DIR/run/$d.pid"
-    log "stopped $d ($p)"
+    stop_daemon "${DAEMONS[i]}"
   done
   if [[ ${1:-} == --clean ]]; then
     # Only what start creates, never the directory's other contents.
@@ -427,11 +597,15 @@ cmd_stop() {
 
 cmd_status() {
   local d ok=0
-  for d in "${DAEMONS[@]}"; do
-    if alive "$d"; then
-      printf '%-10s running (pid %s)\n' "$d" "$(cat "$DIR/run/$d.pid")"
+  local names=() f
+  for f in "$DIR"/run/slurmd-*.pid; do
+    [[ -f $f ]] && f=${f##*/} && names+=("${f%.pid}")
+  done
+  for d in "${DAEMONS[@]}" "${names[@]}"; do
+    if alive "$d" "${d%%-*}"; then
+      printf '%-12s running (pid %s)\n' "$d" "$(cat "$DIR/run/$d.pid")"
     else
-      printf '%-10s not running\n' "$d"
+      printf '%-12s not running\n' "$d"
     fi
   done
   echo "SLURM_CONF=$SLURM_CONF"

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "report": "hpc_runner.cli.report",
     "rerun": "hpc_runner.cli.rerun",
     "tune": "hpc_runner.cli.tune",
+    "pipeline": "hpc_runner.cli.pipeline",
     "tracking": "hpc_runner.tracking.command",
     # MONAI's bundle subcommands, same arguments as `python -m monai.bundle NAME` (hpc_runner/monai_cli/spec.py)
     "run_workflow": "hpc_runner.cli.monai_commands:run_workflow",

@@ -19,6 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import cancel_main, is_pipeline
+
+    if is_pipeline(args.dir):  # a pipeline dir: every stage still queued or running (cli/pipeline.py)
+        return cancel_main(args)
     from hpc_runner.sweep.cancel import cancel_target
     from hpc_runner.sweep.targets import load_target
 

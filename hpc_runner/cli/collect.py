@@ -8,7 +8,10 @@ HELP = "write results.csv and results.md: one row per point (params, state, caus
 DESCRIPTION = """Collect every point of a sweep dir (or one run dir) into results.csv and results.md
 (a Markdown table): the swept parameters, the state and, for failed points, the cause (one sacct
 call; see `hpc-runner status`), the final metrics from the point's summary.json, wall time, job id,
-how many times its job was requeued and, for failed points, the error line.
+how many times its job was requeued and, for failed points, the error line; and what each point's
+job used (elapsed_s of time_limit_s, cpus and cpu_efficiency, max_rss_mb of mem_request_mb, gpu_util,
+gpu_mem_mb: from the same sacct call). At the end of a sweep it prints what the next submission should
+ask for (`sweep --right-size DIR` applies it).
 For `submit --shards` (inference, evaluation) it also merges the shards' per-case tables into
 cases.csv and cases.md, names every shard without one, and prints the mean of each metric."""
 EPILOG = """examples:
@@ -26,12 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import collect_main, is_pipeline
+
+    if is_pipeline(args.dir):  # a pipeline dir: its chain (cli/pipeline.py)
+        return collect_main(args)
     from hpc_runner.sweep.collect import result_rows, write_results
     from hpc_runner.sweep.targets import load_target
 
     target = load_target(args.dir)
-    states, _ = target.states()
-    columns, rows = result_rows(target, states)
+    states, answer = target.states()
+    columns, rows = result_rows(target, states, answer)  # with what each point's job used (the same sacct call)
     csv_path, md_path = write_results(target, columns, rows, args.out)
     if not args.quiet:
         text = md_path.read_text(encoding="utf-8").splitlines()
@@ -39,11 +46,23 @@ def main(args: argparse.Namespace) -> int:
         if len(text) > MAX_PRINTED_ROWS + 2:
             print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")
     print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
+    _right_size(target, states, answer)
     if target.record and target.record.data.get("tune"):
         _collect_tune(target, args.out)
     if target.record and target.record.data.get("shards"):
         return _collect_cases(target, states, args.out)
     return 0
+
+
+def _right_size(target, states, answer) -> None:
+    """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
+    from hpc_runner.sweep.right_size import for_target, suggested_for
+
+    if suggested_for(target, states):
+        suggestion = for_target(target, states, answer)
+        print(f"right-size: {suggestion.line()}")
+        if suggestion.changes:
+            print(f"  next time: --right-size {target.path}   (or {' '.join(suggestion.options())})")
 
 
 def _collect_cases(target, states, out: str | None) -> int:

@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import is_pipeline, report_main
+
+    if is_pipeline(args.dir):  # a pipeline dir: its chain, the stages' reports linked (cli/pipeline.py)
+        return report_main(args)
     from hpc_runner.report.build import build_report
 
     report = build_report(args.dir, each_run=args.runs)

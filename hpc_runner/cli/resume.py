@@ -7,6 +7,7 @@ import shlex
 
 from hpc_runner.cli.common import add_preflight_argument
 from hpc_runner.cli.slurm_options import add_cluster_arguments, nonnegative_int, positive_int
+from hpc_runner.cli.sweep import add_right_size_arguments, apply_right_size
 
 HELP = "resubmit the failed or missing points of a sweep as a new array (never a completed one)"
 DESCRIPTION = """Ask the scheduler once where every point stands, then resubmit the points that failed,
@@ -17,7 +18,10 @@ resubmitted points: they are checked first, recorded in sweep.yaml as the point'
 old run dir of each such point is moved to attempts/ so the new config starts clean.
 The cluster profile recorded at submission is used unless --cluster is given; --slurm changes it.
 --cause TIMEOUT (repeatable) resubmits only the failed points with that cause (`hpc-runner status`
-shows each point's cause), e.g. with a longer time limit: --cause TIMEOUT --slurm time=04:00:00."""
+shows each point's cause), e.g. with a longer time limit: --cause TIMEOUT --slurm time=04:00:00.
+--retry CAUSE:CHANGE records a rule for the sweep's later failures (see `hpc-runner sweep --help`);
+--right-size DIR asks for what the finished sweep DIR used. What --slurm, --cluster or --right-size set
+here replaces the points' own requests (from earlier --retry changes)."""
 EPILOG = """examples:
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --slurm time=04:00:00
@@ -66,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, metavar="N",
                         help="raise (or lower) the sweep's bound on resubmissions of one failed point (default 3)")
+    add_right_size_arguments(parser)
     add_cluster_arguments(parser, default_from_env=False)
     add_preflight_argument(parser)
 
@@ -89,6 +94,10 @@ def _profile(args: argparse.Namespace, recorded: dict):
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import is_pipeline, resume_main
+
+    if is_pipeline(args.dir):  # a pipeline dir: its stages that failed or never ran (cli/pipeline.py)
+        return resume_main(args)
     from hpc_runner.sweep.targets import load_target
 
     target = load_target(args.dir)
@@ -97,13 +106,21 @@ def main(args: argparse.Namespace) -> int:
         return _resume_run(args, target)
     from hpc_runner.config.overrides import parse_cli_overrides
     from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.scheduler.profiles import parse_setting_overrides
     from hpc_runner.sweep.check import check_extra_overrides
     from hpc_runner.sweep.resume import plan_resume, resume_sweep
+    from hpc_runner.sweep.retry import parse_rules
 
     record = target.record
+    rules = parse_rules(args.retry)
     profile = _profile(args, record.data.get("cluster") or {})
+    apply_right_size(profile, args)
     if record.data.get("tune"):
         return _resume_tune(args, target, profile)
+    # what this resume sets explicitly replaces the points' own requests (earlier --retry changes)
+    chosen = set(parse_setting_overrides(args.slurm)) | (set(profile.settings) if args.cluster else set())
+    if args.right_size:
+        chosen |= {"cpus_per_task", "mem_gb", "mem", "time"}
     extra = parse_cli_overrides(args.override_tokens)
     plan = plan_resume(target, args.points)
     if args.cause:
@@ -117,6 +134,10 @@ def main(args: argparse.Namespace) -> int:
     if not plan.resubmit:
         from hpc_runner.sweep.resume import top_up_waiting
 
+        if rules:
+            from hpc_runner.sweep.resume import record_retry_rules
+
+            record_retry_rules(target.path, rules)
         sent = top_up_waiting(target, print)  # points waiting for a submit slot go now if slots are free
         print("hpc-runner: nothing to resubmit" + (f"; {sent} waiting point(s) submitted" if sent else ""))
         return 0
@@ -137,6 +158,8 @@ def main(args: argparse.Namespace) -> int:
         log=lambda m: print(m, flush=True),
         preflight=not args.no_preflight,
         max_retries=args.max_retries,
+        retry_rules=rules,
+        chosen=chosen,
     )
     if res.ran_here:
         print(f"hpc-runner: ran {len(res.job_ids)} point(s) here, {res.local_failures} failed")
@@ -177,6 +200,9 @@ def _resume_run(args: argparse.Namespace, target) -> int:
     from hpc_runner.sweep.resume import resume_run
     from hpc_runner.sweep.states import DONE
 
+    if args.retry:
+        raise ClusterError("--retry rules are for sweep dirs", where=str(target.path),
+                           expected="hpc-runner resume RUN_DIR [--slurm KEY=VALUE] [--right-size DIR]")
     if args.override_tokens:
         raise ClusterError(
             "a single run dir resumes with its recorded config",
@@ -192,6 +218,7 @@ def _resume_run(args: argparse.Namespace, target) -> int:
               f"{' or '.join(args.cause)}; nothing to resubmit")
         return 0
     profile = _profile(args, ((target.run_record or {}).get("job") or {}).get("cluster") or {})
+    apply_right_size(profile, args)
     if args.dry_run:
         print(f"  would resubmit the run ({state.state}, job {state.job_id or '-'})")
         return 0

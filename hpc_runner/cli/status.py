@@ -26,7 +26,8 @@ exit codes: 0 (with --wait: every point completed), 1 some point failed (--wait)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the status options."""
-    parser.add_argument("dir", metavar="DIR", help="a sweep dir (with sweep.yaml) or a run dir (with run.yaml)")
+    parser.add_argument("dir", metavar="DIR",
+                        help="a sweep dir (sweep.yaml), a run dir (run.yaml) or a pipeline dir (pipeline.yaml)")
     parser.add_argument("--all", action="store_true", help="list every point (default: only up to 40)")
     parser.add_argument("--json", action="store_true", help="print the states as JSON lines")
     parser.add_argument("--wait", action="store_true", help="poll until no point is queued or running")
@@ -60,6 +61,10 @@ def _top_up(path: Any, quiet: bool = False) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.pipeline import is_pipeline, status_main
+
+    if is_pipeline(args.dir):  # a pipeline dir: its stages (cli/pipeline.py)
+        return status_main(args)
     from hpc_runner.report.status_table import render
     from hpc_runner.report.watch import is_pending
     from hpc_runner.sweep.states import ENDED_WELL
@@ -81,12 +86,19 @@ def main(args: argparse.Namespace) -> int:
             target = load_target(args.dir)  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()
         pending = [s for s in states if is_pending(s)]
+        if step is not None and target.kind == "sweep":  # failed points a --retry rule sends again: not final
+            from hpc_runner.sweep.retry import pending_retries
+
+            again = pending_retries(target.record, states)
+            pending += [s for s in states if s.index in again]
         if not args.wait or not pending:
             break
         if args.timeout is not None and time.monotonic() - started > args.timeout:
             print(f"hpc-runner status: {len(pending)} point(s) still queued or running after {args.timeout:g} s")
             break
         time.sleep(args.interval)
+    from hpc_runner.sweep.usage import point_usage
+
     if args.json:
         for s in states:
             print(
@@ -97,10 +109,14 @@ def main(args: argparse.Namespace) -> int:
                         "cause": s.cause_kind,
                         "requeues": s.requeues,
                         "job_id": s.job_id,
+                        "node": s.node,
+                        "attempts": s.history,
+                        "excluded": s.excluded,
                         "params": s.params,
                         "extra": s.extra,
                         "source": s.source,
                         "run_dir": str(s.run_dir),
+                        **point_usage(s, answer).to_json(),  # what its job used, from the same sacct call
                         **({"error": s.cause.to_json()} if s.cause is not None else {}),
                     },
                     default=str,
@@ -108,10 +124,27 @@ def main(args: argparse.Namespace) -> int:
             )
     else:
         print(render(target, states, answer, args.all))
+    _right_size(target, states, answer, args.json)
     _tune_summary(target, args.json)
     if args.wait:
         return 0 if all(s.state in ENDED_WELL for s in states) else 1
     return 0
+
+
+def _right_size(target: Any, states: list[Any], answer: Any, as_json: bool) -> None:
+    """At the end of a sweep (or run): what the next submission should ask for (sweep/right_size.py)."""
+    from hpc_runner.sweep.right_size import for_target, suggested_for
+
+    if not suggested_for(target, states):
+        return
+    suggestion = for_target(target, states, answer)
+    if as_json:
+        print(json.dumps({"right_size": suggestion.to_json()}, default=str))
+        return
+    print(f"right-size: {suggestion.line()}")
+    if suggestion.changes:
+        again = f"hpc-runner sweep ... --right-size {target.path}   (or " if target.kind == "sweep" else "("
+        print(f"  next time: {again}{' '.join(suggestion.options())})")
 
 
 def _tune_summary(target: Any, as_json: bool) -> None:

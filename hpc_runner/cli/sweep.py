@@ -32,6 +32,9 @@ are submitted by the sweep's own tasks as they end (and by `status`/`resume`).
 
   --pack K                 each array task runs K points (in index order), one after another
   --pack-parallel P        ... P of them at once (1 <= P <= K), each on its share of GPUs/CPUs
+  --retry CAUSE:CHANGE     a point that fails with CAUSE goes again with a changed request, e.g.
+                           OUT_OF_MEMORY:mem*2, TIMEOUT:time*2, NODE_FAIL:exclude (at most --max-retries)
+  --right-size DIR         ask for the CPUs, memory and time a finished sweep DIR used, with headroom
 
   --sweep 'ID=V1,V2,...'   values typed like overrides; split at top-level commas only, so
                            'network_def::channels=[8,16],[16,32]' is two lists;
@@ -79,12 +82,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    metavar="N", help="a point its tasks return unrun more than N times fails with cause RETURNED "
                    "(default 3)")
     g.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, default=None,
-                   metavar="N", help="resume resubmits a failed point at most N times (default 3)")
+                   metavar="N", help="a failed point is resubmitted (by resume or a --retry rule) at most N times "
+                   "(default 3)")
+    add_right_size_arguments(g)
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_profile_arguments(parser)
 
+
+
+def add_right_size_arguments(g: Any) -> None:
+    """Add --retry CAUSE:CHANGE and --right-size DIR (sweep and resume)."""
+    g.add_argument("--retry", action="append", default=[], metavar="CAUSE:CHANGE",
+                   help="retry a point that fails with CAUSE, changing its request (repeatable): "
+                   "OUT_OF_MEMORY:mem*2, TIMEOUT:time*2 (continues from its checkpoint), NODE_FAIL:exclude, "
+                   "CAUSE:cpus*F, CAUSE:same; applied by the sweep's tasks as they end and by status/resume")
+    g.add_argument("--right-size", "--right_size", dest="right_size", metavar="DIR",
+                   help="ask for what a finished sweep (or run) DIR used, with headroom: its suggestion's CPUs, "
+                   "memory and time (explicit --slurm/--cpus win)")
+
+
+def apply_right_size(profile: Any, args: argparse.Namespace) -> None:
+    """``--right-size DIR``: DIR's suggestion on the profile, under the explicit --slurm/--cpus settings."""
+    if getattr(args, "right_size", None):
+        from hpc_runner.scheduler.profiles import parse_setting_overrides
+        from hpc_runner.sweep.right_size import apply_to_profile
+
+        apply_to_profile(profile, args.right_size, parse_setting_overrides(args.slurm))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -94,12 +119,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from hpc_runner.sweep.retry import parse_rules
     from hpc_runner.sweep.spec import build_spec
     from hpc_runner.sweep.submission import submit_sweep
 
     spec = build_spec(args.sweep, args.zip, args.sweep_file)
+    rules = parse_rules(args.retry)
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
+    apply_right_size(profile, args)
     apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
     res = submit_sweep(
@@ -118,6 +146,7 @@ def _main(args: argparse.Namespace) -> int:
         pack_parallel=args.pack_parallel,
         bounds={k: v for k, v in (("max_returns", args.max_returns), ("max_retries", args.max_retries))
                 if v is not None},
+        record_extra={"retry": rules} if rules else None,
     )
     return report_submitted(res, profile, args.pack, args.hold)
 

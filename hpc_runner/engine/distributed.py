@@ -172,10 +172,51 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     dist.init_process_group(backend=backend, rank=rank, world_size=world, store=store)
     _OWN_GROUP = True
     log.info("torch.distributed: rank %d of %d (%s)", rank, world, backend)
+    _RANKS[:] = gather_rank_records(rank_record(backend))
     return True
 
 
 _OWN_GROUP = False
+_RANKS: list[dict[str, Any]] = []  # every rank's record (rank_record), gathered when the group started
+
+
+def rank_record(backend: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Return where this rank runs: its ranks, node (SLURM's name), host name and address, and device.
+
+    ``device`` is the one the rank takes when the bundle names none (its local rank's GPU among those
+    it sees, else ``cpu``, as the Trainer decides); a bundle's own ``device`` is in its config.yaml.
+    """
+    import socket
+
+    import torch
+
+    from hpc_runner.engine.rendezvous import resolve_host, this_node
+
+    environ = os.environ if environ is None else environ
+    rank = launched_world(environ)[0]
+    lr = local_rank(environ)
+    host = socket.gethostname()
+    try:
+        device = rank_device(lr, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    except Exception as exc:  # two ranks on one GPU: the Trainer refuses it; here it is only recorded
+        device = f"none ({exc})"
+    return {"rank": rank, "local_rank": lr, "node_rank": node_rank(environ), "node": this_node(environ),
+            "host": host, "address": resolve_host(host), "device": device, "backend": backend,
+            "cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def gather_rank_records(mine: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return every rank's record, in rank order (a collective: every rank calls it at the same point)."""
+    import torch.distributed as dist
+
+    records: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(records, mine, group=control_group())
+    return [r for r in records if isinstance(r, dict)]
+
+
+def rank_records() -> list[dict[str, Any]]:
+    """Return the records of every rank of the group this process started (empty when it started none)."""
+    return list(_RANKS) if _OWN_GROUP else []
 _SAID: set[str] = set()
 
 

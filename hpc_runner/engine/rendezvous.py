@@ -93,12 +93,16 @@ def master_address(
     resolve: Callable[[str], str | None],
     node_addr: Callable[[str], str | None],
     launch_ip: str | None,
+    own_addr: Callable[[], str | None] | None = None,
 ) -> tuple[str, str]:
     """Return ``(address, how it was found)`` of rank 0's node ``host``, an address this rank can reach.
 
     The name as resolved here when that is not loopback (or when this is that node); else SLURM's
     NodeAddr of the node (``scontrol show node``); else SLURM_LAUNCH_NODE_IPADDR (where srun ran: the
     batch host, which is the first node of a job); ClusterError when none of them gives an address.
+    A loopback NodeAddr is reachable when this node's own NodeAddr (``own_addr()``) is loopback too:
+    the controller reaches both nodes on loopback, so they are emulated on its one machine (the local
+    cluster of scripts/local-slurm.sh: vm1 is 127.0.1.1, vm2 127.0.1.2).
     """
     ip = resolve(host)
     same_node = host.split(".")[0] == this_host.split(".")[0]
@@ -109,6 +113,10 @@ def master_address(
         addr_ip = addr if _is_ip(addr) else resolve(addr)
         if addr_ip and (not is_loopback(addr_ip) or same_node):
             return addr_ip, f"{host} is NodeAddr {addr} (scontrol show node)"
+        mine = own_addr() if addr_ip and own_addr is not None else None
+        if addr_ip and mine and is_loopback(mine):
+            return addr_ip, (f"{host} is NodeAddr {addr} (scontrol show node), loopback like this node's "
+                             f"{this_host} ({mine}): the nodes are emulated on one machine")
     if launch_ip:
         return launch_ip, f"{host} {'resolves to loopback ' + ip if ip else 'does not resolve'} here; " \
                           f"SLURM_LAUNCH_NODE_IPADDR {launch_ip}"
@@ -183,10 +191,29 @@ def rendezvous_plan(
     return {k: v for k, v in values.items() if v and k not in environ}, notes
 
 
+def this_node(environ: Mapping[str, str]) -> str:
+    """Return this node's name: SLURM's (SLURMD_NODENAME) inside a job, else the host name."""
+    return environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def own_node_addr(environ: Mapping[str, str]) -> Callable[[], str | None]:
+    """Return a function that asks SLURM (once, when first called) for this node's NodeAddr as an address."""
+    found: list[str | None] = []
+
+    def ask() -> str | None:
+        if not found:
+            name = environ.get("SLURMD_NODENAME")
+            addr = scontrol_node_addr(name) if name else None
+            found.append(addr if addr is None or _is_ip(addr) else resolve_host(addr))
+        return found[0]
+    return ask
+
+
 def _default_address(environ: Mapping[str, str]) -> Callable[[str], tuple[str, str]]:
     def find(host: str) -> tuple[str, str]:
-        return master_address(host, this_host=socket.gethostname(), resolve=resolve_host,
-                              node_addr=scontrol_node_addr, launch_ip=environ.get("SLURM_LAUNCH_NODE_IPADDR"))
+        return master_address(host, this_host=this_node(environ), resolve=resolve_host,
+                              node_addr=scontrol_node_addr, launch_ip=environ.get("SLURM_LAUNCH_NODE_IPADDR"),
+                              own_addr=own_node_addr(environ))
     return find
 
 
@@ -333,13 +360,16 @@ def gloo_interface(
     interfaces: Mapping[str, str],
     route_to: Callable[[str], str | None],
     nodes: int,
+    own_addr: Callable[[], str | None] | None = None,
 ) -> tuple[str | None, str]:
     """Return ``(GLOO_SOCKET_IFNAME to set or None, the line saying which interface gloo uses)``.
 
     torch's gloo takes GLOO_SOCKET_IFNAME when it is set, else the address this host's name resolves
     to, else loopback (ProcessGroupGloo::createDefaultDevice). A name that resolves to loopback (a
     common /etc/hosts entry) works on one node but leaves every other node unable to connect: with
-    several nodes the interface that routes to MASTER_ADDR is chosen instead.
+    several nodes the interface that routes to MASTER_ADDR is chosen instead, unless this node's own
+    NodeAddr (``own_addr()``) is loopback: then SLURM reaches the nodes on loopback, they are emulated
+    on one machine, and gloo keeps the host name's address (each emulated node's own, 127.0.1.I).
     """
     chosen = environ.get("GLOO_SOCKET_IFNAME", "").strip()
     if chosen:
@@ -365,6 +395,10 @@ def gloo_interface(
         said = f"resolves to {ip}, which is no address of this host"
     if nodes <= 1:
         return None, f"gloo uses loopback: this host's name {hostname} {said} (fine on one node)"
+    mine = own_addr() if own_addr is not None and (ip is None or is_loopback(ip)) else None
+    if mine and is_loopback(mine):
+        return None, (f"gloo uses loopback ({ip or '127.0.0.1'}): this host's name {hostname} {said}, and SLURM "
+                      f"reaches this node at {mine}: the nodes are emulated on one machine")
     master = environ.get("MASTER_ADDR", "")
     source = route_to(master) if master else None
     name = by_address.get(source or "")
@@ -382,7 +416,8 @@ def choose_gloo_interface(environ: Mapping[str, str] | None = None) -> str:
     """Decide gloo's interface for this process, set GLOO_SOCKET_IFNAME when it had to choose; return the line."""
     environ = os.environ if environ is None else environ
     name, line = gloo_interface(environ, hostname=socket.gethostname(), resolve=resolve_host,
-                                interfaces=interface_addresses(), route_to=route_source, nodes=node_count(environ))
+                                interfaces=interface_addresses(), route_to=route_source, nodes=node_count(environ),
+                                own_addr=own_node_addr(environ))
     if name is not None:
         os.environ["GLOO_SOCKET_IFNAME"] = name  # read by torch's C++ when it makes a gloo group
     return line

@@ -363,10 +363,13 @@ def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: 
 
 def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
     from hpc_runner.config.monai_bridge import failing_id
+    from hpc_runner.engine.distributed import rank_records
     from hpc_runner.resources.threads import use_cpu_budget
 
     rec = run_dir.record()
+    ranks = rank_records()  # where every rank of a multi-process run is: node, host, address, device
     run_dir.update_record(
+        **({"ranks": ranks} if ranks else {}),
         cpus=use_cpu_budget(),  # before torch does parallel work: threads, OMP/MKL variables, data workers
         status="running",
         started=now_iso(),

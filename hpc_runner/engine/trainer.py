@@ -300,6 +300,7 @@ class Trainer:
         self.metrics_lag = 2  # steps whose loss/timing may still be on the device (see StepLedger)
         self._control: Any = None
         self._profiler: Any = profiler.NoProfiler()  # run() starts one when `hpc-runner run --profile` asked
+        self._timer: Any = None  # run(): the job's end, for the checkpoint timed to the limit (job_clock)
 
     # ---- setup -------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -372,10 +373,26 @@ class Trainer:
         """
         if self._ckpt_dir is None:
             return None
+        t0 = time.perf_counter()
         rngs = _gather_rng(self._control)
         if not self.main:
             return None
-        return save_checkpoint(self._ckpt_dir, self.step, self.state_dict(rngs), keep=self.keep_checkpoints)
+        path = save_checkpoint(self._ckpt_dir, self.step, self.state_dict(rngs), keep=self.keep_checkpoints)
+        if self._timer is not None:
+            self._timer.save_took(time.perf_counter() - t0)
+        return path
+
+    def _timed_checkpoint_due(self, epoch_started: float, steps_done: int) -> str | None:
+        """Why a checkpoint is due before the job's limit now (scheduler/job_clock.py), or None.
+
+        The epoch's length as measured so far: the longest epoch of this run, or this one's steps so far
+        stretched to the whole loader."""
+        if self._timer is None or self._timer.end is None or steps_done <= 0:
+            return None
+        estimate = None
+        with contextlib.suppress(TypeError):
+            estimate = (time.perf_counter() - epoch_started) / steps_done * len(self.train_loader)  # type: ignore[arg-type]
+        return self._timer.due(time.time(), estimate)
 
     def _resume(self) -> tuple[dict[str, Any] | None, str | None]:
         """Load the newest checkpoint rank 0 can read, on every rank; return this rank's RNG states and its path.
@@ -521,6 +538,7 @@ class Trainer:
         ledger = StepLedger(self.device, lag=self.metrics_lag)
         if skip == 0:
             self.epoch_losses = []
+        epoch_started, steps_done = time.perf_counter(), 0
         with self._bar(epoch, skip) as bar:
             while True:
                 asked = ledger.mark()
@@ -540,14 +558,24 @@ class Trainer:
                 ledger.step_ended(record, loss, asked, start)
                 self._log_steps(ledger.ready(), metrics, bar)
                 bar.update(1)
+                steps_done += 1
                 if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
                     self._log_steps(ledger.ready(flush=True), metrics, bar)
                     self.save()
-                # every rank must stop after the same step, or the others wait forever in all-reduce
-                if all_ranks_agree(stop_requested() is not None, self._control):
+                timed = self._timed_checkpoint_due(epoch_started, steps_done)
+                # every rank must stop (or save) after the same step, or the others wait forever in all-reduce
+                stop, timed_any = agree_flags([stop_requested() is not None, timed is not None], self._control)
+                if stop:
                     self._log_steps(ledger.ready(flush=True), metrics, bar)
                     path = self.save()
                     raise Preempted(stop_requested() or "a stop request on another rank", str(path) if path else None)
+                if timed_any:
+                    self._log_steps(ledger.ready(flush=True), metrics, bar)
+                    path = self.save()
+                    if self.main:
+                        print(f"hpc-runner: checkpoint {path} at step {self.step} (epoch {epoch + 1}, batch "
+                              f"{self.batch_in_epoch}): {timed or 'another rank timed it'}; a stop or kill at the "
+                              "limit loses only the steps after it", flush=True)
             self._log_steps(ledger.ready(flush=True), metrics, bar)
             with contextlib.suppress(AttributeError):
                 batches.close()  # type: ignore[attr-defined]
@@ -597,6 +625,10 @@ class Trainer:
             seed_everything(self.seed, self.deterministic)
         rng_after_skip, resumed_from = self._resume()
         self._wrap_distributed()
+        if self._ckpt_dir is not None:
+            from hpc_runner.scheduler.job_clock import CheckpointTimer, training_job_end
+
+            self._timer = CheckpointTimer(training_job_end())  # None outside a job: no timed checkpoint
         metrics_path = self.output_dir / METRICS_FILE if self.output_dir and self.main else None
         if metrics_path is not None and resumed_from:
             truncate_after_step(metrics_path, self.step)
@@ -608,12 +640,15 @@ class Trainer:
             while self.epoch < self.max_epochs:
                 epoch = self.epoch
                 t_epoch = time.perf_counter()
+                whole = self.batch_in_epoch == 0  # not the rest of an epoch a checkpoint was taken in
                 mean_loss = self._train_epoch(epoch, metrics, rng_after_skip)
                 rng_after_skip = None
                 record: dict[str, Any] = {
                     "kind": "epoch", "step": self.step, "epoch": epoch, "loss": mean_loss,
                     "time_s": round(time.perf_counter() - t_epoch, 3),
                 }
+                if self._timer is not None and whole:
+                    self._timer.epoch_took(record["time_s"])
                 self.history["epoch_loss"].append(mean_loss)
                 if (epoch + 1) % self.val_interval == 0 or epoch + 1 == self.max_epochs:
                     # every rank validates on the whole set: MONAI metrics all-gather across ranks, and
@@ -720,6 +755,17 @@ class Trainer:
         from hpc_runner.data.transform_timing import merged_rows, timers_in
 
         return merged_rows(timers_in(self.train_loader, self.val_loader))
+
+
+def agree_flags(flags: list[bool], group: Any = None) -> list[bool]:
+    """Return each flag set if any rank set it: one all-reduce for all of them (the stop and the timed
+    checkpoint each step), so every rank stops or saves after the same step."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(flags)
+    t = torch.tensor([1 if f else 0 for f in flags], device=collective_device(group))  # NCCL: CUDA tensors only
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [bool(x) for x in t.tolist()]
 
 
 def _gather_rng(group: Any) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ table.sortable th{cursor:pointer;user-select:none;white-space:nowrap}
 table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
 table.sortable th[aria-sort=descending]::after{content:" \\25BC"}
 .scroll{overflow-x:auto}td.overrides{font-family:monospace;font-size:.85em;min-width:16em}
-.state-COMPLETED{color:#2a7a3a}.state-failed{color:#b22;font-weight:600}.warn{color:#b22}
+.state-COMPLETED{color:#2a7a3a}.state-failed{color:#b22;font-weight:600}.warn{color:#b22}.note{color:#555;font-style:italic}
 """
 
 # Click a header to sort by it (again to reverse); empty cells stay last. ``#sort=COL`` (``#sort=-COL``:

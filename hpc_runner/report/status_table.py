@@ -13,6 +13,42 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _clock(at: str | None) -> str:
+    """``2026-11-25T21:26:57+00:00`` -> ``2026-11-25 21:26:57``."""
+    return (at or "").split("+")[0].replace("T", " ") or "now"
+
+
+def states_source(answer: Any) -> str:
+    """Where the states come from, for people: ``sacct, 1 call``, ``squeue (sacct did not answer)``, ``the
+    run records`` (no scheduler: local runs), or that the scheduler cannot be reached."""
+    source = getattr(answer, "source", None)
+    calls = getattr(answer, "calls", 0)
+    if source == "sacct":
+        return f"sacct, {calls} call{'s' if calls != 1 else ''}" if calls else "sacct"
+    if source == "squeue":
+        return "squeue (sacct did not answer)"
+    if getattr(answer, "error", None):
+        return f"the run records (the scheduler cannot be reached, as of {_clock(getattr(answer, 'at', None))})"
+    return "the run records"
+
+
+def _sacct_reason(error: str) -> str:
+    """Return sacct's own reason from the error of an answer squeue gave (``sacct: ...``), one short line."""
+    text = " ".join(error.removeprefix("sacct:").split())  # sacct's stderr may span lines: the note is one
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def scheduler_note(answer: Any) -> str | None:
+    """One line when the scheduler could not be asked (instead of sacct's and squeue's raw errors), else None."""
+    if not getattr(answer, "error", None):
+        return None
+    at = _clock(getattr(answer, "at", None))
+    if getattr(answer, "source", None) == "squeue":
+        reason = _sacct_reason(answer.error)
+        return f"sacct did not answer ({reason}); states are from squeue and the run records, as of {at}"
+    return f"the scheduler cannot be reached; states are from the run records, as of {at}"
+
+
 def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
     from hpc_runner.sweep.spec import format_cell
@@ -23,11 +59,11 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
     if not profile and target.run_record:
         profile = (target.run_record.get("job") or {}).get("cluster") or {}
-    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {answer.source}"
-    head += f", {answer.calls} call{'s' if answer.calls != 1 else ''})" if answer.calls else ")"
+    head = f"{what} in {target.path} (profile {profile.get('profile', '?')}; states from {states_source(answer)})"
     lines = [head]
-    if answer.error:
-        lines.append(f"  note: {answer.error}")
+    note = scheduler_note(answer)
+    if note:
+        lines.append(f"  note: {note}")
     lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
     by_cause = cause_counts(states)
     if by_cause:
@@ -36,20 +72,26 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     requeued = sum(1 for s in states if s.requeues)
     if requeued:
         lines.append(f"  requeued: {requeued} point(s), {sum(s.requeues for s in states)} requeue(s) in all")
+    nodes = {s.node for s in states if s.node}
+    if len(nodes) > 1:
+        lines.append(f"  nodes: {len(nodes)} ({', '.join(sorted(nodes)[:8])}{', ...' if len(nodes) > 8 else ''})")
+    excluded = [s for s in states if s.excluded]
+    for s in excluded[:MAX_ERRORS]:
+        lines.append(f"  point {s.index} excludes node {', '.join(s.excluded)} (it failed there twice)")
     failed = [s for s in states if s.failed]
     params = target.param_ids
     if show_all or len(states) <= MAX_ROWS:
-        rows = [["point", "state", "cause", "job", "requeues", *params, "error"]]
+        rows = [["point", "state", "cause", "job", "node", "requeues", *params, "error"]]
         for s in states:
             eff = {**s.params, **s.extra}
             err = failure_text(s, target.job_folder) if s.failed else ""
-            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", str(s.requeues),
+            rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", s.where(), str(s.requeues),
                          *(format_cell(eff.get(p)) for p in params), err[:300]])
         lines.append(_table(rows))
     elif failed:
         lines.append(f"failed points ({len(failed)}; --all lists every point):")
         for s in failed[:MAX_ERRORS]:
-            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  "
+            lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  {s.where()}  "
                          f"{failure_text(s, target.job_folder)[:300]}")
         if len(failed) > MAX_ERRORS:
             lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")

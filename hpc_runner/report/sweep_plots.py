@@ -38,11 +38,36 @@ def short_ids(ids: list[str]) -> dict[str, str]:
     return {i: (s if seen[s] == 1 else i) for i, s in last.items()}
 
 
-def point_label(sweep: SweepData, state: Any) -> str:
-    """Return ``3: lr=0.001, seed=1`` for a point."""
+MIN_DIGITS = 3  # significant digits a swept float is shown with, at least
+
+
+def label_digits(values: list[Any]) -> int:
+    """Return the fewest significant digits (3 at least) that print the distinct floats among ``values``
+    apart: ``0.02655009721467717`` and ``0.1`` need 3 (``0.0266``, ``0.1``), not 17."""
+    floats = {float(v) for v in values if isinstance(v, float)}
+    for digits in range(MIN_DIGITS, 18):
+        if len({f"{v:.{digits}g}" for v in floats}) == len(floats):
+            return digits
+    return 17
+
+
+def short_cell(value: Any, digits: int) -> str:
+    """Return a swept value as a label: a float to ``digits`` significant digits, anything else as typed."""
+    return f"{value:.{digits}g}" if isinstance(value, float) else cell(value)
+
+
+def param_digits(sweep: SweepData) -> dict[str, int]:
+    """Return, per swept id, the digits its values need to be told apart (``label_digits``)."""
+    values = [sweep.effective(st) for st in sweep.states]
+    return {p: label_digits([v.get(p) for v in values]) for p in sweep.param_ids}
+
+
+def point_label(sweep: SweepData, state: Any, digits: dict[str, int] | None = None) -> str:
+    """Return ``3: lr=0.001, seed=1`` for a point (floats to the digits that tell the sweep's values apart)."""
     names = short_ids(sweep.param_ids)
+    digits = digits if digits is not None else param_digits(sweep)
     values = sweep.effective(state)
-    text = ", ".join(f"{names[p]}={cell(values.get(p))}" for p in sweep.param_ids)
+    text = ", ".join(f"{names[p]}={short_cell(values.get(p), digits.get(p, 17))}" for p in sweep.param_ids)
     return f"{state.index}: {text}" if text else str(state.index)
 
 
@@ -73,10 +98,11 @@ def plot_loss_overlay(sweep: SweepData, path: Path) -> bytes:
         from matplotlib import colormaps
 
         cmap = colormaps["viridis"]
+        digits = param_digits(sweep)
         for n, (st, (xs, ys)) in enumerate(curves):
             bx, by = binned(xs, ys, 300)
             color = cmap(n / max(len(curves) - 1, 1) * 0.9)
-            ax.plot(bx, by, color=color, linewidth=1.2, alpha=0.85, label=point_label(sweep, st))
+            ax.plot(bx, by, color=color, linewidth=1.2, alpha=0.85, label=point_label(sweep, st, digits))
         if len(curves) <= MAX_LEGEND:
             ax.legend(fontsize="small", loc="upper right")
         ax.set_xlabel("step")
@@ -90,10 +116,16 @@ def plot_loss_overlay(sweep: SweepData, path: Path) -> bytes:
     return save_png(fig, path)
 
 
+def spans_decades(xs: list[float]) -> bool:
+    """True when positive values span more than a decade (max / min > 10): a log axis shows them evenly."""
+    return bool(xs) and all(x > 0 for x in xs) and max(xs) / min(xs) > 10
+
+
 def _axis_values(values: list[Any]) -> tuple[bool, list[str]]:
     """Return (numeric axis?, category labels in first-seen order)."""
     numeric = bool(values) and all(is_number(v) for v in values)
-    return numeric, list(dict.fromkeys(cell(v) for v in values))
+    digits = label_digits(values)
+    return numeric, list(dict.fromkeys(short_cell(v, digits) for v in values))
 
 
 def plot_metric_vs_params(sweep: SweepData, path: Path) -> bytes:
@@ -119,13 +151,14 @@ def plot_metric_vs_params(sweep: SweepData, path: Path) -> bytes:
             ax.scatter(xs, [y for _, y in pts], color="C0", zorder=3)
             keys = sorted(groups)
             ax.plot(keys, [sum(groups[k]) / len(groups[k]) for k in keys], color="C0", alpha=0.5)
-            if all(x > 0 for x in xs) and max(xs) / min(xs) >= 50:
+            if spans_decades(xs):
                 ax.set_xscale("log")
             elif all(isinstance(p, int) for p, _ in pts):
                 ax.xaxis.get_major_locator().set_params(integer=True)
         else:
             pos = {label: i for i, label in enumerate(labels)}
-            xs = [pos[cell(p)] for p, _ in pts]
+            digits = label_digits([p for p, _ in pts])
+            xs = [pos[short_cell(p, digits)] for p, _ in pts]
             ax.scatter(xs, [y for _, y in pts], color="C0", zorder=3)
             means = [[y for x, (_, y) in zip(xs, pts) if x == i] for i in range(len(labels))]
             ax.plot(range(len(labels)), [sum(m) / len(m) if m else math.nan for m in means], color="C0", alpha=0.5)
@@ -154,8 +187,10 @@ def plot_heatmap(sweep: SweepData, path: Path) -> bytes:
     cols = _ordered([by_index[st.index].get(p1) for st in sweep.states])
     sums = np.zeros((len(rows), len(cols)))
     counts = np.zeros((len(rows), len(cols)))
+    d0 = label_digits([by_index[st.index].get(p0) for st in sweep.states])
+    d1 = label_digits([by_index[st.index].get(p1) for st in sweep.states])
     for i, value in metrics.items():
-        r, c = rows.index(cell(by_index[i].get(p0))), cols.index(cell(by_index[i].get(p1)))
+        r, c = rows.index(short_cell(by_index[i].get(p0), d0)), cols.index(short_cell(by_index[i].get(p1), d1))
         sums[r, c] += value
         counts[r, c] += 1
     grid = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
@@ -182,7 +217,8 @@ def plot_heatmap(sweep: SweepData, path: Path) -> bytes:
 
 def _ordered(values: list[Any]) -> list[str]:
     """Return the distinct values as labels: numbers sorted, anything else in sweep order."""
-    distinct = list({cell(v): v for v in values}.items())
+    digits = label_digits(values)
+    distinct = list({short_cell(v, digits): v for v in values}.items())
     if all(is_number(v) for _, v in distinct):
         distinct.sort(key=lambda kv: kv[1])
     return [label for label, _ in distinct]
@@ -206,7 +242,9 @@ def plot_states(sweep: SweepData, path: Path) -> bytes:
     ax.set_xlabel("points")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlim(0, max(c.values(), default=1) * 1.15 + 0.5)
-    source = getattr(sweep.answer, "source", "?")
+    from hpc_runner.report.status_table import states_source
+
+    source = states_source(sweep.answer).split(" (")[0].split(",")[0]  # sacct, squeue or the run records
     ax.set_title(f"{len(sweep.states)} points: {c.get('COMPLETED', 0)} completed (states from {source})")
     return save_png(fig, path)
 
@@ -244,4 +282,47 @@ def plot_time_split(sweep: SweepData, path: Path) -> bytes:
     else:
         no_data(ax, "no point has timing yet")
         ax.set_title("where the time went")
+    return save_png(fig, path)
+
+
+ASKED_COLOR, USED_COLOR = "#c9d6e8", "#4c72b0"
+
+
+def plot_usage(sweep: SweepData, path: Path) -> bytes:
+    """Write, per point, what its job asked for (light bar) against what it used (dark bar): CPUs (used: the
+    average number kept busy), memory (peak) and time (elapsed), from the one sacct call of the report."""
+    from hpc_runner.sweep.usage import usages
+
+    used = usages(sweep.states, sweep.answer)
+    panels = [
+        ("CPUs", "cpus", "cpus_used", 1.0, "CPUs (asked; used on average)"),
+        ("memory", "mem_request_mb", "max_rss_mb", 1 / 1024, "GB (asked; peak)"),
+        ("time", "time_limit_s", "elapsed_s", 1 / 60, "minutes (limit; elapsed)"),
+    ]
+    fig = new_figure(11, 7.5)
+    axes = fig.subplots(3, 1, sharex=True)
+    indices = [st.index for st in sweep.states]
+    any_data = False
+    for ax, (name, asked_key, used_key, scale, unit) in zip(axes, panels):
+        asked = [getattr(used[i], asked_key) for i in indices]
+        spent = [getattr(used[i], used_key) for i in indices]
+        if not any(v is not None for v in asked + spent):
+            no_data(ax, f"no {name} figures (no scheduler record: local runs, or sacct did not answer)")
+            ax.set_ylabel(unit)
+            continue
+        any_data = True
+        ax.bar(indices, [(v or 0) * scale for v in asked], color=ASKED_COLOR, width=0.8, label="asked")
+        ax.bar(indices, [(v or 0) * scale for v in spent], color=USED_COLOR, width=0.5, label="used")
+        ratios = [s / a for s, a in zip(spent, asked) if s is not None and a]
+        share = f": {max(ratios):.0%} of the request at most" if ratios else ""
+        ax.set_title(f"{name}{share}", fontsize="medium", loc="left")
+        ax.set_ylabel(unit)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize="small", loc="upper right")
+    axes[-1].set_xlabel("point")
+    if any_data:  # a panel without data set empty (fixed) ticks on the shared axis: whole point numbers again
+        from matplotlib.ticker import MaxNLocator
+
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle("requested against used, per point" + ("" if any_data else " (nothing recorded yet)"))
     return save_png(fig, path)

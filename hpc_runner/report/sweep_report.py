@@ -29,6 +29,7 @@ def write_sweep_plots(sweep: SweepData, folder: Path) -> list[tuple[Path, bytes,
     jobs += [
         ("states.png", sp.plot_states, "how many points are in each state"),
         ("time_split.png", sp.plot_time_split, "each point's time: computing, waiting for data, the rest"),
+        ("usage.png", sp.plot_usage, "what each point's job asked for against what it used: CPUs, memory, time"),
     ]
     if len(sweep.param_ids) != 2:
         (folder / "heatmap.png").unlink(missing_ok=True)  # left by an earlier report, it would mislead
@@ -73,22 +74,25 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
     title = f"sweep {sweep.path.name} of {sweep.bundle}"
     c = counts(sweep.states)
     count_text = ", ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+    from hpc_runner.report.status_table import scheduler_note, states_source
+
     profile = (data.get("cluster") or {}).get("profile", "?")
     parts = [
         f"<h1>{page.esc(title)}</h1>",
         f'<p class="meta">{page.esc(sweep.path.resolve())}</p>',
         f'<p class="meta">{len(sweep.states)} points over {page.esc(", ".join(sweep.param_ids) or "no ids")}; '
-        f"created {page.esc(data.get('created'))}; profile {page.esc(profile)}; "
-        f"states from {page.esc(getattr(sweep.answer, 'source', '?'))}: {page.esc(count_text)}.</p>",
+        f"created {page.esc(_when(data.get('created')))}; profile {page.esc(profile)}.</p>",
+        f'<p class="meta">{page.esc(count_text)} (states from {page.esc(states_source(sweep.answer))}).</p>',
     ]
     causes = cause_counts(sweep.states)
     if causes:
         ordered = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
         parts.append(f'<p class="warn">Failed points by cause: {page.esc(", ".join(f"{k} {n}" for k, n in ordered))}'
                      "; the results table's cause and error columns say which and why.</p>")
-    note = getattr(sweep.answer, "error", None)
+    note = scheduler_note(sweep.answer)
     if note:
-        parts.append(f'<p class="warn">Scheduler: {page.esc(note)}</p>')
+        parts.append(f'<p class="note">{page.esc(note[0].upper() + note[1:])}.</p>')
+    parts += right_size_section(sweep)
     files = [sweep.target.record.file, sweep.target.record.base_dir / "config.yaml"]
     files += [sweep.path / name for name in ("results.csv", "results.md")]
     links = [page.link(f, sweep.path, os.path.relpath(f, sweep.path)) for f in files if f.is_file()]
@@ -112,6 +116,25 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
         + "</pre>"
     )
     return page.document(title, parts)
+
+
+def _when(at: Any) -> str:
+    """``2026-11-25T21:26:57+00:00`` -> ``2026-11-25 21:26:57`` (the offset is the reader's own)."""
+    return str(at or "?").split("+")[0].replace("T", " ")
+
+
+def right_size_section(sweep: SweepData) -> list[str]:
+    """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
+    from hpc_runner.sweep.right_size import for_target, suggested_for
+
+    if not suggested_for(sweep.target, sweep.states):
+        return []
+    s = for_target(sweep.target, sweep.states, sweep.answer)
+    out = ['<h2>Right-size</h2>', f'<p class="right-size">{page.esc(s.line())}</p>']
+    if s.changes:
+        again = f"hpc-runner sweep ... --right-size {shlex.quote(str(sweep.path))}"
+        out.append(f"<pre>{page.esc(again)}\n# or: {page.esc(' '.join(s.options()))}</pre>")
+    return out
 
 
 def tune_section(path: Path) -> list[str]:

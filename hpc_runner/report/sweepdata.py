@@ -56,7 +56,7 @@ def load_sweep(path: str | Path) -> SweepData:
         raise UserError("not a sweep dir", where=str(path), expected="a folder with sweep.yaml (hpc-runner sweep)")
     states, answer = target.states()
     states = sorted(states, key=lambda s: s.index)
-    columns, rows = result_rows(target, states)
+    columns, rows = result_rows(target, states, answer)  # with what each point's job used
     data = SweepData(Path(path), target, states, answer, columns, rows)
     for st in states:
         if st.run_dir.is_dir():

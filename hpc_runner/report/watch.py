@@ -77,13 +77,18 @@ def watch_status(
                     bar.clear()
                 stream.write((CLEAR if clear else "") + table + "\n")
                 last_table = table
-            done = sum(not is_pending(s) for s in states)
+            again: set[int] = set()
+            if top_up is not None and target.kind == "sweep":  # failed points a --retry rule sends again
+                from hpc_runner.sweep.retry import pending_retries
+
+                again = pending_retries(target.record, states)
+            done = sum(not is_pending(s) and s.index not in again for s in states)
             if bar is None:  # the rate and ETA count from here: points already done are the initial count
                 bar = tqdm(total=len(states), initial=done, desc="points finished", unit="pt", file=stream,
                            dynamic_ncols=True, mininterval=0, postfix=_postfix(states))
             bar.n = done
             bar.set_postfix_str(_postfix(states), refresh=False)
-            if not any(is_pending(s) for s in states):
+            if not again and not any(is_pending(s) for s in states):
                 result.finished = True
                 break  # close() below draws the bar one last time
             bar.refresh()

@@ -42,6 +42,10 @@ class JobRequest:
     chdir: str | None = None
     hold: bool = False
     array_parallelism: int | None = None
+    exclude: str | None = None  # nodes these jobs must avoid (sbatch --exclude), besides the profile's own
+    # SLURM's --dependency (``afterok:123``, ``afterany:123:124``; an array's id stands for all its tasks): the
+    # jobs wait until it is met; one that can never be met is ended by the scheduler (kill-on-invalid-dep)
+    dependency: str | None = None
 
 
 def is_local_job(job_id: str | None) -> bool:
@@ -103,4 +107,12 @@ class Executor(ABC):
     def run_pending(self, log: Log = print) -> int:
         """Run what ``submit`` queued here (local executor); return how many tasks failed."""
         return 0
+
+    def set_dependency(self, job_ids: Sequence[str], dependency: str) -> list[str]:
+        """Make queued jobs wait on ``dependency`` instead (a pending job only); return the ids changed."""
+        return []
+
+    def pending_reasons(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Return why each of the jobs still pending waits (``Dependency``, ``DependencyNeverSatisfied``)."""
+        return {}
 

@@ -10,6 +10,11 @@ sbatch manual says "up to 60 seconds"; on the local cluster a 20 s delay came 28
 a point started after it would only be stopped again. A point that is not started goes back to the
 sweep as waiting (see sweep/task.py), so it is never lost.
 
+The trainer uses the same end (``training_job_end``) for checkpoints timed to the limit
+(``CheckpointTimer``): it saves once, mid-epoch, when the time left falls below one epoch (as measured
+so far) plus the time a save takes, so a job killed at its limit (or stopped by the signal) loses at
+most that much work.
+
 The decisions are pure functions of the given clock so they are tested without waiting for a job.
 """
 
@@ -123,3 +128,57 @@ class JobClock:
         """Return what the task records about its clock."""
         end = _dt.datetime.fromtimestamp(self.end).astimezone().isoformat(timespec="seconds") if self.end else None
         return {"end": end, "margin_s": self.margin_s, "point_hint_s": self.hint_s}
+
+
+# ---------------------------------------------------------------- checkpoints timed to the limit
+
+
+def checkpoint_due(now: float, end: float | None, epoch_s: float | None, save_s: float) -> bool:
+    """Whether a training run should save now: the time left before the job's ``end`` has fallen below one
+    epoch (as measured so far) plus the time a save takes, so the epoch's own checkpoint would come too late.
+
+    No end (no limit, or not in a job) or no epoch measured yet: no.
+    """
+    if end is None or epoch_s is None:
+        return False
+    return end - now < epoch_s + max(0.0, save_s)
+
+
+def training_job_end(environ: Mapping[str, str] | None = None, run: Runner = _run) -> float | None:
+    """Return the end of the job this training runs in (``SLURM_JOB_END_TIME``, else one squeue call), None
+    outside a job: what the trainer's timed checkpoint measures against."""
+    from hpc_runner.scheduler.job_env import end_time, own_job_id
+
+    known = end_time(environ)
+    if known is not None:
+        return known
+    job = own_job_id(environ)
+    return job_end_time(job, environ, run) if job else None
+
+
+@dataclass
+class CheckpointTimer:
+    """The job's end and how long an epoch and a save take; says once per run when to save before the end."""
+
+    end: float | None
+    epoch_s: float | None = None  # the longest epoch so far, or the current one's estimate from its steps
+    save_s: float = 0.0  # the longest save so far
+    fired: bool = False
+
+    def due(self, now: float, epoch_s: float | None = None) -> str | None:
+        """Return why a checkpoint is due now (once per run), None when it is not."""
+        estimate = max(filter(None, (self.epoch_s, epoch_s)), default=None)
+        if self.fired or not checkpoint_due(now, self.end, estimate, self.save_s):
+            return None
+        self.fired = True
+        left = (self.end or now) - now
+        return (f"{left:.0f} s left before the job's time limit, less than one epoch ({estimate:.0f} s) plus a save "
+                f"({self.save_s:.1f} s): the epoch's own checkpoint would come too late")
+
+    def epoch_took(self, seconds: float) -> None:
+        """Record an epoch's wall time."""
+        self.epoch_s = max(self.epoch_s or 0.0, float(seconds))
+
+    def save_took(self, seconds: float) -> None:
+        """Record a save's wall time."""
+        self.save_s = max(self.save_s, float(seconds))

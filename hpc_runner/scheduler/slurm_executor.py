@@ -4,6 +4,7 @@ submits (proven first, scheduler/job_script.py); sacct/squeue for states; scance
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,8 +49,13 @@ def slurm_parameters(
     hold: bool = False,
     array_parallelism: int | None = None,
     chdir: str | None = None,
+    exclude: str | None = None,
+    dependency: str | None = None,
 ) -> dict[str, Any]:
-    """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir)."""
+    """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir;
+    ``exclude``: nodes to avoid besides the profile's own ``exclude``; ``dependency``: SLURM's --dependency,
+    with --kill-on-invalid-dep=yes so that a job whose dependency can never be met is ended by SLURM, not left
+    pending with reason DependencyNeverSatisfied)."""
     from hpc_runner.scheduler.job_script import check_parameters, safe_job_name
 
     # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
@@ -59,6 +65,8 @@ def slurm_parameters(
         value = profile.get(key)
         if value is not None and value != []:
             params[name] = value
+    if exclude:
+        params["exclude"] = ",".join(n for n in (params.get("exclude"), exclude) if n)
     if profile.get("mem_gb") is not None and "mem" not in params:
         params["mem"] = _mem(float(profile.get("mem_gb")))
     parallelism = array_parallelism or profile.get("array_parallelism")
@@ -70,6 +78,9 @@ def slurm_parameters(
         extra["hold"] = True
     if chdir:
         extra.setdefault("chdir", chdir)
+    if dependency:
+        params["dependency"] = dependency
+        extra["kill-on-invalid-dep"] = "yes"
     params["additional_parameters"] = extra
     check_parameters(params, profile.where)
     return params
@@ -178,7 +189,8 @@ class SlurmExecutor(Executor):
     def parameters(self, request: JobRequest) -> dict[str, Any]:
         """Return submitit's parameters for ``request`` under this profile (every value checked)."""
         return slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
-                                array_parallelism=request.array_parallelism, chdir=request.chdir)
+                                array_parallelism=request.array_parallelism, chdir=request.chdir,
+                                exclude=request.exclude, dependency=request.dependency)
 
     def check_resources(self, request: JobRequest, count: int, what: str) -> None:
         """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""
@@ -227,6 +239,43 @@ class SlurmExecutor(Executor):
         if ids:
             scancel(ids)
         return ids
+
+    def set_dependency(self, job_ids: Sequence[str], dependency: str) -> list[str]:
+        """One ``scontrol update JobId=... Dependency=...`` for the pending jobs among ``job_ids``."""
+        from hpc_runner.scheduler.accounting import array_ids
+        from hpc_runner.scheduler.job_script import check_field
+
+        check_field("dependency", dependency)
+        ids = array_ids(job_ids)
+        if ids:
+            _scontrol(["update", f"JobId={','.join(ids)}", f"Dependency={dependency}"])
+        return ids
+
+    def pending_reasons(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """One squeue call: the reason of each pending job (array tasks one by one)."""
+        from hpc_runner.scheduler.accounting import array_ids
+
+        ids = array_ids(job_ids)
+        if not ids:
+            return {}
+        try:
+            res = subprocess.run(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(ids), "-o", "%i|%r"],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        if res.returncode != 0:
+            return {}
+        return dict(line.split("|", 1) for line in res.stdout.split() if "|" in line)
+
+
+def _scontrol(args: list[str], timeout: float = 60) -> None:
+    """Run ``scontrol ARGS``; ClusterError with its message when it refuses."""
+    try:
+        res = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ClusterError(f"scontrol {args[0]} failed: {exc}") from None
+    if res.returncode != 0:
+        raise ClusterError(f"scontrol {args[0]} refused: {(res.stderr or res.stdout).strip()[:500]}")
 
 
 def check_time_room(profile: ClusterProfile) -> None:

@@ -56,6 +56,7 @@ LOG_CAUSES = (
     ("DUE TO NODE FAILURE", NODE_FAIL),
     ("oom-kill", OUT_OF_MEMORY),
     ("Exceeded job memory limit", OUT_OF_MEMORY),
+    ("task 0: Out Of Memory", OUT_OF_MEMORY),  # srun's line for a step the memory cgroup killed
 )
 OOM_TYPES = frozenset({"OutOfMemoryError", "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError", "MemoryError"})
 OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory", re.I)

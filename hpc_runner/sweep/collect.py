@@ -27,8 +27,14 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def result_rows(target: Target, states: list[PointState]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Return the column names and one row per point (params, state, metrics, wall time, job id)."""
+# what each point's job used (sweep/usage.py), when the scheduler's answer is given
+USAGE_COLUMNS = ("elapsed_s", "time_limit_s", "cpus", "cpu_efficiency", "max_rss_mb", "mem_request_mb", "gpu_util",
+                 "gpu_mem_mb")
+
+
+def result_rows(target: Target, states: list[PointState], answer: Any = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Return the column names and one row per point (params, state, metrics, wall time, job id; with the
+    scheduler's ``answer``, what its job used: elapsed against the limit, CPU efficiency, memory)."""
     params = target.param_ids
     rows: list[dict[str, Any]] = []
     metric_names: list[str] = []
@@ -52,6 +58,11 @@ def result_rows(target: Target, states: list[PointState]) -> tuple[list[str], li
             else:
                 row[col] = value
         row["elapsed"] = st.elapsed
+        if answer is not None:
+            from hpc_runner.sweep.usage import point_usage
+
+            used = point_usage(st, answer).to_json()
+            row.update({c: used.get(c) for c in USAGE_COLUMNS})
         row["job_id"] = st.job_id
         row["requeues"] = st.requeues
         row["run_dir"] = str(st.run_dir)
@@ -64,7 +75,7 @@ def result_rows(target: Target, states: list[PointState]) -> tuple[list[str], li
             columns += [col.replace("metric", n).replace("final_", "") for n in names]
         else:
             columns.append(col)
-    columns += ["elapsed", "job_id", "requeues", "run_dir", "error"]
+    columns += ["elapsed", *(USAGE_COLUMNS if answer is not None else ()), "job_id", "requeues", "run_dir", "error"]
     for row in rows:
         for c in columns:
             row.setdefault(c, None)

@@ -24,6 +24,11 @@ array per MaxArraySize tasks, and every task runs at least its first point (swee
 number of sbatch calls of a sweep is at most its points times (1 + the ledger's bounds on returns
 and retries).
 
+A point that failed twice on one node (its jobs' attempts ended NODE_FAIL or BOOT_FAIL there, as sacct
+records them) excludes that node on its next submission: ``exclude_failing_nodes`` (called by ``resume``)
+notes the failures and the exclusion in the ledger, and ``send_points`` submits the tasks whose points
+exclude nodes as arrays of their own, with ``sbatch --exclude``.
+
 A refused sbatch whose message names a limit (QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit,
 MaxJobCount, a socket time-out) is retried after 1, 2, 4 and 8 s, re-counting the free slots each time,
 and is never recorded as submitted. When the limits are known and no slot is free the rest wait; when
@@ -34,6 +39,7 @@ not-submitted, as for any other sbatch error) and a top-up leaves them waiting.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,7 +56,11 @@ from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.sweep import ledger as sr
 
 Log = Callable[[str], None]
+StatesReader = Callable[[Path], tuple[list[Any], Any]]  # sweep dir -> (PointStates, SchedulerAnswer)
+RETRY_CHECK_S = 20.0  # a task that ends looks for failed points to retry at most this often (all tasks together)
 DEFAULT_BACKOFF = (1.0, 2.0, 4.0, 8.0)  # seconds before each retry of a limit refusal: 15 s at most in all
+NODE_FAULTS = frozenset({"NODE_FAIL", "BOOT_FAIL"})  # attempts that failed because of their node
+EXCLUDE_AFTER = 2  # a point excludes a node after this many failures there
 LEAVING_WAIT_S = 30.0  # how long a top-up waits for tasks that are ending to leave the queue
 
 
@@ -72,6 +82,51 @@ def group_tasks(indices: Sequence[int], points_per_task: int) -> list[list[int]]
     """Split point indices, in order, into tasks of at most ``points_per_task`` points."""
     idx = list(indices)
     return [idx[i : i + points_per_task] for i in range(0, len(idx), points_per_task)]
+
+
+def excluded_nodes(record: sr.SweepRecord, indices: Sequence[int]) -> str:
+    """Return the nodes the points ``indices`` exclude, as sbatch --exclude takes them (``""``: none)."""
+    return ",".join(sorted({n for i in indices for n in record.points[i].get("exclude") or []}))
+
+
+def group_tasks_by_exclusion(record: sr.SweepRecord, indices: Sequence[int], points_per_task: int) -> list[list[int]]:
+    """Split point indices into tasks, the points that exclude the same nodes together (those excluding none
+    first), so that each array is one sbatch with one --exclude."""
+    by_key: dict[str, list[int]] = {}
+    for i in indices:
+        by_key.setdefault(excluded_nodes(record, [i]), []).append(i)
+    return [t for key in sorted(by_key) for t in group_tasks(by_key[key], points_per_task)]
+
+
+def failed_nodes(attempts: Sequence[dict[str, Any]]) -> list[str]:
+    """Return the node of each attempt that failed because of its node (NODE_FAIL, BOOT_FAIL), oldest first.
+
+    An attempt on several nodes is left out: sacct lists all of them and cannot say which one failed.
+    """
+    return [a["node"] for a in attempts if a.get("state") in NODE_FAULTS and a.get("node")
+            and not any(c in a["node"] for c in ",[")]
+
+
+def exclude_failing_nodes(ledger: sr.Ledger, states: Sequence[Any], log: Log = print) -> dict[int, list[str]]:
+    """Note where each point's current job failed (its attempts: ``PointState.history`` and its state now),
+    and exclude a node from a point's next submissions once the point failed there ``EXCLUDE_AFTER`` times;
+    return the nodes newly excluded, per point. Call it under the sweep's lock, before the points are retried."""
+    newly: dict[int, list[str]] = {}
+    for ps in states:
+        if not ps.job_id or ledger.points[ps.index].get("job_id") != ps.job_id:
+            continue
+        nodes = failed_nodes([*ps.history, {"state": ps.state, "node": ps.node}])
+        if nodes:
+            ledger.note_node_failures(ps.index, ps.job_id, nodes)
+        counts: dict[str, int] = {}
+        for job_nodes in (ledger.points[ps.index].get("node_failures") or {}).values():
+            for node in job_nodes:
+                counts[node] = counts.get(node, 0) + 1
+        for node, n in sorted(counts.items()):
+            if n >= EXCLUDE_AFTER and ledger.exclude_node(ps.index, node):
+                newly.setdefault(ps.index, []).append(node)
+                log(f"hpc-runner: point {ps.index} failed {n} times on node {node}; its next jobs exclude it")
+    return newly
 
 
 def plan_arrays(n_tasks: int, free: int | None, max_array: int) -> tuple[list[int], int]:
@@ -140,6 +195,8 @@ def job_request(record: sr.SweepRecord, hold: bool = False, array_parallelism: i
         chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(),
         hold=hold,
         array_parallelism=array_parallelism,
+        # a pipeline stage waits on its inputs (pipeline/): its top-ups wait on them too
+        dependency=record.data.get("dependency"),
     )
 
 
@@ -176,7 +233,11 @@ def send_points(
 
     me = own_job_id()
     k, parallel = pack_of(record)
-    tasks = group_tasks(indices, k)
+    # one array per (request, exclusion): points whose retries changed their request (sweep/retry.py) go in
+    # arrays of their own, one per request, and within each the points that exclude the same nodes together
+    keyed = [((key, excluded_nodes(record, task)), task) for key, group in request_groups(record, indices).items()
+             for task in group_tasks_by_exclusion(record, group, k)]
+    tasks = [task for _, task in keyed]
     sweep_dir = str(record.path.resolve())
     settings = executor.profile.settings
     clock = {k: settings.get(k) for k in ("signal_delay_s", "point_minutes") if settings.get(k) is not None}
@@ -196,18 +257,22 @@ def send_points(
             f"{len(sizes)} arrays")
     if preflight and sizes:
         _preflight(executor, request, record, max(sizes), len(indices), submission)
-    pending = list(tasks)
+    pending = list(keyed)
     retries = sbatch_calls = 0
     while pending:
         free = limits.free_slots
-        n = min(len(pending), limits.max_array_size, len(pending) if free is None else free)
+        group = pending[0][0]
+        key, exclude = group
+        same = next((j for j, (g, _) in enumerate(pending) if g != group), len(pending))  # one request an array
+        n = min(same, limits.max_array_size, same if free is None else free)
         if n <= 0:
             break
-        batch = pending[:n]
+        batch = [task for _, task in pending[:n]]
         idx = [i for t in batch for i in t]
         sbatch_calls += 1
         try:
-            jobs = _sbatch(executor, task_fn, request, record, batch, sweep_dir, entry, job_record, parallel)
+            jobs = _sbatch(executor_with(executor, key), task_fn, dataclasses.replace(request, exclude=exclude or None),
+                           record, batch, sweep_dir, entry, job_record, parallel)
         except BaseException as exc:
             message = exc.message if isinstance(exc, UserError) else str(exc)
             limited = isinstance(exc, Exception) and is_limit_refusal(message)
@@ -225,7 +290,7 @@ def send_points(
                 log(f"hpc-runner: sbatch still refuses after {retries} retries; {len(pending)} task(s) keep waiting")
                 break
             submission["sbatch_calls"] = sbatch_calls
-            _record_failure(ledger, pending, exc, submitted_any=bool(out.job_ids))
+            _record_failure(ledger, [t for _, t in pending], exc, submitted_any=bool(out.job_ids))
             raise
         for task, job in zip(batch, jobs):
             for i in task:
@@ -233,21 +298,63 @@ def send_points(
                 out.job_ids[i] = job.job_id
         array_id = jobs[0].job_id.split("_")[0]
         entry_ = {"job_id": array_id, "size": n, "points": len(idx), "first": idx[0], "last": idx[-1]}
+        if exclude:
+            entry_["exclude"] = exclude
+        if key:
+            entry_["request"] = dict(key)
         submission["arrays"].append(entry_)
         out.arrays.append(entry_)
         limits.consume(n)
         pending = pending[n:]
-    waiting = [i for t in pending for i in t]
+    waiting = [i for _, t in pending for i in t]
     for i in waiting:
         ledger.wait(i)
     out.waiting = waiting
     submission["sbatch_calls"] = sbatch_calls
+    if out.arrays and record.data.get("waiters"):
+        _tell_waiters(record, executor, log)
     if reason == "top-up" and not sbatch_calls:
         record.submissions().remove(submission)  # one task's "no slot free" is not worth a line
         return
     if waiting:
         submission["waiting"] = len(waiting)
         submission["limit"] = limits.describe()
+
+
+RequestKey = tuple[tuple[str, Any], ...]  # a point's request (profile settings of its own), hashable
+
+
+def request_groups(record: sr.SweepRecord, indices: Sequence[int]) -> dict[RequestKey, list[int]]:
+    """Group point indices (in order) by their own request: the sweep's (``()``) first, then each other one."""
+    groups: dict[RequestKey, list[int]] = {(): []}
+    for i in indices:
+        request = record.points[i].get("request") or {}
+        key: RequestKey = tuple(sorted((str(k), v) for k, v in request.items()))
+        groups.setdefault(key, []).append(i)
+    return {k: v for k, v in groups.items() if v}
+
+
+def executor_with(executor: Executor, key: RequestKey) -> Executor:
+    """Return the executor whose profile has the request's settings on top (the same one for no request, or
+    when the tasks run here: a local run asks nothing of a scheduler)."""
+    if not key or executor.runs_here:
+        return executor
+    from hpc_runner.scheduler.profiles import check_settings
+    from hpc_runner.scheduler.select import executor_for
+
+    settings = {**executor.profile.settings, **dict(key)}
+    check_settings(dict(key), f"a point's request in the sweep record ({executor.profile.name})")
+    return executor_for(ClusterProfile(executor.profile.name, list(executor.profile.sources), settings))
+
+
+def _tell_waiters(record: sr.SweepRecord, executor: Executor, log: Log) -> None:
+    """Jobs that must start only once every point of the sweep has ended (a pipeline's select stage, recorded
+    as ``waiters``) wait on the arrays just submitted too; one that already started is left alone."""
+    arrays = [a["job_id"] for s in record.submissions() for a in s.get("arrays") or [] if a.get("job_id")]
+    try:
+        executor.set_dependency(record.data["waiters"], "afterany:" + ":".join(dict.fromkeys(arrays)))
+    except Exception as exc:  # the waiter started already: it looks at the sweep itself (pipeline/select_job.py)
+        log(f"hpc-runner: the jobs waiting on this sweep were not told of its new arrays ({exc})")
 
 
 def _preflight(executor: Executor, request: JobRequest, record: sr.SweepRecord, size: int, points: int,
@@ -304,12 +411,16 @@ def top_up(
     leaving: bool = False,
     backoff: Backoff | None = None,
     limits_reader: Callable[[dict[str, Any]], SubmitLimits] | None = None,
+    states_reader: StatesReader | None = None,
 ) -> int:
     """Submit the sweep's waiting points into the free submit slots; return how many points were submitted.
 
     The one top-up step: the sweep's tasks when they end, ``status``, ``status --watch`` and ``resume``
     all call it. It writes nothing and takes no lock when no point waits (the common case).
     ``leaving``: the caller is an array task of this sweep that is about to end (see the module doc).
+    ``states_reader(path)``: every point's state (sweep/targets.py's ``states_of``: one scheduler call); given,
+    a sweep with ``--retry`` rules first sends its failed points again with their changed request
+    (``retry_failed``), which then wait here like any other point.
     """
     from hpc_runner.scheduler.select import executor_for
     from hpc_runner.sweep.submitted import Submitted
@@ -317,6 +428,8 @@ def top_up(
     path = Path(sweep_dir)
     if not (path / sr.SWEEP_FILE).is_file():
         return 0
+    if states_reader is not None:
+        retry_failed(path, states_reader, log, throttle_s=RETRY_CHECK_S if leaving else 0.0)
     if not waiting_indices(sr.SweepRecord.load(path)):
         return 0
     me = own_job_id() if leaving else None
@@ -352,9 +465,65 @@ def top_up(
     return submitted
 
 
-def top_up_after_task(sweep_dir: Path, task_fn: Callable[..., Any]) -> int:
+def top_up_after_task(sweep_dir: Path, task_fn: Callable[..., Any], states_reader: StatesReader | None = None) -> int:
     """Submit waiting points into the slot the calling task frees; return how many were submitted."""
-    return top_up(sweep_dir, task_fn, leaving=is_scheduler_job(own_job_id()))
+    return top_up(sweep_dir, task_fn, leaving=is_scheduler_job(own_job_id()), states_reader=states_reader)
+
+
+RETRY_MARK = ".retry-checked"  # its mtime: when a task last looked for failed points to retry
+
+
+def _checked_lately(path: Path, seconds: float) -> bool:
+    """Whether a task looked for failed points less than ``seconds`` ago (then mark now); tasks that end
+    together ask the scheduler once between them, not once each."""
+    mark = path / RETRY_MARK
+    with contextlib.suppress(OSError):
+        if time.time() - mark.stat().st_mtime < seconds:
+            return True
+    with contextlib.suppress(OSError):
+        mark.touch()
+    return False
+
+
+def retry_failed(path: Path, states_reader: StatesReader, log: Log = print, throttle_s: float = 0.0) -> int:
+    """Send the sweep's failed points whose cause has a ``--retry`` rule back to waiting, with the changed
+    request (sweep/retry.py), through the ledger's ``retry`` transition; return how many.
+
+    Nothing is read from the scheduler for a sweep without rules. Bounded: a point is retried at most
+    ``max_retries`` times (the ledger's bound), and only while its failed job is still its job.
+    """
+    from hpc_runner.sweep import retry
+    from hpc_runner.sweep.usage import point_usage
+
+    record = sr.SweepRecord.load(path)
+    rules = retry.rules_of(record.data.get("retry"))
+    if not rules or record.is_tune:
+        return 0
+    if not any(p.get("submit") == sr.SUBMITTED for p in record.points):
+        return 0
+    if throttle_s and _checked_lately(path, throttle_s):
+        return 0
+    states, answer = states_reader(path)
+    bound = record.limit("max_retries", sr.MAX_RETRIES)
+    settings = profile_from_record(record).settings
+    plan = retry.decide(record.points, states, rules, settings, bound, usage_of=lambda st: point_usage(st, answer))
+    for index, cause in plan.exhausted:
+        log(f"hpc-runner: point {index} failed with {cause} after {bound} retries (max_retries): not retried again")
+    if not plan.retry:
+        return 0
+    done = []
+    with sr.locked(path) as ledger:
+        at = now_iso()
+        for d in plan.retry:
+            p = ledger.points[d.index]
+            if p.get("submit") != sr.SUBMITTED or p.get("job_id") != d.job_id:
+                continue  # sent again by another top-up since the states were read
+            ledger.retry(d.index, request=d.request, history=d.history(at))  # the run dir stays: checkpoints too
+            done.append(d)
+    for d in done:
+        log(f"hpc-runner: point {d.index} ended {d.cause} (job {d.job_id}{f' on {d.node}' if d.node else ''}): "
+            f"retry {d.rule.text}: {d.note}")
+    return len(done)
 
 
 def cancel_waiting(ledger: sr.Ledger) -> int:

@@ -28,11 +28,13 @@ def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
     """run_recorded, then put back overrides.yaml: prepare_run rewrites it from the reloaded config.yaml,
     which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost."""
     from hpc_runner.engine.runner import run_recorded
+    from hpc_runner.resources.gpu_sampler import sampling
 
     path = Path(run_dir) / OVERRIDES_FILE
     before = path.read_text(encoding="utf-8") if path.is_file() else None
     try:
-        return run_recorded(run_dir, entry)
+        with sampling(run_dir):  # GPU use at a low rate, when nvidia-ml-py and a GPU are there (else nothing)
+            return run_recorded(run_dir, entry)
     finally:
         if before is not None and path.read_text(encoding="utf-8") != before:
             write_text_atomic(path, before)

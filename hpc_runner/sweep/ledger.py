@@ -19,8 +19,13 @@ sweep.yaml. The states and the events that move them (docs/ledger.md has the dia
     submitting --submit--> submitted --return--> waiting --submit--> submitted ...
         |  \\--wait--> waiting (no free slot)     (returns > max_returns: gave-up, cause RETURNED)
         \\--refuse--> not-submitted (the sbatch failed) --submit|wait--> ...
-    submitted|not-submitted|cancelled|gave-up --retry--> waiting  (resume; retries > max_retries: refused)
+    submitted|not-submitted|cancelled|gave-up --retry--> waiting  (resume, or a --retry rule at a top-up;
+                                                                  retries > max_retries: refused)
     submitting|waiting|not-submitted --cancel--> cancelled (a queued job is scancelled; it stays submitted)
+
+Beside the states, a point may carry ``node_failures`` (job id -> the nodes its attempts failed on,
+``note_node_failures``) and ``exclude`` (the nodes its next submissions avoid, ``exclude_node``; the
+governor excludes a node once a point failed on it twice: sweep/governor.py ``exclude_failing_nodes``).
 
 What the run itself did (running, completed, failed, pruned) is the point's own run.yaml
 (records/rundir.py, one locked writer); what the scheduler did comes from sacct. ``sweep/states.py``
@@ -103,13 +108,22 @@ def _check_point(point: Any, n: int, file: Path) -> None:
         problem = f"has dir {point.get('dir')!r}, not a folder under {POINTS_DIR}/"
     elif not isinstance(point.get("params", {}), dict) or not isinstance(point.get("extra", {}), dict):
         problem = "has params or extra that are not mappings"
+    elif not isinstance(point.get("request") or {}, dict) or not all(
+            isinstance(v, str | int | float | type(None)) for v in (point.get("request") or {}).values()):
+        problem = f"has request {point.get('request')!r}, not a mapping of profile settings to plain values"
     elif point.get("job_id") is not None and not isinstance(point.get("job_id"), str):
         problem = f"has job_id {point.get('job_id')!r}, not text"
     elif point.get("submit", WAITING) not in STATES:
         problem = f"has state {point.get('submit')!r}, not one of {', '.join(STATES)}"
+    elif not _node_names(point.get("exclude", [])):
+        problem = f"has exclude {point.get('exclude')!r}, not a list of node names"
     if problem:
         raise ClusterError(f"point {n} of the sweep record {problem}", where=str(file),
                            expected=f"the {SWEEP_FILE} hpc-runner wrote (hand edits may change params only)")
+
+
+def _node_names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) for n in value)
 
 
 def _is_point_dir(text: str) -> bool:
@@ -275,8 +289,11 @@ class Ledger:
         p.update(job_id=None, returns=returns)
         return True
 
-    def retry(self, index: int, fixes: dict[str, Any] | None = None) -> None:
-        """Resubmit a failed or missing point (resume): back to waiting, with the fixes given; bounded."""
+    def retry(self, index: int, fixes: dict[str, Any] | None = None, request: dict[str, Any] | None = None,
+              history: dict[str, Any] | None = None) -> None:
+        """Resubmit a failed or missing point (resume, or a ``--retry`` rule): back to waiting, with the fixes
+        given, and with ``request`` (profile settings of its next job, sweep/retry.py) recorded with the attempt
+        in ``history``; bounded."""
         p = self.record.points[index]
         retries = int(p.get("retries", 0)) + 1
         bound = self.record.limit("max_retries", MAX_RETRIES)
@@ -289,11 +306,35 @@ class Ledger:
         p.pop("cause", None)
         if fixes:
             p["extra"] = {**p.get("extra", {}), **fixes}
+        if request is not None:
+            p["request"] = dict(request)
+        if history is not None:
+            p.setdefault("history", []).append(history)
 
     def cancel(self, index: int) -> None:
         """Cancel a point that no job has (a queued job is cancelled with scancel and stays submitted)."""
         p = self._move("cancel", index)
         p["job_id"] = None
+
+    def note_node_failures(self, index: int, job_id: str, nodes: list[str]) -> None:
+        """Record the nodes on which job ``job_id`` of the point failed, one per failed attempt (the job's
+        whole list again when asked twice: a resume that failed before its sbatch may note it again)."""
+        p = self.record.points[index]
+        failures = p.setdefault("node_failures", {})
+        if failures.get(job_id) != list(nodes):
+            failures[job_id] = list(nodes)
+            self.events.append(("note_node_failures", index))
+
+    def exclude_node(self, index: int, node: str) -> bool:
+        """Exclude ``node`` from the point's next submissions (sbatch --exclude); return False if it already was."""
+        p = self.record.points[index]
+        excluded = p.setdefault("exclude", [])
+        if node in excluded:
+            return False
+        excluded.append(node)
+        excluded.sort()
+        self.events.append(("exclude_node", index))
+        return True
 
     def waiting(self) -> list[int]:
         """Return the indices of the points that wait for a free submit slot."""

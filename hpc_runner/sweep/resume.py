@@ -82,6 +82,8 @@ def resume_sweep(
     log: Callable[[str], None] = print,
     preflight: bool = True,
     max_retries: int | None = None,
+    retry_rules: dict[str, str] | None = None,
+    chosen: set[str] | frozenset[str] = frozenset(),
 ) -> Submitted:
     """Submit the planned points again, and the points still waiting for a slot, through the governor.
 
@@ -91,6 +93,7 @@ def resume_sweep(
     is written, so no task of the sweep tops up in between.
     """
     from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep.governor import exclude_failing_nodes
 
     assert target.record is not None
     planned = {s.index: s.job_id for s in plan.resubmit}
@@ -113,11 +116,18 @@ def resume_sweep(
         target.record, target.points = record, record.points
         if max_retries is not None:
             record.data.setdefault("bounds", {})["max_retries"] = max_retries
+        if retry_rules:
+            record.data["retry"] = {**(record.data.get("retry") or {}), **retry_rules}
         # a point a task submitted since the plan was made (it was waiting) is not sent twice
         indices = [i for i, job in planned.items() if record.points[i].get("job_id") == job
                    and record.points[i].get("submit") != sr.WAITING]
+        wanted = set(indices)  # a point that failed twice on a node avoids it from now on
+        exclude_failing_nodes(ledger, [s for s in plan.resubmit if s.index in wanted], log)
         for i in indices:  # all checked (bounds) before any run dir moves or any sbatch
-            ledger.retry(i, fixes)
+            own = record.points[i].get("request") or {}
+            kept = {k: v for k, v in own.items() if k not in chosen and not (k in ("mem", "mem_gb") and
+                                                                              {"mem", "mem_gb"} & set(chosen))}
+            ledger.retry(i, fixes, request=kept if own else None)
         for i in indices:
             if fixes:
                 pair = _move_aside(record, record.points[i])
@@ -135,6 +145,12 @@ def resume_sweep(
         out.local_failures = executor.run_pending(log)
         out.ran_here = True
     return out
+
+
+def record_retry_rules(path: Path, rules: dict[str, str]) -> None:
+    """Record ``--retry`` rules on a sweep (under its lock): later failures are retried by them."""
+    with sr.locked(path) as ledger:
+        ledger.data["retry"] = {**(ledger.data.get("retry") or {}), **rules}
 
 
 def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:

@@ -63,6 +63,14 @@ class PointState:
     exit_code: str | None = None  # sacct's ExitCode ("2:0")
     cause: Any = None  # hpc_runner.sweep.causes.Cause of a failed point (see explain_failures)
     recorded_cause: dict[str, Any] | None = None  # the ledger's own cause (a point it gave up)
+    node: str | None = None  # where its job's current attempt runs or ran (sacct NodeList)
+    history: list[dict[str, Any]] = field(default_factory=list)  # its job's earlier attempts: state, node
+    excluded: list[str] = field(default_factory=list)  # nodes its submissions exclude (the ledger's)
+
+    def where(self) -> str:
+        """Return the node column: the node, with the earlier attempts' outcomes (``vm2 (NODE_FAIL vm1)``)."""
+        earlier = ", ".join(f"{h['state']} {h.get('node') or '?'}" for h in self.history)
+        return (self.node or "-") + (f" ({earlier})" if earlier else "")
 
     @property
     def cause_kind(self) -> str | None:
@@ -104,7 +112,8 @@ def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, time
     for s in suspects:
         now = queued.get(s.job_id) or queued.get(f"{s.job_id}_0" if "_" not in s.job_id else "")
         if now and now not in FAILED_STATES and now != DONE:
-            s.state, s.source, s.requeues = now, "squeue", s.requeues + 1
+            s.history.append({"state": s.state, "node": s.node})  # sacct has not recorded the new attempt yet
+            s.state, s.source, s.requeues, s.node = now, "squeue", s.requeues + 1, None
 
 
 def _since(dates: Iterable[str | None]) -> str | None:
@@ -127,9 +136,14 @@ def _read_record(run_dir: Path) -> dict:
         return {}
 
 
-def _state_from_record(run_dir: Path, local: bool) -> tuple[str, str]:
+def _state_from_record(run_dir: Path, local: bool, job_id: str | None = None) -> tuple[str, str]:
     rec = _read_record(run_dir) if run_dir.is_dir() else {}
     status = rec.get("status")
+    recorded_job = str((rec.get("job") or {}).get("id") or "")
+    if job_id and is_scheduler_job(job_id) and is_scheduler_job(recorded_job) and recorded_job != job_id:
+        # run.yaml is an earlier job's (a retry or resume sent the point again, and sacct does not list the
+        # new job yet): not the point's state
+        return UNKNOWN, "record"
     if status in RUN_STATUS_STATES:
         return RUN_STATUS_STATES[status], "run.yaml"
     return (NOT_STARTED if local else UNKNOWN), "record"
@@ -179,7 +193,8 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
     """
     job_id = point.get("job_id")
     params = point.get("params", {})
-    ps = PointState(point["index"], run_dir, params, job_id, UNKNOWN, "record", extra=point.get("extra", {}))
+    ps = PointState(point["index"], run_dir, params, job_id, UNKNOWN, "record", extra=point.get("extra", {}),
+                    excluded=list(point.get("exclude") or []))
     if not job_id:
         ps.state = _LEDGER_STATES.get(point.get("submit", ""), NOT_SUBMITTED)
         if point.get("submit") == sr.GAVE_UP:
@@ -190,6 +205,8 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
         ps.state, ps.source, ps.elapsed = _first_word(info["State"]), answer.source, info.get("Elapsed")
         ps.scheduler_state, ps.exit_code = info["State"], info.get("ExitCode")
         ps.requeues = answer.requeues(job_id)
+        ps.node = info.get("NodeList") if info.get("NodeList") not in (None, "", "None assigned") else None
+        ps.history = [{"state": a.state, "node": a.node} for a in answer.attempts.get(job_id, [])[:-1]]
         if packed:
             ps.state, ps.source = _packed_state(ps, ps.state, run_status(run_dir))
             return ps
@@ -199,7 +216,7 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
             if state == DONE:
                 ps.state, ps.source = state, src
         return ps
-    ps.state, ps.source = _state_from_record(run_dir, is_local_job(job_id))
+    ps.state, ps.source = _state_from_record(run_dir, is_local_job(job_id), job_id)
     return ps
 
 
@@ -221,6 +238,10 @@ def unclaimed_trial(point: dict[str, Any], run_dir: Path, workers_alive: bool) -
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failed|Warning)\b.*")
 
 
+# a step killed for its memory: by polling (OverMemoryKill: "Exceeded job memory limit") or by the cgroup
+_MEMORY_KILL = r"^slurmstepd(-\S+)?: error: (Exceeded job memory limit|Detected \d+ oom-kill event)"
+
+
 def _tail_error(path: Path, limit: int = 65536) -> str | None:
     try:
         with path.open("rb") as f:
@@ -230,8 +251,10 @@ def _tail_error(path: Path, limit: int = 65536) -> str | None:
             lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
         return None
-    # the scheduler's own verdict (time limit, cancel, memory), then the last exception, then any error line
-    for pattern in (r"^slurmstepd: error: \*\*\*", _EXCEPTION_LINE.pattern, r".*(error|killed|cancelled)"):
+    # the scheduler's own verdict (memory, then time limit or cancel), then the last exception, then any error
+    # line; slurmstepd names itself slurmstepd-<node> where one machine runs several slurmd
+    for pattern in (_MEMORY_KILL, r"^slurmstepd(-\S+)?: error: \*\*\*", _EXCEPTION_LINE.pattern,
+                    r".*(error|killed|cancelled)"):
         for ln in reversed(lines):
             if re.match(pattern, ln, re.I if pattern.startswith(".*") else 0):
                 return ln

@@ -104,8 +104,10 @@ def submit_run(
     dry_run: bool = False,
     log: Log = print,
     preflight: bool = True,
+    dependency: str | None = None,
 ) -> Submitted:
-    """Prepare a run dir for ``cfg`` and submit one job running it (the local executor runs it here)."""
+    """Prepare a run dir for ``cfg`` and submit one job running it (the local executor runs it here);
+    ``dependency``: SLURM's --dependency of the job (a pipeline stage waits on its inputs)."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.records.rundir import default_run_dir
     from hpc_runner.scheduler.select import executor_for
@@ -123,7 +125,7 @@ def submit_run(
     check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
     request = JobRequest(job_name=_job_name(cfg.name, "run"), folder=path / sr.RUN_JOB_FOLDER, chdir=os.getcwd(),
-                         hold=hold)
+                         hold=hold, dependency=dependency)
     if dry_run:
         from hpc_runner.config.display import to_plain
         from hpc_runner.records.rundir import dump_yaml
@@ -181,6 +183,7 @@ def submit_points(
     array_parallelism: int | None = None,
     log: Log = print,
     preflight: bool = True,
+    limits_reader: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Submitted:
     """Submit ``indices`` of a recorded sweep (under its lock) as tasks of K points, never more tasks than there
     are free submit slots (the rest wait, sweep/governor.py), in arrays of at most MaxArraySize."""
@@ -191,7 +194,7 @@ def submit_points(
     out = Submitted(record.path, pack=pack_of(record))
     try:
         send_points(ledger, indices, executor, run_sweep_task, entry=entry, reason=reason, out=out, hold=hold,
-                    array_parallelism=array_parallelism, log=log, preflight=preflight)
+                    array_parallelism=array_parallelism, log=log, preflight=preflight, limits_reader=limits_reader)
     except BaseException as exc:
         if out.job_ids and isinstance(exc, Exception):
             left = sum(1 for p in record.points if p.get("submit") == sr.NOT_SUBMITTED)
@@ -262,8 +265,10 @@ def submit_sweep(
     pack_parallel: int = 1,
     record_extra: dict[str, Any] | None = None,
     bounds: dict[str, int] | None = None,
+    limits_reader: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Submitted:
-    """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays."""
+    """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays
+    (``limits_reader``: the submit limits the governor counts with, e.g. less the slots a pipeline keeps)."""
     from hpc_runner.engine.runner import check_entry, prepare_run
     from hpc_runner.scheduler.select import executor_for
     from hpc_runner.sweep.check import check_points
@@ -300,7 +305,8 @@ def submit_sweep(
         # must find them, or no one would top them up (sweep/governor.py).
         with sr.locked(directory) as ledger:
             out = submit_points(ledger, range(len(points)), executor, entry=entry, reason="sweep", hold=hold,
-                                array_parallelism=array_parallelism, log=log, preflight=preflight)
+                                array_parallelism=array_parallelism, log=log, preflight=preflight,
+                                limits_reader=limits_reader)
             ledger.data["state"] = "submitted"  # waiting points are a per-point state
     except BaseException as exc:
         if not _any_queued(directory):
@@ -406,6 +412,8 @@ def top_up(sweep_dir: str | Path, log: Log = print, **options: Any) -> int:
     """Submit the sweep's waiting points into the free submit slots (the governor's one top-up step, with the
     sweep's task); the step ``status``, ``status --watch`` and ``resume`` take, as the tasks do when they end."""
     from hpc_runner.sweep.governor import top_up as governor_top_up
+    from hpc_runner.sweep.targets import states_of
     from hpc_runner.sweep.task import run_sweep_task
 
+    options.setdefault("states_reader", states_of)  # failed points with a --retry rule go again first
     return governor_top_up(sweep_dir, run_sweep_task, log, **options)

@@ -108,6 +108,11 @@ def _job_id_of_run(rec: dict[str, Any]) -> str | None:
     return slurm.get("SLURM_JOB_ID")
 
 
+def states_of(path: str | Path) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
+    """Return every point's state of the sweep or run at ``path`` (one scheduler call; the top-up's reader)."""
+    return load_target(path).states()
+
+
 def load_target(path: str | Path) -> Target:
     """Return the sweep or run at ``path``; raise ClusterError when it is neither."""
     path = Path(path)

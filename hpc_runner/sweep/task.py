@@ -362,8 +362,9 @@ def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
 def _top_up(sweep_dir: str, task_fn: Any) -> None:
     """Let the governor fill the slot this task is about to free (never fails the task)."""
     from hpc_runner.sweep.governor import top_up_after_task
+    from hpc_runner.sweep.targets import states_of
 
     try:
-        top_up_after_task(Path(sweep_dir), task_fn)
+        top_up_after_task(Path(sweep_dir), task_fn, states_of)  # and retries failed points (--retry rules)
     except Exception as exc:  # a failed top-up leaves the points waiting: `status`/`resume` send them
         print(f"hpc-runner: could not submit the sweep's waiting points: {exc}", flush=True)

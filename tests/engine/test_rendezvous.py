@@ -132,3 +132,28 @@ def test_a_stop_request_ends_the_wait_at_once():
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "1", "WORLD_SIZE": "2"}
     with pytest.raises(ClusterError, match="stopped by SIGTERM; rank 0 was not listening"):
         connect_store(1, 2, 60.0, env, stopped=lambda: "SIGTERM")
+
+
+# the local cluster of scripts/local-slurm.sh: nodes emulated on one machine, each its own loopback address
+EMULATED = {"vm1": "127.0.1.1", "vm2": "127.0.1.2"}
+
+
+def test_a_loopback_node_addr_is_reachable_when_this_nodes_own_is_loopback_too():
+    """The controller reaches both nodes on loopback, so they share its machine (emulated nodes)."""
+    addr, how = master_address("vm1", this_host="vm2", resolve=EMULATED.get, node_addr=EMULATED.get,
+                               launch_ip="127.0.0.1", own_addr=lambda: "127.0.1.2")
+    assert addr == "127.0.1.1" and "the nodes are emulated on one machine" in how
+    # on a real cluster this node's NodeAddr is not loopback: a loopback answer for rank 0 is not reachable
+    addr, how = master_address("vm1", this_host="vm2", resolve=EMULATED.get, node_addr=EMULATED.get,
+                               launch_ip="10.1.0.2", own_addr=lambda: "10.1.0.2")
+    assert addr == "10.1.0.2" and "SLURM_LAUNCH_NODE_IPADDR" in how
+
+
+def test_gloo_keeps_an_emulated_nodes_own_loopback_address():
+    name, line = gloo_interface({"MASTER_ADDR": "127.0.1.1"}, hostname="vm2", resolve=EMULATED.get,
+                                interfaces={"lo": "127.0.0.1"}, route_to=lambda a: "127.0.0.1", nodes=2,
+                                own_addr=lambda: "127.0.1.2")
+    assert name is None and "gloo uses loopback (127.0.1.2)" in line and "emulated on one machine" in line
+    with pytest.raises(ClusterError, match="GLOO_SOCKET_IFNAME"):  # a real node whose name says loopback
+        gloo_interface({"MASTER_ADDR": "10.1.0.3"}, hostname="gpu04", resolve=lambda h: "127.0.1.1",
+                       interfaces={"lo": "127.0.0.1"}, route_to=lambda a: None, nodes=2, own_addr=lambda: "10.1.0.4")

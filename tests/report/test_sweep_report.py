@@ -14,7 +14,7 @@ from hpc_runner.report.build import build_report
 
 pytestmark = pytest.mark.slow
 
-PLOTS = ["loss_overlay.png", "metric_vs_params.png", "heatmap.png", "states.png", "time_split.png"]
+PLOTS = ["loss_overlay.png", "metric_vs_params.png", "heatmap.png", "states.png", "time_split.png", "usage.png"]
 
 
 def _result_rows(dom: str) -> list[str]:

@@ -5,9 +5,9 @@ raise a ValueError in the bundle's code ("raise"), miss its input ("bad_input": 
 ConfigError), raise torch.cuda.OutOfMemoryError ("oom": the local cluster has no cgroups, so a
 cgroup OOM kill cannot be produced here; this is the run-dir path), stop itself with SIGUSR2 mid-run
 so the runner checkpoints and requeues it (train_dataset stop_after), or sleep ("sleep") until the
-test cancels it or lowers its time limit. Then two small sweeps lose their node (set DOWN under
-them): one submitted with ``--no-requeue`` ends NODE_FAIL, one with SLURM's default (JobRequeue=1)
-is requeued and completes once the node is back.
+test cancels it or lowers its time limit. Then two small sweeps lose their nodes (the nodes their
+sleeping points run on, set DOWN under them): one submitted with ``--no-requeue`` ends NODE_FAIL, one
+with SLURM's default (JobRequeue=1) is requeued and completes (on the other node, or once its node is back).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def sweep(cli, bundle: Path, out: str, modes: list[str], stops: list[int], *more
 def status_json(cli, path: Path) -> list[dict]:
     proc = cli("status", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    return [p for p in map(json.loads, proc.stdout.splitlines()) if "point" in p]  # not the right_size line
 
 
 @pytest.fixture(scope="module")
@@ -212,15 +212,20 @@ def failures(slurm_cluster, tmp_path_factory, cli_factory):
         return all(m.exists() for m in sleepers) and queue_state(cluster, first) in ("FAILED", "COMPLETED")
 
     wait_for(ready, 240, "both sleepers running, the self-stopping point ended", cluster, lost["norequeue"])
-    node = cluster.run("sinfo", "-h", "-N", "-o", "%N").stdout.split()[0]
+    # the nodes the two sleepers run on (the local cluster has several and spreads jobs: one node or two)
+    sleeping = (job_of(lost["norequeue"], 1), job_of(lost["requeue"], 0))
+    nodes = sorted({cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip() for job in sleeping})
+    assert all(nodes), f"a sleeper without a node: {nodes}"
     try:
-        res = cluster.run("scontrol", "update", f"nodename={node}", "state=DOWN", "reason=hpc-runner causes test")
-        assert res.returncode == 0, res.stderr
-        wait_for(lambda: queue_state(cluster, job_of(lost["norequeue"], 1)) == "NODE_FAIL", 60,
+        for node in nodes:
+            res = cluster.run("scontrol", "update", f"nodename={node}", "state=DOWN", "reason=hpc-runner causes test")
+            assert res.returncode == 0, res.stderr
+        wait_for(lambda: queue_state(cluster, sleeping[0]) == "NODE_FAIL", 60,
                  "NODE_FAIL of the --no-requeue point", cluster, lost["norequeue"])
-        requeued_state = queue_state(cluster, job_of(lost["requeue"], 0))
+        requeued_state = queue_state(cluster, sleeping[1])
     finally:
-        cluster.run("scontrol", "update", f"nodename={node}", "state=RESUME")
+        for node in nodes:
+            cluster.run("scontrol", "update", f"nodename={node}", "state=RESUME")
     waited_lost = {k: cli("status", str(v), *WAIT) for k, v in lost.items()}
     yield {"cli": cli, "cluster": cluster, "kinds": kinds, "lost": lost, "waited": waited,
            "waited_lost": waited_lost, "requeued_state": requeued_state, "kinds_time": kinds_time}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.sweep.ledger import SweepRecord, write_new
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +21,11 @@ def test_local_sweep_status_collect_resume(offline_cli, tiny):
     out = offline_cli("sweep", "training", "--bundle", BUNDLE, "--cluster", "local", "--output_dir", "sw",
                       "--zip", "--sweep", "learning_rate=1e-3,2e-3", "--sweep", "batch_size=1,0", *tiny)
     assert out.returncode == 1, out.stderr  # one point failed
-    assert "1 of 2 points completed here" in out.stdout and "point 1 failed" in out.stdout
+    assert "1 of 2 points completed here" in out.stdout and "1 of 1 point(s) failed: point 1: " in out.stdout
     status = offline_cli("status", "sw")
     assert "COMPLETED 1" in status.stdout and "FAILED 1" in status.stdout
     assert "batch_size should be a positive integer" in status.stdout
+    assert "right-size" not in status.stdout  # nothing asked of a scheduler: nothing to right-size
 
     resumed = offline_cli("resume", "sw", "--batch_size", "1")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -52,7 +53,7 @@ def test_sweep_record_round_trip_is_json_and_yaml(tmp_path):
 
     rec = SweepRecord(tmp_path, {"kind": "hpc-runner sweep", "params": ["a"], "x": {"y": [1, 2]}},
                       [{"index": i, "dir": f"points/{i:04d}", "params": {"a": 1e-5 * i}} for i in range(3)])
-    rec.save()
+    write_new(rec)  # the first sweep.yaml; later ones only through the ledger
     text = (tmp_path / "sweep.yaml").read_text()
     assert len(text.splitlines()) == 1 + 3 + 1 + 3 + 2  # one key a line, one point a line
     as_json, as_yaml = json.loads(text), yaml.load(text, Loader=Yaml12Loader)

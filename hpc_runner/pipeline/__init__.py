@@ -1,0 +1,13 @@
+"""Pipelines: a study's chain of stages (search, select the best, evaluate, export, sharded inference) queued at once.
+
+- ``spec.py``: the pipeline file, checked (names, kinds, ``from``, cycles) before anything is loaded;
+- ``configs.py``: each stage's bundle config and the pre-flight of all of them, before anything is queued;
+- ``record.py``: ``pipeline.yaml``, the one record of the stages' states and their transitions (under a lock);
+- ``selection.py``: which point is best (``mode: max|min``, ties, no finished point);
+- ``choice.py``: what a stage ``from`` a select stage gets (the weights and the chosen point's values);
+- ``submit.py``: start a pipeline (every stage queued, each waiting on its inputs);
+- ``select_job.py``: what the select stage's job runs (decide, record, apply, or cancel what depends on it);
+- ``propagate.py``: cancel the stages that depend on a failed one;
+- ``view.py``: where every stage stands (read-only), for ``status``, ``collect`` and ``report``;
+- ``resume.py``, ``cancel.py``, ``summary.py``: the commands on a pipeline dir.
+"""

@@ -1,0 +1,317 @@
+"""Each stage's bundle config, and what it takes from the stage it comes ``from``.
+
+The overrides of a stage, lowest first: the pipeline's ``overrides`` (for the ids its config has), the
+overrides of the search its select stage chooses from (ids its config has: "its config and overrides"),
+its own ``overrides`` (every id must exist: a typo stops the pipeline), then, once the choice is known,
+the chosen point's swept values (ids its config has, unless the stage sets them itself) and the weights:
+``ckpt`` (``weights_id``) = the chosen run dir. Until then the weights id holds a placeholder,
+``<pipeline dir>/<select stage>/chosen`` (no such folder exists): the select stage's job writes the real
+values into the stage's prepared config before the stage can start (pipeline/choice.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.config.overrides import Override
+from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.pipeline import spec as ps
+from hpc_runner.scheduler.profiles import ClusterProfile
+
+SOURCE = "pipeline"  # the source of the overrides a pipeline sets (overrides.yaml says where each came from)
+PLACEHOLDER = "chosen"  # <pipeline dir>/<select stage>/chosen: the weights before the choice is made
+# a select job needs no GPU and little time: these settings of the profile are dropped for it
+GPU_SETTINGS = ("gres", "gpus_per_node", "gpus_per_task", "cpus_per_gpu", "mem_per_gpu")
+SELECT_MINUTES = 15
+
+
+@dataclass
+class StageConfig:
+    """What a stage runs: its config (none for a select stage), its points or shards, its profile."""
+
+    stage: ps.StageSpec
+    profile: ClusterProfile
+    cfg: BundleConfig | None = None
+    sweep: Any = None  # SweepSpec of a sweep stage
+    points: list[dict[str, Any]] = field(default_factory=list)  # a sweep's points, a tune's corners
+    tune: Any = None  # TuneSettings of a tune stage
+    inherited: dict[str, Any] = field(default_factory=dict)  # the search's overrides a consumer takes
+    shard_values: dict[str, Any] = field(default_factory=dict)  # num_shards, predictions_dir
+    config_files: list[Path] = field(default_factory=list)  # an export stage's configs
+
+    @property
+    def name(self) -> str:
+        """Return the stage's name."""
+        return self.stage.name
+
+
+def typed(value: Any) -> Any:
+    """Return a value of the pipeline file typed as a command-line value is (YAML 1.2: ``1e-3`` is a number)."""
+    from hpc_runner.config.values import parse_value
+
+    if isinstance(value, str):
+        parsed = parse_value(value)
+        return parsed if isinstance(parsed, int | float) and not isinstance(parsed, bool) else value
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    return value
+
+
+def make_override(spelled_id: str, value: Any, origin: str) -> Override:
+    """Return the Override of one ``id: value`` of the pipeline file (``+id`` adds an id)."""
+    from hpc_runner.config.ids import normalize_id
+
+    add = spelled_id.startswith("+")
+    key = normalize_id(spelled_id[1:] if add else spelled_id)
+    return Override(key, typed(value), SOURCE, origin, add=add)
+
+
+def stage_profile(profile: ClusterProfile, stage: ps.StageSpec, where: str) -> ClusterProfile:
+    """Return the profile a stage's jobs are submitted with: the pipeline's, the stage's ``slurm:`` on top;
+    a select stage's job asks for one CPU, no GPU and at most 15 minutes (it reads records and writes a few)."""
+    from hpc_runner.scheduler.profiles import check_settings, parse_time_minutes
+
+    settings = dict(profile.settings)
+    if stage.kind == ps.SELECT:
+        for key in GPU_SETTINGS:
+            settings.pop(key, None)
+        settings["cpus_per_task"] = 1
+        minutes = parse_time_minutes(settings.get("time", 60), profile.where)
+        delay_min = -(-int(settings.get("signal_delay_s") or 0) // 60)
+        settings["time"] = min(minutes, max(SELECT_MINUTES, delay_min + 5))
+    if stage.slurm:
+        check_settings(stage.slurm, where)
+        settings.update(stage.slurm)
+    return ClusterProfile(profile.name, list(profile.sources), settings)
+
+
+def resolve_bundle_dir(spec: ps.PipelineSpec) -> Path:
+    """Return the bundle folder the pipeline names (a folder, or a name on the search path), checked for trust."""
+    from hpc_runner.registry.search import resolve_bundle
+    from hpc_runner.registry.trust import check_trust
+
+    try:
+        bundle_dir = resolve_bundle(spec.bundle)
+    except UserError as exc:
+        raise type(exc)(exc.message, where=ps.where(spec.file, spec.lines, "bundle"), id_path="bundle",
+                        expected=exc.expected, hint=exc.hint) from None
+    check_trust(bundle_dir)
+    return bundle_dir
+
+
+def _load(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> BundleConfig:
+    """Load the stage's config files (``config_file``, else ``configs/<entry>.*``, else train), no overrides."""
+    from hpc_runner.config.bundle_config import load_bundle_config
+
+    at = f"stages::{stage.index}"
+    if stage.entry and not stage.config_file and stage.kind in (ps.RUN, ps.SHARDS, ps.EXPORT):
+        _check_entry_config(spec, stage, bundle_dir)
+    files = [str(f if Path(f).is_absolute() else bundle_dir / f) for f in stage.config_file] or None
+    if stage.kind == ps.EXPORT and not files:  # the network as inference builds it
+        from hpc_runner.config.bundle_config import find_default_config
+
+        files = [str(find_default_config(bundle_dir, "inference"))]
+    if files:
+        missing = [f for f in files if not Path(f).is_file()]
+        if missing:
+            raise ConfigError(f"stage '{stage.name}': the config file {missing[0]} does not exist",
+                              where=ps.where(spec.file, spec.lines, f"{at}::config_file"),
+                              id_path=f"stages.{stage.index}.config_file",
+                              expected="a file of the bundle (relative to it) or an absolute path")
+    return load_bundle_config(bundle=str(bundle_dir), config_files=files, entry=stage.entry, check=False,
+                              strict_ids=True)
+
+
+def _check_entry_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> None:
+    """A stage's ``entry`` names a config of the bundle (configs/<entry>.*) or an id of its train config."""
+    from hpc_runner.config.bundle_config import find_default_config
+    from hpc_runner.config.ids import has_id
+    from hpc_runner.config.loader import load_file
+
+    found = find_default_config(bundle_dir, stage.entry)
+    if found.stem == stage.entry or has_id(load_file(found).data, stage.entry or ""):
+        return
+    configs = sorted(p.stem for p in (bundle_dir / "configs").glob("*.*") if p.suffix in (".yaml", ".yml", ".json")
+                     and p.stem != "metadata")
+    raise ConfigError(
+        f"stage '{stage.name}' runs entry '{stage.entry}', and the bundle has no configs/{stage.entry}.* and no id "
+        f"'{stage.entry}' in {found.name}",
+        where=ps.where(spec.file, spec.lines, f"stages::{stage.index}::entry"), id_path=f"stages.{stage.index}.entry",
+        expected=f"an entry the bundle has: a config among {', '.join(configs)}, or an id of {found.name}")
+
+
+def with_stage_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec, base: BundleConfig,
+                         inherited: dict[str, Any], extra: Sequence[Override] = ()) -> BundleConfig:
+    """Return the stage's config with the pipeline's, the inherited and its own overrides (module doc) and ``extra``."""
+    from hpc_runner.config.ids import has_id
+
+    at = f"stages::{stage.index}::overrides"
+    ovs = [make_override(k, v, f"{spec.file}: overrides::{k}") for k, v in spec.overrides.items()
+           if has_id(base.config, k.lstrip("+"))]
+    own = {k.lstrip("+") for k in stage.overrides}
+    ovs += [make_override(k, v, f"{spec.file}: from {stage.source}") for k, v in inherited.items()
+            if k.lstrip("+") not in own and has_id(base.config, k.lstrip("+"))]
+    ovs += [make_override(k, v, ps.where(spec.file, spec.lines, f"{at}::{k}")) for k, v in stage.overrides.items()]
+    try:
+        return base.with_overrides([*ovs, *extra], check=True)
+    except ConfigError as exc:
+        raise ConfigError(f"stage '{stage.name}': {exc.message}", where=exc.where, id_path=exc.id_path,
+                          expected=exc.expected, hint=exc.hint) from None
+
+
+def check_pipeline_overrides(spec: ps.PipelineSpec, configs: dict[str, StageConfig]) -> None:
+    """ConfigError for an id of the pipeline's ``overrides`` that no stage's config has (a typo)."""
+    from hpc_runner.config.ids import has_id
+
+    loaded = [c.cfg for c in configs.values() if c.cfg is not None]
+    for key in spec.overrides:
+        bare = key.lstrip("+")
+        if key.startswith("+") or any(has_id(c.config, bare) for c in loaded):
+            continue
+        raise ConfigError(f"no stage's config has the id '{bare}'", where=ps.where(spec.file, spec.lines,
+                          f"overrides::{key}"), id_path=f"overrides.{key}",
+                          expected="an id of at least one stage's config (the pipeline's overrides apply to every "
+                          "stage that has the id)")
+
+
+def placeholder(directory: Path, select_stage: str) -> str:
+    """Return the weights a consumer's config holds until its select stage has chosen (module doc)."""
+    return str((directory / select_stage / PLACEHOLDER).resolve())
+
+
+def inherited_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec) -> dict[str, Any]:
+    """Return the overrides of the search (or run) a consumer's select stage chooses from."""
+    if stage.source is None:
+        return {}
+    select = spec.stage(stage.source)
+    search = spec.stage(select.source) if select.source else None
+    return dict(search.overrides) if search is not None else {}
+
+
+def build_configs(spec: ps.PipelineSpec, profile: ClusterProfile, directory: Path,
+                  choices: dict[str, dict[str, Any]] | None = None) -> dict[str, StageConfig]:
+    """Load every stage's config (in submission order), with its overrides; nothing is written.
+
+    ``choices``: the choice of each select stage that has chosen (resume, the local executor): its
+    consumers get the chosen values and weights now instead of the placeholder."""
+    from hpc_runner.pipeline.choice import choice_overrides
+
+    bundle_dir = resolve_bundle_dir(spec)
+    out: dict[str, StageConfig] = {}
+    choices = choices or {}
+    for stage in spec.order():
+        where = ps.where(spec.file, spec.lines, f"stages::{stage.index}::slurm")
+        sc = StageConfig(stage, stage_profile(profile, stage, where))
+        out[stage.name] = sc
+        if stage.kind == ps.SELECT:
+            continue
+        base = _load(spec, stage, bundle_dir)
+        if stage.kind == ps.EXPORT:
+            sc.cfg, sc.config_files = base, list(base.config_files)
+            _check_export(spec, stage, base)
+            continue
+        sc.inherited = inherited_overrides(spec, stage) if stage.source else {}
+        extra: list[Override] = []
+        if stage.source:
+            _check_weights_id(spec, stage, base)
+            choice = choices.get(stage.source)
+            if choice is not None:
+                extra = choice_overrides(base, choice, stage.weights_id, own=set(stage.overrides))
+            else:
+                extra = [Override(stage.weights_id, placeholder(directory, stage.source), SOURCE,
+                                  f"from {stage.source} (until it has chosen)")]
+        if stage.kind == ps.SHARDS:
+            extra += _shard_overrides(stage, base, directory, sc)
+        sc.cfg = with_stage_overrides(spec, stage, base, sc.inherited, extra)
+        sc.cfg.trusted = False
+        if stage.kind == ps.SWEEP:
+            _sweep(spec, stage, sc)
+        elif stage.kind == ps.TUNE:
+            _tune(spec, stage, sc)
+    check_pipeline_overrides(spec, out)
+    return out
+
+
+def _check_weights_id(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleConfig) -> None:
+    from hpc_runner.config.ids import has_id
+
+    if not has_id(cfg.config, stage.weights_id):
+        files = ", ".join(str(f) for f in cfg.config_files)
+        raise ConfigError(
+            f"stage '{stage.name}' takes the weights of '{stage.source}' as id '{stage.weights_id}', and its config "
+            f"({files}) has no such id", where=ps.where(spec.file, spec.lines, f"stages::{stage.index}::from"),
+            id_path=f"stages.{stage.index}.from",
+            expected="a config whose weights come from an id (e.g. ckpt, as --ckpt RUN_DIR); weights_id: ID names "
+            "another")
+    if stage.weights_id in {k.lstrip("+") for k in stage.overrides}:
+        raise ConfigError(f"stage '{stage.name}' sets '{stage.weights_id}' itself and takes the weights from "
+                          f"'{stage.source}'", where=ps.where(spec.file, spec.lines,
+                                                              f"stages::{stage.index}::overrides"),
+                          id_path=f"stages.{stage.index}.overrides.{stage.weights_id}",
+                          expected="one of the two: the chosen point's weights (from:) or the stage's own")
+
+
+def _check_export(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleConfig) -> None:
+    from hpc_runner.config.ids import has_id
+
+    net_id = stage.export.get("net_id", "network_def")
+    if not has_id(cfg.config, net_id):
+        raise ConfigError(f"stage '{stage.name}' exports the network '{net_id}', and its config has no such id",
+                          where=ps.where(spec.file, spec.lines, f"stages::{stage.index}::export"),
+                          id_path=f"stages.{stage.index}.export.net_id",
+                          expected="export: {net_id: ID} naming the network of the stage's config")
+
+
+def _shard_overrides(stage: ps.StageSpec, base: BundleConfig, directory: Path, sc: StageConfig) -> list[Override]:
+    """num_shards (and one predictions_dir for every shard) of a sharded stage (sweep/shards.py)."""
+    from hpc_runner.config.bundle_config import config_value
+    from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, PREDICTIONS_ID, check_shardable
+
+    check_shardable(base, int(stage.shards or 1))
+    values: dict[str, Any] = {"num_shards": stage.shards}
+    if config_value(base, PREDICTIONS_ID, None) is not None:
+        values[PREDICTIONS_ID] = str((directory / stage.name / PREDICTIONS_FOLDER).resolve())
+    sc.shard_values = values
+    return [Override(k, v, "hpc-runner", "submit --shards") for k, v in values.items()]
+
+
+def _sweep(spec: ps.PipelineSpec, stage: ps.StageSpec, sc: StageConfig) -> None:
+    from hpc_runner.sweep.spec import build_spec
+
+    try:
+        sc.sweep = build_spec(stage.sweep, stage.zip)
+    except UserError as exc:
+        raise type(exc)(f"stage '{stage.name}': {exc.message}", where=ps.where(
+            spec.file, spec.lines, f"stages::{stage.index}::sweep"), id_path=f"stages.{stage.index}.sweep",
+            expected=exc.expected, hint=exc.hint) from None
+    sc.points = sc.sweep.points()
+
+
+def _tune(spec: ps.PipelineSpec, stage: ps.StageSpec, sc: StageConfig) -> None:
+    from hpc_runner.tune.settings import TuneSettings
+    from hpc_runner.tune.space import parse_space, space_corners
+
+    t = stage.tune
+    direction = t.get("direction") or {"max": "maximize", "min": "minimize"}[t.get("mode", "max")]
+    sc.tune = TuneSettings(space=list(t["space"]), trials=int(t["trials"]), metric=str(t["metric"]),
+                           direction=direction, pruner=t.get("pruner", "asha"), sampler=t.get("sampler", "tpe"),
+                           seed=t.get("seed"), pruner_options=dict(t.get("pruner_options") or {}),
+                           sampler_options=dict(t.get("sampler_options") or {}))
+    sc.points = space_corners(parse_space(sc.tune.space))
+
+
+def source_points(configs: dict[str, StageConfig], stage: ps.StageSpec) -> list[dict[str, Any]]:
+    """Return the points a consumer's select stage may choose (a sweep's points, a tune's corners, one run: {})."""
+    if stage.source is None:
+        return []
+    select = configs[stage.source].stage
+    search = configs.get(select.source or "")
+    if search is None or search.stage.kind == ps.RUN:
+        return [{}]
+    return search.points or [{}]

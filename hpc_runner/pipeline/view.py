@@ -1,0 +1,209 @@
+"""Where every stage of a pipeline stands, read-only: the pipeline record, each stage's own folder, the scheduler.
+
+A stage the record holds as planned, done, failed, cancelled or not-submitted is shown so (with its
+cause). A queued stage is shown as its work goes: a sweep, tune, run or sharded stage from its own
+folder (sweep/states.py: one sacct call each), a select or export stage from its job's state, and a
+pending job with squeue's reason (``Dependency``: it waits on its inputs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.pipeline import record as pr
+from hpc_runner.pipeline import spec as ps
+
+PLANNED, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, NOT_SUBMITTED = (
+    "PLANNED", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "NOT-SUBMITTED")
+_RECORDED = {pr.PLANNED: PLANNED, pr.DONE: COMPLETED, pr.FAILED: FAILED, pr.CANCELLED: CANCELLED,
+             pr.NOT_SUBMITTED: NOT_SUBMITTED}
+
+
+@dataclass
+class StageView:
+    """One stage as ``status`` shows it."""
+
+    name: str
+    kind: str
+    state: str
+    folder: Path
+    jobs: list[str] = field(default_factory=list)
+    detail: str = ""
+    cause: dict[str, Any] | None = None
+    reason: str | None = None  # squeue's reason of a pending job (Dependency, Priority, ...)
+    target: Any = None  # the stage's sweep/run target (sweep/targets.py), when it has one
+    points: list[Any] = field(default_factory=list)  # its points' states (sweep/states.py)
+    answer: Any = None  # the scheduler's answer the points' states come from
+
+    @property
+    def active(self) -> bool:
+        """True while the scheduler may still run something of the stage."""
+        return self.state in (PENDING, RUNNING)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the stage as one JSON object (``status --json``)."""
+        return {"stage": self.name, "kind": self.kind, "state": self.state, "jobs": self.jobs, "detail": self.detail,
+                "reason": self.reason, "cause": self.cause, "dir": str(self.folder)}
+
+
+def view(directory: str | Path) -> tuple[pr.PipelineRecord, list[StageView]]:
+    """Return the record and every stage's view (in submission order)."""
+    record = pr.PipelineRecord.load(directory)
+    views = [_stage_view(record, s) for s in record.stages]
+    _pending_reasons(record, views)
+    _input_ended(record, views)
+    return record, views
+
+
+def _input_ended(record: pr.PipelineRecord, views: list[StageView]) -> None:
+    """A queued stage whose jobs ended unrun because its input failed or was cancelled (SLURM ends a job whose
+    dependency can never be met) is shown cancelled, naming the input."""
+    by_name = {v.name: v for v in views}
+    for s in record.stages:
+        v = by_name[s["name"]]
+        if s.get("state") != pr.QUEUED or v.state not in (FAILED, PENDING):
+            continue
+        ended = [i for i in s.get("inputs") or [] if by_name[i].state in (FAILED, CANCELLED)]
+        if ended and (v.state == FAILED or v.reason == "DependencyNeverSatisfied"):
+            v.state = CANCELLED
+            v.cause = {"kind": "INPUT_FAILED", "message": f"stage '{ended[0]}' {by_name[ended[0]].state.lower()}: "
+                       f"{(by_name[ended[0]].cause or {}).get('message', '')}".rstrip(": ")}
+            v.detail = f"{v.cause['kind']}: {v.cause['message']}"
+
+
+def _stage_view(record: pr.PipelineRecord, s: dict[str, Any]) -> StageView:
+    name, kind, state = s["name"], s.get("kind", ""), s.get("state")
+    v = StageView(name, kind, _RECORDED.get(state, PENDING), record.stage_dir(name), list(s.get("jobs") or []),
+                  cause=s.get("cause"))
+    if kind == ps.SELECT:
+        chosen = s.get("chosen") or {}
+        if chosen:
+            params = " ".join(f"{k}={_cell(x)}" for k, x in (chosen.get("params") or {}).items())
+            v.detail = (f"chose point {chosen.get('point')} of {chosen.get('from')}"
+                        + (f" ({params})" if params else "") + f": {chosen.get('why')}")
+    if state in (pr.FAILED, pr.CANCELLED, pr.NOT_SUBMITTED) and v.cause:
+        v.detail = f"{v.cause.get('kind')}: {v.cause.get('message')}"
+    if state in (pr.QUEUED, pr.DONE) and kind in (ps.SWEEP, ps.TUNE, ps.RUN, ps.SHARDS):
+        _from_folder(v, done=state == pr.DONE)
+    elif state == pr.QUEUED:
+        _from_job(record, v)
+    return v
+
+
+def _from_folder(v: StageView, done: bool) -> None:
+    """A sweep, tune, run or sharded stage: its points' states (one scheduler call)."""
+    from hpc_runner.errors import UserError
+    from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
+    from hpc_runner.sweep.targets import load_target
+
+    try:
+        v.target = load_target(v.folder)
+        v.points, v.answer = v.target.states()
+    except UserError as exc:
+        v.state, v.detail = (COMPLETED if done else PENDING), f"its folder cannot be read: {exc.message}"
+        return
+    counts = Counter(p.state for p in v.points)
+    what = "shard" if v.kind == ps.SHARDS else "point" if v.kind != ps.RUN else "run"
+    v.detail = f"{len(v.points)} {what}(s): " + ", ".join(f"{n} {st}" for st, n in counts.most_common())
+    if done or all(p.state in ENDED_WELL for p in v.points):
+        v.state = COMPLETED
+    elif any(p.state == "RUNNING" for p in v.points):
+        v.state = RUNNING
+    elif any(p.active or (p.state == UNKNOWN and p.job_id) for p in v.points):  # UNKNOWN: sacct lags sbatch
+        v.state = PENDING
+    else:
+        v.state = FAILED
+        failed = [p for p in v.points if p.failed]
+        if failed:
+            first = failed[0]
+            v.cause = {"kind": first.cause_kind or first.state, "message": f"{len(failed)} {what}(s) failed"}
+    if v.kind == ps.RUN and v.points and v.points[0].state in ENDED_WELL:
+        v.detail = "completed: " + metrics_line(v.folder)
+
+
+def _from_job(record: pr.PipelineRecord, v: StageView) -> None:
+    """A select or export stage: its job's state (one scheduler call)."""
+    from hpc_runner.pipeline.propagate import stage_executor
+
+    jobs = [j for j in v.jobs if j and j[0].isdigit()]
+    if not jobs and v.jobs and v.kind == ps.EXPORT:  # ran here (local executor): its file says how it went
+        from hpc_runner.pipeline.export_job import exported_file
+
+        path = exported_file(record, v.name)
+        v.state, v.detail = (COMPLETED, f"exported {path}") if path.is_file() else (FAILED, f"{path} not written")
+        return
+    if not jobs:
+        v.state = PENDING if v.jobs else PLANNED
+        return
+    answer = stage_executor(record, v.name).query(jobs)
+    state = ((answer.info.get(jobs[-1]) or {}).get("State") or "").split(" ")[0].rstrip("+")
+    v.state = {"": PENDING, "COMPLETED": COMPLETED, "PENDING": PENDING, "RUNNING": RUNNING, "REQUEUED": PENDING,
+               "COMPLETING": RUNNING}.get(state, FAILED if state else PENDING)
+    if v.state == FAILED:
+        v.cause = v.cause or {"kind": state, "message": f"job {jobs[-1]} ended {state}"}
+        v.detail = v.detail or f"job {jobs[-1]} ended {state}"
+    elif v.state == COMPLETED and v.kind == ps.EXPORT:
+        from hpc_runner.pipeline.export_job import exported_file
+
+        v.detail = f"exported {exported_file(record, v.name)}"
+
+
+def _pending_reasons(record: pr.PipelineRecord, views: list[StageView]) -> None:
+    """squeue's reason for the pending jobs of the queued stages (one call)."""
+    from hpc_runner.pipeline.propagate import stage_executor
+
+    ids = [j for v in views if v.state == PENDING for j in v.jobs if j and j[0].isdigit()]
+    if not ids:
+        return
+    try:
+        reasons = stage_executor(record).pending_reasons(ids)
+    except Exception:  # status shows the states even when squeue does not answer
+        return
+    by_array = {j.split("_")[0]: r for j, r in reasons.items()}
+    for v in views:
+        found = [by_array[j.split("_")[0]] for j in v.jobs if j.split("_")[0] in by_array]
+        if found:
+            v.reason = found[0]
+
+
+def metrics_line(run_dir: Path) -> str:
+    """Return a run's results from its summary.json: an evaluation's mean metrics, an inference's count, a
+    training's final and best metric."""
+    from hpc_runner.pipeline.selection import read_summary
+
+    summary = read_summary(run_dir)
+    metrics = summary.get("metrics")
+    if isinstance(metrics, dict) and metrics:
+        means = [f"{n} {s['mean']:.4g}" for n, s in metrics.items()
+                 if isinstance(s, dict) and isinstance(s.get("mean"), int | float)]
+        return f"{summary.get('kind', 'evaluation')} of {summary.get('count')} case(s): mean " + ", ".join(means)
+    if summary.get("kind") == "inference":
+        return f"inference of {summary.get('count')} case(s) into {summary.get('predictions_dir')}"
+    name = summary.get("metric_name")
+    if name and summary.get(name) is not None:
+        return f"{name} {summary[name]:.4g} (best {summary.get('best_metric')})"
+    return "no summary.json" if not summary else f"status {summary.get('status')}"
+
+
+def _cell(value: Any) -> str:
+    from hpc_runner.sweep.spec import format_cell
+
+    return format_cell(value)
+
+
+def render(record: pr.PipelineRecord, views: list[StageView]) -> str:
+    """Return the stage table ``status DIR`` prints."""
+    rows = [("stage", "kind", "state", "jobs", "detail")]
+    for v in views:
+        state = v.state + (f" ({v.reason})" if v.reason and v.state == PENDING else "")
+        jobs = ",".join(v.jobs[:3]) + (f",+{len(v.jobs) - 3}" if len(v.jobs) > 3 else "")
+        rows.append((v.name, v.kind, state, jobs or "-", v.detail or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [f"pipeline {record.path} ({len(views)} stages, created {record.data.get('created')})"]
+    lines += ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+    counts = Counter(v.state for v in views)
+    lines.append("  " + ", ".join(f"{n} {st}" for st, n in counts.most_common()))
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""What each point's job used, against what it asked for: from the one sacct call ``status`` makes.
+
+Per point (its job's last attempt; a packed point shows its task's job, which it shares):
+
+- ``elapsed_s`` against ``time_limit_s`` (sacct Elapsed, Timelimit),
+- ``cpu_efficiency`` = TotalCPU / (Elapsed x AllocCPUS), 0-1, and ``cpus_used`` = TotalCPU / Elapsed
+  (how many CPUs it kept busy on average) against ``cpus`` (AllocCPUS),
+- ``max_rss_mb`` (the largest MaxRSS of its steps) against ``mem_request_mb`` (ReqMem),
+- ``gpu_util`` (mean %), ``gpu_util_max`` and ``gpu_mem_mb`` (peak): from the steps' TRESUsageInAve and
+  TRESUsageInMax ``gres/gpuutil`` and ``gres/gpumem`` where the site gathers them (SLURM >= 23.02 with
+  AcctGatherGpu/NVML), else from the samples the job wrote into the run dir (``gpu_usage.jsonl``, see
+  resources/gpu_sampler.py) when nvidia-ml-py and a GPU were there.
+
+A field SLURM did not record is None (MaxRSS is sampled every JobAcctGatherFrequency seconds: a job
+shorter than that may have none). Nothing here calls the scheduler: the answer is given.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.scheduler.accounting import SchedulerAnswer, parse_duration_s, parse_size_bytes
+
+MB = 1024 * 1024
+GPU_SAMPLES_FILE = "gpu_usage.jsonl"  # hpc_runner.resources.gpu_sampler.SAMPLES_FILE, read without importing it
+# the JSON fields ``status --json`` prints for every point (None where unknown)
+JSON_FIELDS = ("elapsed_s", "time_limit_s", "cpus", "cpus_used", "cpu_efficiency", "max_rss_mb", "mem_request_mb",
+               "gpu_util", "gpu_util_max", "gpu_mem_mb")
+
+
+@dataclass
+class PointUsage:
+    """What one point's job used and asked for (None: not recorded)."""
+
+    elapsed_s: float | None = None
+    time_limit_s: float | None = None
+    cpus: int | None = None
+    cpus_used: float | None = None
+    cpu_efficiency: float | None = None
+    max_rss_mb: float | None = None
+    mem_request_mb: float | None = None
+    gpu_util: float | None = None
+    gpu_util_max: float | None = None
+    gpu_mem_mb: float | None = None
+    gpu_source: str | None = None  # "sacct" or "sampled"
+    job_id: str | None = None  # the job it was read from (shared by the points of a packed task)
+    node: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the fields ``status --json`` prints, rounded (None where unknown)."""
+        data = asdict(self)
+        out = {k: _round(data[k]) for k in JSON_FIELDS}
+        if self.gpu_source:
+            out["gpu_source"] = self.gpu_source
+        return out
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing was recorded (a job that has not started, a local run)."""
+        return all(getattr(self, k) is None for k in JSON_FIELDS)
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3) if abs(value) < 10 else round(value, 1)
+    return value
+
+
+def _int(text: str | None) -> int | None:
+    t = (text or "").strip()
+    return int(t) if t.isdigit() else None
+
+
+def mem_request_mb(req_mem: str | None, cpus: int | None) -> float | None:
+    """Return sacct's ReqMem in MB for the whole job (an older SLURM's per-CPU ``...c`` times the CPUs)."""
+    size = parse_size_bytes(req_mem, default_unit="M")
+    if size is None or size <= 0:
+        return None
+    per_cpu = (req_mem or "").strip().endswith("c")
+    return size / MB * ((cpus or 1) if per_cpu else 1)
+
+
+def cpu_efficiency(total_cpu_s: float | None, elapsed_s: float | None, cpus: int | None) -> float | None:
+    """Return TotalCPU / (Elapsed x AllocCPUS), clipped to 0-1; None when any of them is unknown or zero."""
+    if total_cpu_s is None or not elapsed_s or not cpus:
+        return None
+    return max(0.0, min(1.0, total_cpu_s / (elapsed_s * cpus)))
+
+
+def node_of(info: dict[str, str]) -> str | None:
+    """Return sacct's NodeList of a job that ran (a hostlist like ``n[1-2]`` for several nodes), else None."""
+    nodes = (info.get("NodeList") or "").strip()
+    return None if not nodes or nodes.lower().startswith("none") else nodes
+
+
+def from_sacct(info: dict[str, str], steps: dict[str, Any] | None) -> PointUsage:
+    """Return the usage in one job's sacct record (``info``) and its folded steps (accounting.fold_steps)."""
+    steps = steps or {}
+    elapsed = parse_duration_s(info.get("Elapsed"))
+    total_cpu = parse_duration_s(info.get("TotalCPU"))
+    cpus = _int(info.get("AllocCPUS"))
+    u = PointUsage(elapsed_s=elapsed, time_limit_s=parse_duration_s(info.get("Timelimit")), cpus=cpus or None,
+                   node=node_of(info))
+    if elapsed and cpus and total_cpu is not None:
+        u.cpu_efficiency = cpu_efficiency(total_cpu, elapsed, cpus)
+        u.cpus_used = total_cpu / elapsed
+    u.mem_request_mb = mem_request_mb(info.get("ReqMem"), cpus)
+    if steps.get("max_rss") is not None:
+        u.max_rss_mb = steps["max_rss"] / MB
+    tres_ave, tres_max = steps.get("tres_ave") or {}, steps.get("tres_max") or {}
+    if "gres/gpuutil" in tres_ave or "gres/gpuutil" in tres_max or "gres/gpumem" in tres_max:
+        u.gpu_util = tres_ave.get("gres/gpuutil")
+        u.gpu_util_max = tres_max.get("gres/gpuutil")
+        mem = tres_max.get("gres/gpumem")
+        u.gpu_mem_mb = mem / MB if mem is not None else None
+        u.gpu_source = "sacct"
+    return u
+
+
+def sampled_gpu(run_dir: Path) -> dict[str, float] | None:
+    """Return the mean and peak GPU utilisation (%) and the peak GPU memory (MB) of the run dir's samples
+    (``gpu_usage.jsonl``: one JSON line per sample, ``{"t", "gpus": [{"index", "util", "mem_mb"}]}``)."""
+    path = Path(run_dir) / GPU_SAMPLES_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    utils: list[float] = []
+    mems: list[float] = []
+    for line in text.splitlines():
+        try:
+            sample = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        gpus = sample.get("gpus") if isinstance(sample, dict) else None
+        if not isinstance(gpus, list):
+            continue
+        used = [g for g in gpus if isinstance(g, dict)]
+        if not used:
+            continue
+        # one figure per sample: the mean utilisation of the job's GPUs, and the memory they held together
+        u = [float(g["util"]) for g in used if isinstance(g.get("util"), int | float)]
+        m = [float(g["mem_mb"]) for g in used if isinstance(g.get("mem_mb"), int | float)]
+        if u:
+            utils.append(sum(u) / len(u))
+        if m:
+            mems.append(sum(m))
+    if not utils and not mems:
+        return None
+    return {"gpu_util": sum(utils) / len(utils) if utils else None, "gpu_util_max": max(utils) if utils else None,
+            "gpu_mem_mb": max(mems) if mems else None}
+
+
+def point_usage(state: Any, answer: SchedulerAnswer) -> PointUsage:
+    """Return what a point's job used (``state``: a sweep.states.PointState; ``answer``: the status call's)."""
+    job_id = getattr(state, "job_id", None)
+    info = answer.info.get(job_id) if job_id else None
+    u = from_sacct(info, answer.steps.get(job_id)) if info else PointUsage()
+    u.job_id = job_id
+    if u.gpu_source is None and getattr(state, "run_dir", None) is not None:
+        sampled = sampled_gpu(state.run_dir)
+        if sampled:
+            u.gpu_util, u.gpu_util_max = sampled["gpu_util"], sampled["gpu_util_max"]
+            u.gpu_mem_mb = sampled["gpu_mem_mb"]
+            u.gpu_source = "sampled"
+    return u
+
+
+def usages(states: list[Any], answer: SchedulerAnswer) -> dict[int, PointUsage]:
+    """Return each point's usage by index."""
+    return {s.index: point_usage(s, answer) for s in states}

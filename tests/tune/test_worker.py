@@ -20,6 +20,11 @@ from hpc_runner.tune.worker import run_tune_worker
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _claimed(sweep: Path) -> list[dict]:
+    """Return the trial points a worker has claimed (a tune's budget is all in sweep.yaml from the start)."""
+    return [p for p in SweepRecord.load(sweep).points if p.get("trial") is not None]
+
+
 def _optuna_states(sweep: Path) -> dict[int, str]:
     return {t.number: t.state.name for t in open_study(sweep, "maximize", "random", "none").get_trials()}
 
@@ -97,7 +102,7 @@ def test_a_worker_killed_mid_trial_continues_that_trial_from_its_checkpoint(tmp_
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "worker.log").read_text()[-3000:]
-    killed = SweepRecord.load(sweep).points
+    killed = _claimed(sweep)
     assert [(p["trial"], p["state"]) for p in killed] == [(0, "running")]
     assert RunDir(first).record()["status"] == "running"  # SIGKILL: nothing could record the end
 
@@ -133,7 +138,7 @@ def test_a_stop_request_checkpoints_the_trial_and_the_next_start_finishes_it(tmp
     finally:
         clear_stop()
     assert out["status"] == "preempted" and "requeued" not in out  # no SLURM job to requeue here
-    points = SweepRecord.load(sweep).points
+    points = _claimed(sweep)
     assert [(p["trial"], p["state"], p["worker"]) for p in points] == [(0, "running", 3)]
     assert RunDir(sweep / points[0]["dir"]).record()["status"] == "preempted"
     assert _optuna_states(sweep) == {0: "RUNNING"}

@@ -123,6 +123,27 @@ def run_expr(parser: ConfigParser, id_path: str) -> list[Any]:
     return results
 
 
+def _forget_other_bundles(entry: str) -> None:
+    """Drop the modules of this bundle's top-level names (its ``scripts`` package) that another bundle gave
+    this process (an earlier stage of a pipeline, an earlier test), so ``scripts.x`` is this bundle's code.
+    Only a module that lives in another bundle root (a folder with ``configs/``) is dropped, never an
+    installed one: a bundle's ``nibabel.py`` stays harmless (sys.path is appended)."""
+    root = Path(entry)
+    try:
+        names = {p.stem if p.suffix == ".py" else p.name for p in root.iterdir()
+                 if p.suffix == ".py" or (p.is_dir() and p.name.isidentifier())}
+    except OSError:
+        return
+    for name in [n for n in names if n in sys.modules]:
+        module = sys.modules[name]
+        packages = [Path(p) for p in getattr(module, "__path__", None) or []]  # a package: its folders
+        where = getattr(module, "__file__", None)
+        owners = [p.parent for p in packages] or ([Path(where).parent] if where else [])  # the roots it came from
+        if owners and all(o.resolve() != root and (o / "configs").is_dir() for o in owners):
+            for sub in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+                del sys.modules[sub]
+
+
 @contextmanager
 def bundle_on_sys_path(bundle_dir: Path | None):
     """Put the bundle root on ``sys.path`` while it runs, so its ``scripts/`` package imports (as MONAI).
@@ -134,6 +155,7 @@ def bundle_on_sys_path(bundle_dir: Path | None):
         yield
         return
     entry = str(Path(bundle_dir).resolve())
+    _forget_other_bundles(entry)
     sys.path.append(entry)
     try:
         yield

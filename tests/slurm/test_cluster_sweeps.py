@@ -104,8 +104,9 @@ def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch
     assert run["status"] == "completed" and run["job"]["id"] == record["points"][3]["job_id"]
 
 
-def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
+def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch, tmp_path):
     cli, fail = batch["cli"], batch["fail"]
+    alone = cli.apart(tmp_path)  # the batch's other jobs and its `submit --wait` may still call sbatch
     waited = cli("status", str(fail), *WAIT)
     assert waited.returncode == 1, _why(batch, fail, waited)  # not everything completed
     assert "COMPLETED 2" in waited.stdout and "FAILED 1" in waited.stdout, _why(batch, fail, waited)
@@ -113,11 +114,10 @@ def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
     assert "FAILED" in line and "batch_size should be a positive integer" in line
     before = {p["index"]: p["job_id"] for p in _record(fail)["points"]}
 
-    cli.reset()
-    resumed = cli("resume", str(fail), "--batch_size", "1")
+    resumed = alone("resume", str(fail), "--batch_size", "1")
     assert resumed.returncode == 0, resumed.stderr
     assert "2 completed (kept)" in resumed.stdout and "1 to resubmit" in resumed.stdout
-    assert cli.calls()["sbatch"] == 2  # sbatch --test-only, then the array
+    assert alone.calls()["sbatch"] == 2  # sbatch --test-only, then the array
     after = _record(fail)
     jobs = {p["index"]: p["job_id"] for p in after["points"]}
     assert jobs[0] == before[0] and jobs[1] == before[1] and jobs[2] != before[2]
@@ -129,10 +129,10 @@ def test_failed_point_is_shown_then_resumed_alone_with_a_fix(batch):
     assert waited.returncode == 0 and "COMPLETED 3" in waited.stdout, _why(batch, fail, waited)
     assert yaml.safe_load((fail / "points" / "0002" / "config.yaml").read_text())["batch_size"] == 1
 
-    cli.reset()
-    again = cli("resume", str(fail))
+    alone.reset()
+    again = alone("resume", str(fail))
     assert again.returncode == 0 and "nothing to resubmit" in again.stdout
-    assert cli.calls()["sbatch"] == 0
+    assert alone.calls()["sbatch"] == 0
 
     cli("collect", str(fail))
     rows = list(csv.DictReader((fail / "results.csv").open()))

@@ -20,11 +20,15 @@ class Tee:
         self._log = log
 
     def write(self, text: str) -> int:
-        self._log.write(text)
+        # a logging handler made during the run keeps this object after the run's log is closed
+        # (ignite's and MONAI's loggers take sys.stdout as they find it): it then writes to the stream only
+        if not self._log.closed:
+            self._log.write(text)
         return self._stream.write(text)
 
     def flush(self) -> None:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         self._stream.flush()
 
     def __getattr__(self, name: str):

@@ -53,15 +53,21 @@ def test_a_signal_ends_the_wait_for_a_missing_peer_at_once(tiny_bundle, tmp_path
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-        reader.start()
+        errors: list[str] = []  # drained as it comes: a full stderr pipe would block the process's exit
+        readers = [threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True),
+                   threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)]
+        for reader in readers:
+            reader.start()
         deadline = time.monotonic() + 120
         while not any("rendezvous" in line for line in lines) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)  # each rank prints its rendezvous line just before it waits
         time.sleep(1.0)
         proc.send_signal(signum)
         t0 = time.monotonic()
-        err = proc.stderr.read() if proc.wait(timeout=30) is not None else ""
+        proc.wait(timeout=60)
+        for reader in readers:
+            reader.join(timeout=10)
+        err = "".join(errors)
     finally:
         if proc.poll() is None:
             proc.kill()

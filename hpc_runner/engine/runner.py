@@ -407,6 +407,12 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
                 text = "".join(traceback.format_exception(exc))
                 _record_quietly(lambda: write_text_atomic(run_dir.file(ERROR_FILE), text))
                 logger.error("failed%s: %s", f" at id '{outcome.failing_id}'" if outcome.failing_id else "", exc)
+        if outcome.error is not None:
+            # while the bundle's frames still hold its files: once dropped, a file in a reference cycle
+            # may be collected raw-file-first before exit and its buffered bytes lost (quick_exit.py)
+            from hpc_runner.quick_exit import flush_open_files
+
+            flush_open_files()
         finish_tracking(tracked, outcome.status)  # artefacts, status; at most a bounded wait for the server
     fields: dict[str, Any] = {"status": outcome.status, "ended": now_iso()}
     if outcome.status == "preempted":

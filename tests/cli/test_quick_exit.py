@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 # The atexit hook registered first runs last (LIFO), so it sees what the entry point's hook did.
@@ -37,13 +38,23 @@ def test_main_called_in_process_leaves_the_collector_alone(tmp_path: Path) -> No
     assert res.returncode == 0 and "frozen at exit: False" in res.stderr, res.stderr
 
 
-def test_a_failed_run_loses_no_write_of_a_buffered_file_held_in_a_reference_cycle(tmp_path: Path) -> None:
-    """The failed run keeps its exception (and the bundle's frames); an object in a cycle holds a buffered
-    file with 8 bytes not yet flushed (CPython's own collection would lose them too: it may finalize the
-    raw file before its buffer). The exit hook flushes open writers, then freezes the heap."""
-    keep = "$(lambda cycle: (cycle.append(cycle), cycle[0].write(b'12345678')))([open('out.bin', 'wb')])"
-    (tmp_path / "train.json").write_text(json.dumps({"run": [keep, "$1 / 0"]}))
-    res = subprocess.run([sys.executable, "-c", PROBE, "run", "--config_file", "train.json", "--output_dir", "r"],
+# a collection between the run's end and the exit hook: the case the flush at failure is for
+COLLECT_FIRST = PROBE.replace(
+    "runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)\n",
+    "try:\n    runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)\n"
+    "finally:\n    print('collected before exit:', gc.collect() > 0, file=sys.stderr)\n",
+)
+
+
+@pytest.mark.parametrize("probe", [PROBE, COLLECT_FIRST], ids=["exit", "collected-before-exit"])
+def test_a_failed_run_loses_no_write_of_a_buffered_file_held_in_a_reference_cycle(tmp_path: Path, probe) -> None:
+    """A config item holds a buffered file with 8 bytes not yet flushed, in a reference cycle; the run fails.
+    Once the run's config is dropped the cycle is garbage, and CPython's collection may finalize the raw
+    file before its buffer and lose the bytes. The runner flushes open writers when a run fails (the config
+    still holds them), and the exit hook flushes again, then freezes the heap."""
+    keep = "$(lambda cycle: (cycle.append(cycle), cycle[0].write(b'12345678'), cycle)[-1])([open('out.bin', 'wb')])"
+    (tmp_path / "train.json").write_text(json.dumps({"keep": keep, "run": ["@keep", "$1 / 0"]}))
+    res = subprocess.run([sys.executable, "-c", probe, "run", "--config_file", "train.json", "--output_dir", "r"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip().endswith("frozen at exit: True"), res.stderr

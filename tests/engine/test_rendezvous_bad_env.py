@@ -28,6 +28,12 @@ def run_cli(bundle: Path, out: Path, env: dict, timeout: float = 120) -> subproc
                            str(out)], cwd=out.parent, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT's default action in the rank, as for a command typed in a terminal: a suite started in the
+    background (`cmd &` without job control) hands its children SIGINT ignored, and Python keeps that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def lone_rank_env(cli, **extra: str) -> dict:
     env = {k: v for k, v in cli.env.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "MASTER_"))}
     return {**env, **extra}
@@ -50,7 +56,8 @@ def test_a_signal_ends_the_wait_for_a_missing_peer_at_once(tiny_bundle, tmp_path
     env = lone_rank_env(cli, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.Popen([sys.executable, "-m", "hpc_runner", "run", "--bundle", str(tiny_bundle),
                              "--output_dir", str(tmp_path / "run")], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_as_in_a_terminal)
     try:
         lines: list[str] = []
         errors: list[str] = []  # drained as it comes: a full stderr pipe would block the process's exit

@@ -224,7 +224,7 @@ def main() -> int:
         print("cluster_scale: no SLURM answers; start one with LOCAL_SLURM_NODES=16 scripts/local-slurm.sh start")
         return 1
     env = {k: v for k, v in os.environ.items() if k not in DROPPED and not k.startswith("HPCR_")}
-    total = len(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split())
+    total = len(set(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hpcr-cluster-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     write_bundle(work / "bundle")

@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench._common import Contention  # noqa: E402
+from bench.sweep_pack import shims as sbatch_shim  # noqa: E402
+from bench.sweep_scale import set_qos_limit  # noqa: E402
 
 QOS = "hpcr-limited"
 DROPPED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -67,25 +69,6 @@ def _point(folder: str, x: int) -> float:
     end = time.time()
     (out / "end.txt").write_text(repr(end))
     return end
-
-
-def write_bundle(folder: Path) -> Path:
-    """The tiny bundle, with the example bundle's metadata."""
-    (folder / "configs").mkdir(parents=True, exist_ok=True)
-    (folder / "configs" / "train.yaml").write_text(TRAIN_YAML)
-    shutil.copy(ROOT / "bundles/synthetic_seg/configs/metadata.json", folder / "configs" / "metadata.json")
-    return folder
-
-
-def sbatch_shim(folder: Path, calls: Path) -> Path:
-    """An sbatch wrapper that logs each call (the tasks' top-ups too), then runs the real one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    real = shutil.which("sbatch")
-    if real is None:
-        raise SystemExit("cluster_scale: no sbatch on PATH (eval \"$(scripts/local-slurm.sh env)\")")
-    (folder / "sbatch").write_text(f'#!/bin/sh\necho sbatch >> {calls}\nexec {real} "$@"\n')
-    (folder / "sbatch").chmod(0o755)
-    return folder
 
 
 class QueueWatch:
@@ -140,13 +123,13 @@ def nodes_of(job_ids: list[str], env: dict[str, str]) -> set[str]:
     return nodes
 
 
-def set_qos_limit(limit: int | None, env: dict[str, str]) -> None:
-    """Set (or clear, with None) MaxSubmitJobsPerUser of the local cluster's limited QOS."""
-    value = str(limit) if limit is not None else "-1"
-    res = subprocess.run(["sacctmgr", "-i", "modify", "qos", QOS, "set", f"MaxSubmitJobsPerUser={value}"],
-                         env=env, capture_output=True, text=True)
-    if res.returncode != 0 and "Nothing modified" not in res.stdout + res.stderr:
-        raise SystemExit(f"cluster_scale: sacctmgr could not set the QOS limit: {res.stderr.strip()}")
+def write_bundle(folder: Path) -> Path:
+    """The tiny bundle (sweep_pack's, without its sleep)."""
+    from bench.sweep_pack import write_bundle as write_sleeping_bundle
+
+    write_sleeping_bundle(folder)
+    (folder / "configs" / "train.yaml").write_text(TRAIN_YAML)
+    return folder
 
 
 def measure_hpc_runner(work: Path, n: int, pack: int, env: dict[str, str], timeout: float) -> dict:
@@ -227,7 +210,7 @@ def main() -> int:
     total = len(set(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hpcr-cluster-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    write_bundle(work / "bundle")
+    write_bundle(work / "bundle")  # the tiny bundle: two time marks
     print(f"cluster_scale: {args.points} tiny points on {total} node(s); hpc-runner --pack {args.pack} under "
           f"MaxSubmitJobsPerUser={args.limit}; submitit map_array under the default QOS; in {work}", flush=True)
     results = {}

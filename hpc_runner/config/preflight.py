@@ -35,7 +35,9 @@ from typing import Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
 from hpc_runner.config.ids import get_by_id, has_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.monai_bridge import bundle_on_sys_path
 from hpc_runner.config.overrides import Override
+from hpc_runner.config.target_verdicts import TargetVerdicts
 from hpc_runner.errors import ClusterError, ConfigError, UserError
 from hpc_runner.registry.problems import Problem
 
@@ -54,7 +56,9 @@ class PreflightCache:
 
     targets: dict[tuple[str | None, str], str | None] = field(default_factory=dict)
     expressions: dict[str, str | None] = field(default_factory=dict)
-    resolved: int = 0  # how many targets were really resolved (the rest came from the cache)
+    resolved: int = 0  # how many targets were really imported (the rest came from this cache or the verdicts)
+    remembered: int = 0  # how many resolved in an earlier command, from an unchanged package (not imported)
+    verdicts: TargetVerdicts = field(default_factory=TargetVerdicts)
 
 
 def _maybe_disabled(node: Mapping[str, Any]) -> bool:
@@ -69,12 +73,15 @@ def _target_problem(target: str, bundle_dir: Path | None, cache: PreflightCache)
     key = (str(bundle_dir) if bundle_dir else None, target)
     if key in cache.targets:
         return cache.targets[key]
-    from hpc_runner.config.monai_bridge import bundle_on_sys_path
     from hpc_runner.registry.targets import TargetError, locate_target
 
-    cache.resolved += 1
     problem = None
     with bundle_on_sys_path(bundle_dir):
+        if cache.verdicts.known(target, bundle_dir):
+            cache.remembered += 1
+            cache.targets[key] = None
+            return None
+        cache.resolved += 1
         try:
             obj = locate_target(target)
         except TargetError as exc:
@@ -82,6 +89,8 @@ def _target_problem(target: str, bundle_dir: Path | None, cache: PreflightCache)
         else:
             if not callable(obj) or type(obj).__name__ == "module":
                 problem = f"_target_ '{target}' is not a class or function"
+            else:
+                cache.verdicts.remember(target, bundle_dir)
     cache.targets[key] = problem
     return problem
 
@@ -278,6 +287,7 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
             why = expression_problem(value, cache)
             if why:
                 problems.append(Problem(cfg.locate(id_path), id_path, why))
+    cache.verdicts.save()
     return problems + path_problems(cfg, expanded, cwd, entry)
 
 
@@ -371,4 +381,6 @@ def check_points(
                 f"{describe_problems(problems)}",
                 where=first.where, id_path=first.id_path, expected=EXPECTED, hint=HINT,
             )
-    return f"pre-flight: base config and {len(checked)} distinct point config(s), {cache.resolved} target(s) imported"
+    known = f" ({cache.remembered} more known from earlier pre-flights)" if cache.remembered else ""
+    return (f"pre-flight: base config and {len(checked)} distinct point config(s), "
+            f"{cache.resolved} target(s) imported{known}")

@@ -1,0 +1,140 @@
+"""Remember, across commands, which ``_target_`` names resolved, so a pre-flight need not import them again.
+
+Resolving ``UNet`` imports torch and MONAI: seconds of CPU and hundreds of MB on a shared login node, for
+every ``submit``, ``sweep`` and ``pipeline``. A target that resolved once resolves again while the package
+that provides it is unchanged, so its success is kept in ``$XDG_CACHE_HOME/hpc-runner/targets.json``, keyed
+by the interpreter, the target and a stamp of that package:
+
+- an installed package (under ``site-packages``/``dist-packages``): its ``__init__``'s path, size and mtime,
+  which pip rewrites on every install or upgrade;
+- a source tree (an editable install, a checkout on ``PYTHONPATH``): the newest mtime and the number of its
+  ``.py`` files, so editing any module forgets its verdicts;
+- a module of the bundle itself (``scripts.x``), a namespace package or anything found nowhere: no stamp,
+  never kept.
+
+Only successes are kept: a failure is looked up again each time, so installing the missing package fixes
+the next pre-flight at once. The file is the user's own; a damaged or oversized one is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.read import RecordError, read_record_text
+
+MAX_ENTRIES = 4096  # a verdict is ~70 bytes: the file stays well under 1 MB
+MAX_BYTES = 1 << 20
+MAX_TREE_FILES = 5000  # a source tree larger than this is not stamped (walking it would cost what we save)
+_INSTALLED = ("site-packages", "dist-packages")
+_MONAI = "monai"  # a bare name (``UNet``) is one of MONAI's components
+
+
+def cache_file() -> Path:
+    """Return where the verdicts live (``$XDG_CACHE_HOME/hpc-runner/targets.json``, else ``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hpc-runner" / "targets.json"
+
+
+def _tree_stamp(folder: Path) -> str | None:
+    """Return the newest mtime and the count of the ``.py`` files under ``folder`` (None when too many)."""
+    newest, count = 0, 0
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+        for name in files:
+            if name.endswith(".py"):
+                count += 1
+                if count > MAX_TREE_FILES:
+                    return None
+                try:
+                    newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
+                except OSError:
+                    return None
+    return f"tree:{folder}:{newest}:{count}"
+
+
+def package_stamp(target: str, bundle_dir: Path | None) -> str | None:
+    """Return a stamp of the package that provides ``target`` (None: do not remember this target).
+
+    Call it with the bundle on ``sys.path`` as the pre-flight resolves it: a top-level module of the bundle
+    shadows an installed one, and is then not stamped.
+    """
+    top = target.split(".", 1)[0] if "." in target else _MONAI
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: finds the module without importing it
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.has_location:
+        return None
+    origin = Path(spec.origin).resolve()
+    if bundle_dir is not None and origin.is_relative_to(Path(bundle_dir).resolve()):
+        return None
+    try:
+        info = origin.stat()
+    except OSError:
+        return None
+    if any(part in _INSTALLED for part in origin.parts):
+        return f"installed:{origin}:{info.st_size}:{info.st_mtime_ns}"
+    if origin.name == "__init__.py":
+        return _tree_stamp(origin.parent)
+    return f"file:{origin}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def _key(target: str, stamp: str) -> str:
+    text = json.dumps([sys.executable, sys.version, target, stamp])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _load(path: Path) -> dict[str, int]:
+    try:
+        text = read_record_text(path, "target verdicts", limit=MAX_BYTES)
+        data = json.loads(text) if text else {}
+    except (RecordError, ValueError):
+        return {}  # a cache: a damaged file is the same as none
+    return data if isinstance(data, dict) else {}
+
+
+class TargetVerdicts:
+    """The verdicts of earlier commands: ``known`` before importing a target, ``remember`` after it resolved."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or cache_file()
+        self._entries: dict[str, int] | None = None
+        self._added = 0
+
+    def _all(self) -> dict[str, int]:
+        if self._entries is None:
+            self._entries = _load(self.path)
+        return self._entries
+
+    def known(self, target: str, bundle_dir: Path | None) -> bool:
+        """Return True when ``target`` resolved before from the same, unchanged package."""
+        stamp = package_stamp(target, bundle_dir)
+        return stamp is not None and _key(target, stamp) in self._all()
+
+    def remember(self, target: str, bundle_dir: Path | None) -> None:
+        """Note that ``target`` resolved (kept on ``save``)."""
+        stamp = package_stamp(target, bundle_dir)
+        if stamp is not None:
+            entries = self._all()
+            key = _key(target, stamp)
+            if key not in entries:
+                entries[key] = 1
+                self._added += 1
+
+    def save(self) -> None:
+        """Write the verdicts back when some were added, keeping the newest ``MAX_ENTRIES``."""
+        if not self._added or self._entries is None:
+            return
+        entries = dict(list(self._entries.items())[-MAX_ENTRIES:])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, json.dumps(entries))
+        except OSError:
+            return  # a read-only home: the next pre-flight imports again, nothing worse
+        self._added = 0

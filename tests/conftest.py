@@ -6,6 +6,8 @@ import os
 import re
 import shlex
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -166,34 +168,73 @@ def _probe(env: dict[str, str]) -> SlurmCluster:
     )
 
 
-def on_the_cluster(nodeid: str) -> bool:
-    """Whether a test may use the local SLURM, by where it lives: tests/slurm/ or a file named *slurm*."""
-    path = nodeid.split("::", 1)[0]
-    return path.startswith("tests/slurm/") or "slurm" in Path(path).name
+def uses_the_cluster(item: pytest.Item) -> bool:
+    """Whether a test uses the local SLURM: it is marked ``slurm`` or asks for ``slurm_cluster`` (directly or
+    through another fixture, such as ``qos_limit``). Where the test file lives does not matter."""
+    return item.get_closest_marker("slurm") is not None or "slurm_cluster" in item.fixturenames
+
+
+# Under xdist the controller schedules but never collects: the workers know the markers and fixtures, so each
+# writes the cluster tests' node ids to a file the controller names (workerinput) and reads before scheduling.
+_IDS_KEY = "hpcr_cluster_ids"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On the xdist controller: a file for the workers to list the cluster tests in."""
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no":
+        fd, name = tempfile.mkstemp(prefix="hpcr-cluster-tests-", suffix=".txt")
+        os.close(fd)
+        config.stash[_IDS_FILE] = Path(name)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the controller's list of cluster tests."""
+    if _IDS_FILE in config.stash:
+        config.stash[_IDS_FILE].unlink(missing_ok=True)
+
+
+_IDS_FILE = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each xdist worker where the controller reads the cluster tests' ids."""
+    path = node.config.stash.get(_IDS_FILE, None)
+    if path is not None:
+        node.workerinput[_IDS_KEY] = str(path)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests that may use the cluster first (the long pole under `-n 2`); refuse one that uses
-    the cluster from elsewhere, since the scheduler below would let it run beside the others."""
-    stray = [i.nodeid for i in items if (i.get_closest_marker("slurm") or "slurm_cluster" in i.fixturenames)
-             and not on_the_cluster(i.nodeid)]
-    if stray:
-        raise pytest.UsageError(f"tests on the local SLURM must live in tests/slurm/ or a file named *slurm*: {stray}")
-    items[:] = [i for i in items if on_the_cluster(i.nodeid)] + [i for i in items if not on_the_cluster(i.nodeid)]
+    """Run the tests that use the cluster first (the long pole under `-n 2`); on an xdist worker, list them
+    for the controller's scheduler."""
+    cluster = [i for i in items if uses_the_cluster(i)]
+    items[:] = cluster + [i for i in items if not uses_the_cluster(i)]
+    target = getattr(config, "workerinput", {}).get(_IDS_KEY)
+    if target:
+        part = Path(f"{target}.{config.workerinput.get('workerid', 'w')}")
+        part.write_text("".join(f"{i.nodeid}\n" for i in cluster))
+        os.replace(part, target)  # both workers collect the same tests: the last complete list wins
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under pytest-xdist (`-n 2`): every test that may use the local SLURM goes to one worker, one at a
-    time (there is one cluster; some tests take its node down or count the user's queue), while the
-    other worker runs the rest, one test file at a time. Most SLURM tests spend their time waiting."""
+    """Under pytest-xdist (`-n 2`): every test that uses the local SLURM goes to one worker, one at a time
+    (there is one cluster; some tests take its node down or count the user's queue), while the other worker
+    runs the rest, one test file at a time. Most SLURM tests spend their time waiting."""
     if config.getvalue("dist") == "each":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    ids_file = config.stash.get(_IDS_FILE, None)
+
     class OneClusterScheduling(LoadScopeScheduling):
+        cluster_ids: set[str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            return "local SLURM" if on_the_cluster(nodeid) else nodeid.split("::", 1)[0]
+            if self.cluster_ids is None:  # read once, after the workers' collections (they come first)
+                text = ids_file.read_text() if ids_file is not None and ids_file.is_file() else ""
+                self.cluster_ids = set(text.splitlines())
+            return "local SLURM" if nodeid in self.cluster_ids else nodeid.split("::", 1)[0]
 
     return OneClusterScheduling(config, log)
 
@@ -235,8 +276,6 @@ class Cli:
         self, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300
     ) -> subprocess.CompletedProcess:
         """Run the CLI and return the completed process (stdout/stderr captured as text)."""
-        import sys
-
         return subprocess.run(
             [sys.executable, "-m", "hpc_runner", *args], cwd=cwd, env={**self.env, **(env or {})},
             capture_output=True, text=True, timeout=timeout,
@@ -249,3 +288,12 @@ def cli() -> Cli:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR__", "SLURM_JOB", "SLURM_ARRAY"))}
     env["OMP_NUM_THREADS"] = "1"
     return Cli(env)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Caches (the pre-flight's target verdicts) go to a folder of this test session, never the user's
+    ~/.cache; the CLI processes a worker starts share it, so only its first pre-flight imports MONAI."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield

@@ -21,14 +21,14 @@ import yaml
 from hpc_runner.errors import ClusterError
 
 BUILTIN_DIR = Path(__file__).with_name("profiles")
-EXECUTORS = ("slurm", "local")
+EXECUTORS = ("slurm", "local", "memory")  # memory: the in-memory cluster (scheduler/memory_executor.py)
 EXPORT_BASES = ("ALL", "NONE", "NIL")
 
 # key -> (accepted types, what to say when the value is wrong)
 _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "description": ((str,), "a line of text"),
     "extends": ((str,), "the name of another profile"),
-    "executor": ((str,), "slurm or local"),
+    "executor": ((str,), "slurm, local or memory"),
     "partition": ((str, type(None)), "a partition name (null: the cluster's default)"),
     "partitions": ((list,), "a list of the partition names this cluster has"),
     "nodes": ((int,), "a whole number of nodes"),
@@ -73,7 +73,7 @@ class ClusterProfile:
 
     @property
     def executor(self) -> str:
-        """Return ``slurm`` or ``local``."""
+        """Return ``slurm``, ``local`` or ``memory``."""
         return str(self.settings.get("executor", "slurm"))
 
     def get(self, key: str, default: Any = None) -> Any:

@@ -5,7 +5,7 @@
 Each check is one decision of issue 27 or of the data path, run for real: the build's kernels match
 this GPU, a rank's device, NCCL collectives (world size 1: one GPU cannot hold two NCCL ranks), AMP
 training with a GradScaler, a mid-epoch resume on the GPU (random states and Adam's step on the CPU,
-weights equal to the straight run), and device prefetch from pinned memory.
+weights equal to the straight run), device prefetch from pinned memory, and when prefetch pins (auto).
 """
 
 from __future__ import annotations
@@ -192,6 +192,29 @@ def prefetch_overlaps_copy() -> str:
     return f"{len(sums)} batches in order"
 
 
+def prefetch_pins_only_when_compute_bound() -> str:
+    """Auto pinning on CUDA events: a loop that out-computes its loader pins, one that waits for data does not."""
+    from hpc_runner.data import DevicePrefetcher
+
+    def loader(n: int, sleep_s: float):
+        for i in range(n):
+            time.sleep(sleep_s)
+            yield {"image": torch.full((4, 1, 64, 64, 64), float(i))}
+
+    a = torch.randn(2048, 2048, device=DEVICE)
+    heavy, firsts = DevicePrefetcher(loader(12, 0.0), DEVICE), []
+    for b in heavy:
+        for _ in range(20):
+            a = torch.tanh(a @ a)  # GPU work queued faster than it runs: compute-bound
+        firsts.append(b["image"][0, 0, 0, 0, 0])
+    assert [x.item() for x in firsts] == [float(i) for i in range(12)]
+    waiting = DevicePrefetcher(loader(12, 0.02), DEVICE)
+    assert [b["image"].sum().item() for b in waiting] == [64**3 * 4 * float(i) for i in range(12)]
+    assert heavy.pin_choice is not None and heavy.pin_choice.pin, heavy.pin_choice.line()
+    assert waiting.pin_choice is not None and waiting.pin_choice.decided is False, waiting.pin_choice.line()
+    return f"compute-bound: {heavy.pin_choice.line()}; waiting: {waiting.pin_choice.line()}"
+
+
 def main() -> int:
     """Run every check; exit 1 if any failed."""
     if not torch.cuda.is_available():
@@ -200,7 +223,7 @@ def main() -> int:
     os.environ.setdefault("HPCR_QUIET", "1")
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}", flush=True)
     for fn in (arch_matches_this_gpu, rank_device_on_one_gpu, nccl_collectives, amp_training,
-               mid_epoch_resume_on_gpu, prefetch_overlaps_copy):
+               mid_epoch_resume_on_gpu, prefetch_overlaps_copy, prefetch_pins_only_when_compute_bound):
         check(fn)
     failed = [name for name, ok, _ in RESULTS if not ok]
     print(f"gpu_checks: {len(RESULTS) - len(failed)} ok, {len(failed)} failed {failed or ''}")

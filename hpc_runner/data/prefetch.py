@@ -1,23 +1,32 @@
 """Copy batches to the GPU on a side stream, overlapping the steps already queued on the compute stream.
 
-On CUDA, each batch is pinned (on the loader's producer thread when the loader is a
-``ThreadDataLoader``, else here), copied with ``non_blocking=True`` on a side stream, and handed
-over after ``current_stream.wait_stream(side)``; ``record_stream`` tells the caching allocator the
-memory is used on the compute stream. The copy of batch N+1 is queued when the loop asks for it:
-the host is then ahead of the GPU (the loop does not synchronise per step), so the copy runs while
-the GPU still computes step N, and step N never waits for the loader to make batch N+1. A batch
-yielded again (``repeats``) is copied once. On CPU the prefetcher is a passthrough with no thread.
+On CUDA, each batch is copied with ``non_blocking=True`` on a side stream and handed over after
+``current_stream.wait_stream(side)``; ``record_stream`` tells the caching allocator the memory is
+used on the compute stream. The copy of batch N+1 is queued when the loop asks for it: the host is
+then ahead of the GPU (the loop does not synchronise per step), so the copy runs while the GPU still
+computes step N, and step N never waits for the loader to make batch N+1. A batch yielded again
+(``repeats``) is copied once. On CPU the prefetcher is a passthrough with no thread.
+
+Pinning (``pin_memory``): ``"auto"`` (the default) copies unpinned batches until the first batches
+show, on CUDA events, that the compute stream hardly waits for data, and pins from then on
+(``hpc_runner.data.pin_choice`` says why); ``True`` pins every batch, on the loader's producer thread
+when the loader is a ``ThreadDataLoader``; ``False`` never pins. A pinned batch freed while its copy
+still reads it is safe: torch's pinned-memory cache reuses a block only after the copies recorded
+on it have completed.
 """
 
 from __future__ import annotations
 
 import collections.abc
 import contextlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 from monai.data import MetaTensor
+
+from hpc_runner.data.pin_choice import PinChoice
 
 
 def map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], obj: Any) -> Any:
@@ -95,10 +104,17 @@ class _DeviceCopyIterator(Iterator[Any]):
     batch the source yields again (``repeats``) is the same object: its device copy is reused.
     """
 
-    def __init__(self, source: Iterator[Any], copy: Callable[[Any], Any], handover: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        source: Iterator[Any],
+        copy: Callable[[Any], Any],
+        handover: Callable[[Any], Any],
+        asked: Callable[[], None] | None = None,
+    ) -> None:
         self._source = source
         self._copy = copy
         self._handover = handover
+        self._asked = asked  # told when the loop asks for a batch: the end of the previous batch's work
         self._last_cpu: Any = None
         self._last_dev: Any = None
 
@@ -106,6 +122,8 @@ class _DeviceCopyIterator(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
+        if self._asked is not None:
+            self._asked()
         try:
             cpu = next(self._source)
         except BaseException:
@@ -129,19 +147,69 @@ class _DeviceCopyIterator(Iterator[Any]):
             self.close()
 
 
+class _IdleClock:
+    """CUDA events on the compute stream: how long it sat idle waiting for each batch, and computed before it.
+
+    ``asked`` is recorded when the loop asks for a batch (the GPU reaches it when it has done the
+    previous batch's work), ``ready`` after the handover's wait for the copy. The times are read
+    when the events have completed (``query``, no synchronisation) and feed `choice`, as does the
+    number of batches whose events the GPU has not reached; once it has decided, no more events are
+    recorded.
+    """
+
+    def __init__(self, device: torch.device, choice: PinChoice) -> None:
+        self.device = device
+        self.choice = choice
+        self._asked: Any = None
+        self._ready: Any = None
+        self._open: deque[tuple[Any, Any, Any]] = deque()  # (previous ready, asked, ready) not yet completed
+
+    def _record(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def asked(self) -> None:
+        """Mark, on the compute stream, the end of the work queued for the previous batch."""
+        if self.choice.decided is None:
+            self._asked = self._record()
+
+    def ready(self) -> None:
+        """Mark the compute stream's start on the batch just handed over; count the batches whose events completed."""
+        if self.choice.decided is not None or self._asked is None:
+            return
+        ready = self._record()
+        if self._ready is not None:
+            self._open.append((self._ready, self._asked, ready))
+        self._ready, self._asked = ready, None
+        while self._open and self._open[0][2].query():
+            before, asked, at = self._open.popleft()
+            # elapsed_time is in milliseconds
+            self.choice.observe(idle_s=asked.elapsed_time(at) / 1e3, busy_s=before.elapsed_time(asked) / 1e3)
+        self.choice.queued(len(self._open))
+
+
 class _CudaCopy:
     """Queue host-to-device copies on a side stream; the compute stream waits for each batch at handover."""
 
-    def __init__(self, device: torch.device, non_blocking: bool, pin: bool) -> None:
+    def __init__(self, device: torch.device, non_blocking: bool, pin: bool | str) -> None:
         self.device = device
         self.non_blocking = non_blocking
-        self.pin = pin
+        self.choice = PinChoice() if pin == "auto" else None
+        self.clock = _IdleClock(device, self.choice) if self.choice is not None else None
+        self._pin_always = pin is True
         self.stream = torch.cuda.Stream(device=device)
 
+    @property
+    def pin(self) -> bool:
+        """Whether the next batch is pinned before its copy."""
+        return self.choice.pin if self.choice is not None else self._pin_always
+
     def copy(self, cpu: Any) -> Any:
-        """Queue the copy of one batch on the side stream (pinned first: only pinned memory copies asynchronously)."""
+        """Queue the copy of one batch on the side stream (pinned first when the choice says so)."""
         if self.pin:
-            cpu = map_tensors(_pin, cpu)  # no-op for tensors the loader already pinned
+            # only pinned memory copies without the host waiting; no-op for tensors already pinned
+            cpu = map_tensors(_pin, cpu)
         with torch.cuda.stream(self.stream):
             # queued now, behind nothing on the side stream: it runs while the compute stream
             # still works through the steps the host queued before
@@ -156,6 +224,8 @@ class _CudaCopy:
                 # memory allocated on the side stream is used on the compute stream; without this the
                 # allocator could hand it to the next copy while the step still reads it
                 t.record_stream(compute)
+        if self.clock is not None:
+            self.clock.ready()
         return batch
 
 
@@ -164,7 +234,9 @@ class DevicePrefetcher:
 
     On CPU it is a passthrough (``iter(prefetcher)`` is ``iter(iterable)``); other devices get a
     synchronous ``.to(device)``; no device starts a thread. `set_epoch`, `skip_batches`,
-    `len()`, `dataset` and `batch_size` reach the wrapped loader.
+    `len()`, `dataset` and `batch_size` reach the wrapped loader. `pin_memory` is True, False or
+    ``"auto"`` (see the module's docstring); `pin_choice` is the latest CUDA iteration's ``PinChoice``
+    under ``"auto"``.
     """
 
     def __init__(
@@ -172,12 +244,15 @@ class DevicePrefetcher:
         iterable: Iterable[Any],
         device: torch.device | str,
         non_blocking: bool = True,
-        pin_memory: bool = True,
+        pin_memory: bool | str = "auto",
     ) -> None:
+        if not (isinstance(pin_memory, bool) or pin_memory == "auto"):
+            raise ValueError(f"DevicePrefetcher pin_memory {pin_memory!r} is not one of True, False, 'auto'")
         self.iterable = iterable
         self.device = torch.device(device)
         self.non_blocking = non_blocking
         self.pin_memory = pin_memory
+        self.pin_choice: PinChoice | None = None
 
     def _source(self, pin_in_producer: bool) -> Iterator[Any]:
         iter_from = getattr(self.iterable, "iter_from", None)
@@ -193,7 +268,9 @@ class DevicePrefetcher:
             if not torch.cuda.is_available():
                 raise RuntimeError(f"DevicePrefetcher: device {self.device} requested but CUDA is not available")
             cuda = _CudaCopy(_cuda_device(self.device), self.non_blocking, self.pin_memory)
-            return _DeviceCopyIterator(self._source(self.pin_memory), cuda.copy, cuda.handover)
+            self.pin_choice = cuda.choice
+            asked = cuda.clock.asked if cuda.clock is not None else None
+            return _DeviceCopyIterator(self._source(self.pin_memory is True), cuda.copy, cuda.handover, asked)
         return _DeviceCopyIterator(
             iter(self.iterable), lambda b: move_to_device(b, self.device, non_blocking=False), lambda b: b
         )
@@ -208,7 +285,7 @@ class DevicePrefetcher:
             fn(epoch)
 
     def __getattr__(self, name: str) -> Any:
-        if name in {"iterable", "device", "non_blocking", "pin_memory"}:
+        if name in {"iterable", "device", "non_blocking", "pin_memory", "pin_choice"}:
             raise AttributeError(name)
         return getattr(self.iterable, name)
 

@@ -44,7 +44,7 @@ from hpc_runner.engine.distributed import (
 from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, rng_for_rank, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
-from hpc_runner.engine.trainer_args import better, check_trainer_arguments
+from hpc_runner.engine.trainer_args import better, check_trainer_arguments, warn_amp_on_cpu
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
@@ -276,6 +276,7 @@ class Trainer:
         self.lr_scheduler = lr_scheduler
         self.scheduler_interval = scheduler_interval
         self.amp = bool(amp)
+        warn_amp_on_cpu(self.amp, self.device.type)
         self.seed = seed
         self.deterministic = deterministic
         self.checkpoint_interval = int(checkpoint_interval or 0)

@@ -7,9 +7,14 @@ values now raise a ConfigError, which the runner reports as bad input (exit 2, t
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from hpc_runner.errors import ConfigError
+
+AMP_ON_CPU = ("amp: true on the CPU runs bfloat16 autocast, which was ~20x slower than float32 on a 2-core VM "
+              "(CPUs without native bfloat16 emulate it); set amp: false for CPU runs, or measure both")
+_amp_on_cpu_warned = False  # one warning per process: a sweep or a tune builds many Trainers
 
 
 def _whole(name: str, value: Any, minimum: int) -> None:
@@ -48,3 +53,13 @@ def check_trainer_arguments(
                                        or not math.isfinite(grad_clip_norm) or grad_clip_norm <= 0):
         raise ConfigError(f"Trainer grad_clip_norm {grad_clip_norm!r} is not valid",
                           expected="grad_clip_norm: a positive number, or null")
+
+
+def warn_amp_on_cpu(amp: bool, device_type: str) -> bool:
+    """Warn, once per process, that AMP on the CPU is slow; return whether this call warned."""
+    global _amp_on_cpu_warned
+    if not amp or device_type != "cpu" or _amp_on_cpu_warned:
+        return False
+    _amp_on_cpu_warned = True
+    warnings.warn(AMP_ON_CPU, RuntimeWarning, stacklevel=3)
+    return True

@@ -107,3 +107,15 @@ def test_metric_mode_decides_which_validation_is_best(tmp_path, mode, best, epoc
 def test_a_metric_mode_that_means_nothing_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"metric_mode: max .* or min"):
         trainer(tmp_path, metric_mode="minimize")
+
+
+def test_amp_on_the_cpu_warns_once_per_process_that_it_is_slow(tmp_path, monkeypatch):
+    from hpc_runner.engine import trainer_args
+
+    monkeypatch.setattr(trainer_args, "_amp_on_cpu_warned", False)
+    with pytest.warns(RuntimeWarning, match="slower than float32") as caught:
+        trainer(tmp_path / "a", device="cpu", amp=True)
+        trainer(tmp_path / "b", device="cpu", amp=True)  # a sweep's second Trainer: no second warning
+    assert len([w for w in caught if "autocast" in str(w.message)]) == 1
+    monkeypatch.setattr(trainer_args, "_amp_on_cpu_warned", False)
+    assert not trainer_args.warn_amp_on_cpu(False, "cpu") and not trainer_args.warn_amp_on_cpu(True, "cuda")

@@ -18,6 +18,7 @@ from hpc_runner.engine.launch_env import (  # noqa: F401
     visible_gpu_count,
 )
 from hpc_runner.engine.rendezvous import master_port, rendezvous_env, rendezvous_plan  # noqa: F401
+from hpc_runner.errors import ClusterError
 
 log = logging.getLogger("hpc_runner.distributed")
 
@@ -52,13 +53,24 @@ def rank_device(rank_on_node: int, cuda_devices: int, requested: str | None = No
     if cuda_devices == 1:
         return "cuda:0"
     if rank_on_node >= cuda_devices:
-        from hpc_runner.errors import ClusterError
-
         raise ClusterError(
             f"local rank {rank_on_node} sees only {cuda_devices} GPUs: two ranks would share one GPU",
             expected="as many tasks per node as GPUs per node (--ntasks-per-node equal to --gres=gpu:N)",
         )
     return f"cuda:{rank_on_node}"
+
+
+def shared_gpu_problem(local_world: int, cuda_devices: int, visible: str | None) -> str | None:
+    """Return why NCCL cannot start when every rank of this node sees the same single GPU, else None.
+
+    One GPU visible and ``CUDA_VISIBLE_DEVICES`` unset means the node has one GPU and each local rank sees
+    it: NCCL refuses two ranks on one device ("invalid usage"). With the variable set (``srun
+    --gpus-per-task``, a slot runner) each rank may see a GPU of its own, which cannot be told from here.
+    """
+    if local_world > 1 and cuda_devices == 1 and visible is None:
+        return (f"{local_world} ranks on this node but it has one GPU, which every rank sees: NCCL cannot put "
+                "two ranks on one GPU")
+    return None
 
 
 def device_remap_line(requested: str | None, chosen: str, rank: int, rank_on_node: int) -> str | None:
@@ -168,6 +180,11 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     else:
         store = dist.PrefixStore("default_pg", connect_store(rank, world, timeout_s, stopped=stop_requested))
     if backend == "nccl":
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+        shared = shared_gpu_problem(local_world, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if shared:
+            raise ClusterError(shared, expected="one GPU per rank (--ntasks-per-node equal to --gres=gpu:N), "
+                               "or CUDA_VISIBLE_DEVICES='' for ranks on the CPU (gloo)")
         torch.cuda.set_device(rank_device(local_rank(), torch.cuda.device_count()))
     dist.init_process_group(backend=backend, rank=rank, world_size=world, store=store)
     _OWN_GROUP = True

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
+from hpc_runner import __version__
+
 RECORDED_PACKAGES = ("torch", "monai", "numpy", "hpc-runner", "pytorch-ignite", "submitit", "nibabel")
 
 
@@ -22,6 +24,8 @@ def package_versions() -> dict[str, str]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
+    # run from a checkout that was never installed (PYTHONPATH, a .pth): no metadata, the package says it
+    versions.setdefault("hpc-runner", __version__)
     return versions
 
 

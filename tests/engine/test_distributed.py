@@ -48,9 +48,12 @@ def free_port() -> int:
 
 
 def base_env() -> dict[str, str]:
-    """The environment of the `cli` fixture, without any SLURM variable: the rank comes from RANK only."""
+    """The environment of the `cli` fixture, without any SLURM variable: the rank comes from RANK only; no GPU,
+    so the ranks meet over gloo on the CPU as on a machine without one (on a one-GPU machine NCCL would refuse
+    two ranks on that GPU, as hpc-runner now says before it starts)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR__", "SLURM_"))}
     env["OMP_NUM_THREADS"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 

@@ -195,3 +195,11 @@ def test_settling_destroys_a_group_the_run_left_registered(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "initialized after settling: False" in res.stdout, res.stdout
+
+
+def test_ranks_that_would_share_the_nodes_only_gpu_are_refused_before_nccl():
+    from hpc_runner.engine.distributed import shared_gpu_problem
+
+    assert "2 ranks on this node but it has one GPU" in shared_gpu_problem(2, 1, None)
+    assert shared_gpu_problem(2, 1, "0") is None  # set per task (srun --gpus-per-task): each may have its own
+    assert shared_gpu_problem(2, 2, None) is None and shared_gpu_problem(1, 1, None) is None

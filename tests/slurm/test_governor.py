@@ -170,15 +170,6 @@ def _sweep_300_under_max_submit_50(slurm_cluster, qos_limit, cli, pack: int) -> 
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_300_points_in_60_tasks_with_max_submit_50_all_complete_and_never_more_than_50_queued(
-    slurm_cluster, qos_limit, cli
-):
-    """--pack 5: 50 tasks go at once, 10 wait and are sent by the first tasks to end (about 3 min here)."""
-    _sweep_300_under_max_submit_50(slurm_cluster, qos_limit, cli, pack=5)
-
-
-@pytest.mark.slow
-@pytest.mark.slurm
 @pytest.mark.skipif(not os.environ.get("HPCR_LONG_TESTS"), reason="22 min on 2 cores (300 jobs importing torch); "
                     "set HPCR_LONG_TESTS=1 to run it")
 def test_300_unpacked_points_with_max_submit_50_all_complete_and_never_more_than_50_queued(

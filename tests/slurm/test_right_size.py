@@ -1,5 +1,8 @@
-"""Right-sizing on the real local SLURM: what each point used, retries that change the request, and a
-TIMEOUT retry that continues from the checkpoint its trainer timed to the limit.
+"""Right-sizing on the real local SLURM: what each point used, and a retry that changes the request.
+
+(The TIMEOUT retry with time*2 is driven in-process against the in-memory cluster, tests/sweep/
+test_logic_in_memory.py; a real TIMEOUT is in tests/slurm/test_causes.py and a resume from a checkpoint after
+a requeue in test_preemption.py and test_node_failure.py: docs/testing.md lists what moved.)
 
 The bundle is tests/slurm/data/usage_point: a point burns one CPU, sleeps, holds memory or trains slowly.
 The memory kill needs a cluster that enforces --mem (the 2-node cluster of scripts/local-slurm.sh, with
@@ -13,7 +16,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -117,45 +119,3 @@ def test_a_point_over_its_memory_is_killed_and_completes_on_its_retry_with_twice
     by_job = {line.split("|")[0]: line.split("|")[1:] for line in states.stdout.split()}
     assert by_job[f"{first}.0"][0] == "OUT_OF_MEMORY", states.stdout  # SLURM 22.05: the step (the job: FAILED)
     assert by_job[point["job_id"]] == ["COMPLETED", "2G"], states.stdout
-
-
-def test_a_timeout_retry_continues_from_its_checkpoint_with_twice_the_time(cli, slurm_cluster) -> None:
-    # the shortest limit SLURM keeps is one minute, and it checks limits every ~30 s: the point trains
-    # (5 s epochs, a checkpoint each) until it has run a minute, then its limit is cut to one minute
-    cli.write_profile("norequeue", "extends: testcluster\nsbatch: {no-requeue: true}\n")
-    res = cli("sweep", "--bundle", str(BUNDLE), "--cluster", "norequeue", "--output_dir", "late",
-              "--sweep", "mode=train", "--max_epochs", "30", "--n_items", "10", "--item_s", "0.5",
-              "--retry", "TIMEOUT:time*2")
-    assert res.returncode == 0, res.stdout + res.stderr
-    sw = cli.cwd / "late"
-    first = json.loads((sw / "sweep.yaml").read_text())["points"][0]["job_id"]
-    checkpoints = sw / "points" / "0000" / "checkpoints"
-    deadline = time.monotonic() + 240
-    while not (list(checkpoints.glob("ckpt_*.pt")) and _elapsed_s(slurm_cluster, first) >= 65):
-        assert time.monotonic() < deadline, slurm_cluster.explain(sw, [first])
-        time.sleep(1)
-    cut = slurm_cluster.run("scontrol", "update", f"JobId={first}", "TimeLimit=1")
-    assert cut.returncode == 0, cut.stderr
-    waited = cli("status", str(sw), *WAIT)  # a poll's top-up sends it again, with 2 x 10 min
-    point = json.loads((sw / "sweep.yaml").read_text())["points"][0]
-    assert waited.returncode == 0, waited.stdout + slurm_cluster.explain(sw, point.get("jobs", []))
-    (attempt,) = point["history"]
-    assert attempt["cause"] == "TIMEOUT" and attempt["job_id"] == first and point["request"] == {"time": 20}, point
-    run = sw / "points" / "0000"
-    log = (run / "log.txt").read_text()
-    resumed = re.search(r"resuming from (\S+ckpt_(\d+)\.pt)", log)
-    assert resumed and int(resumed.group(2)) >= 10, log[-3000:]  # at least the first epoch was not redone
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["epochs"] == 30 and summary["resumed_from"] == resumed.group(1), summary
-    limits = slurm_cluster.run("sacct", "-X", "-n", "-P", "-j", ",".join(point["jobs"]), "-o", "State,Timelimit")
-    assert limits.stdout.split() == ["TIMEOUT|00:01:00", "COMPLETED|00:20:00"], limits.stdout
-
-
-def _elapsed_s(cluster, job: str) -> float:
-    """How long the job has run (squeue's %M), 0 before it starts."""
-    text = cluster.run("squeue", "-h", "-j", job, "-o", "%M").stdout.strip()
-    parts = [int(x) for x in re.split(r"[:-]", text) if x.isdigit()] if text else []
-    seconds = 0
-    for p in parts:
-        seconds = seconds * 60 + p
-    return float(seconds)

@@ -200,7 +200,8 @@ def resume_main(args: argparse.Namespace) -> int:
         if changes:
             check_settings(changes, "--slurm")
             profile.settings.update(changes)
-    plan, res = resume_pipeline(directory, profile, log=lambda m: print(m, flush=True), dry_run=args.dry_run)
+    plan, res = resume_pipeline(directory, profile, log=lambda m: print(m, flush=True), dry_run=args.dry_run,
+                                preflight=not args.no_preflight)
     kept = [n for n, a in plan.actions.items() if a == KEEP]
     print(f"hpc-runner: {len(kept)} stage(s) kept ({', '.join(kept) or 'none'}); "
           f"{len(plan.todo())} to queue again ({', '.join(f'{n}: {plan.actions[n]}' for n in plan.todo()) or 'none'})")

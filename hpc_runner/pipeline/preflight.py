@@ -22,6 +22,8 @@ from typing import Any
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.configs import StageConfig, source_points
+from hpc_runner.scheduler.executor import Executor
+from hpc_runner.scheduler.limits import Limit
 
 
 def _in_stage(stage: ps.StageSpec, exc: UserError) -> UserError:
@@ -159,15 +161,13 @@ def plan_slots(order: list[StageConfig], limits: Any) -> dict[str, int]:
     return {sc.name: sum(need[n + 1:]) for n, sc in enumerate(order)}
 
 
-def keeping(slots: int) -> Callable[[dict[str, Any]], Any] | None:
+def keeping(slots: int) -> Callable[[Executor], Any] | None:
     """Return the governor's limits reader with ``slots`` free submit slots kept aside (None: nothing kept)."""
     if slots <= 0:
         return None
 
-    def read(settings: dict[str, Any]) -> Any:
-        from hpc_runner.scheduler.limits import Limit, read_limits
-
-        limits = read_limits(settings)
+    def read(executor: Executor) -> Any:
+        limits = executor.limits()  # whichever scheduler runs the stage, not SLURM's commands directly
         free = limits.free_slots
         if free is not None:
             queued = len(limits.jobs)

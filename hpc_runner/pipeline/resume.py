@@ -125,8 +125,9 @@ def _move_aside(record: pr.PipelineRecord, name: str) -> Path | None:
 
 
 def resume_pipeline(directory: Path, profile: ClusterProfile | None = None, *, log: Log = print,
-                    dry_run: bool = False) -> tuple[PipelinePlan, Started]:
-    """Queue again what failed or never ran (module doc); return the plan and what was queued."""
+                    dry_run: bool = False, preflight: bool = True) -> tuple[PipelinePlan, Started]:
+    """Queue again what failed or never ran (module doc); return the plan and what was queued (``preflight``:
+    check the configs of the folders resumed, as ``resume --no-preflight`` turns off)."""
     from hpc_runner.pipeline.propagate import cancel_never_satisfied
     from hpc_runner.pipeline.view import view
 
@@ -147,7 +148,7 @@ def resume_pipeline(directory: Path, profile: ClusterProfile | None = None, *, l
         if out.ran_here and _input_failed(record, name):
             continue  # ran here, and its input failed again: the select stage cancelled it
         if plan.actions[name] == POINTS:
-            _resume_folder(directory, record, name, profile, out, log)
+            _resume_folder(directory, record, name, profile, out, log, preflight)
             continue
         if plan.actions[name] == FRESH:
             moved = _move_aside(record, name)
@@ -174,7 +175,7 @@ def _configs(record: pr.PipelineRecord, profile: ClusterProfile, directory: Path
 
 
 def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profile: ClusterProfile, out: Started,
-                   log: Log) -> None:
+                   log: Log, preflight: bool = True) -> None:
     """Resume a stage's own folder (a sweep's failed points, a tune's workers, a failed run) and record its jobs."""
     from hpc_runner.pipeline.configs import stage_profile
     from hpc_runner.pipeline.spec import parse_spec
@@ -190,12 +191,12 @@ def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profil
     if target.kind == "run":
         from hpc_runner.sweep.resume import resume_run
 
-        res = resume_run(target, sprofile, preflight=True)
+        res = resume_run(target, sprofile, preflight=preflight)
         jobs = [res.job_ids[0]] if not res.ran_here else ["local"]
     elif target.record is not None and target.record.is_tune:
         from hpc_runner.tune.resume import resume_tune
 
-        _, res = resume_tune(folder, target.record, sprofile, log=log)
+        _, res = resume_tune(folder, target.record, sprofile, log=log, preflight=preflight)
         jobs = [a["job_id"] for a in res.arrays] if res is not None and not res.ran_here else ["local"]
     else:
         from hpc_runner.sweep import ledger as sr
@@ -205,7 +206,7 @@ def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profil
             with sr.locked(folder) as ledger:
                 ledger.data["dependency"] = dependency
         points = plan_resume(target)
-        res = resume_sweep(target, points, sprofile, log=log)
+        res = resume_sweep(target, points, sprofile, log=log, preflight=preflight)
         jobs = [a["job_id"] for a in res.arrays] if not res.ran_here else ["local"]
     with pr.locked(directory) as led:
         led.queue(name, jobs, dependency, profile=sprofile.to_record())

@@ -215,7 +215,7 @@ def send_points(
     preflight: bool = True,
     give_up: str = "error",
     backoff: Backoff | None = None,
-    limits_reader: Callable[[dict[str, Any]], SubmitLimits] | None = None,
+    limits_reader: Callable[[Executor], SubmitLimits] | None = None,
 ) -> None:
     """Submit as many tasks of ``indices`` as there are free slots; the rest wait; fill ``out``.
 
@@ -229,7 +229,7 @@ def send_points(
     backoff = backoff or Backoff()
 
     def reader() -> SubmitLimits:
-        return limits_reader(executor.profile.settings) if limits_reader else executor.limits()
+        return limits_reader(executor) if limits_reader else executor.limits()
 
     me = own_job_id()
     k, parallel = pack_of(record)
@@ -410,7 +410,7 @@ def top_up(
     *,
     leaving: bool = False,
     backoff: Backoff | None = None,
-    limits_reader: Callable[[dict[str, Any]], SubmitLimits] | None = None,
+    limits_reader: Callable[[Executor], SubmitLimits] | None = None,
     states_reader: StatesReader | None = None,
 ) -> int:
     """Submit the sweep's waiting points into the free submit slots; return how many points were submitted.

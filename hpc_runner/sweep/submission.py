@@ -183,7 +183,7 @@ def submit_points(
     array_parallelism: int | None = None,
     log: Log = print,
     preflight: bool = True,
-    limits_reader: Callable[[dict[str, Any]], Any] | None = None,
+    limits_reader: Callable[[Executor], Any] | None = None,
 ) -> Submitted:
     """Submit ``indices`` of a recorded sweep (under its lock) as tasks of K points, never more tasks than there
     are free submit slots (the rest wait, sweep/governor.py), in arrays of at most MaxArraySize."""
@@ -265,7 +265,7 @@ def submit_sweep(
     pack_parallel: int = 1,
     record_extra: dict[str, Any] | None = None,
     bounds: dict[str, int] | None = None,
-    limits_reader: Callable[[dict[str, Any]], Any] | None = None,
+    limits_reader: Callable[[Executor], Any] | None = None,
 ) -> Submitted:
     """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays
     (``limits_reader``: the submit limits the governor counts with, e.g. less the slots a pipeline keeps)."""

@@ -180,29 +180,3 @@ def test_the_submit_limit_holds_for_the_whole_pipeline_and_the_select_stage_wait
     assert [c["state"] for c in considered] == ["COMPLETED"] * 3
     assert "is the max of 3 point(s) that completed" in record.choice("best")["why"]
     assert len(list((directory / "predict" / "predictions").glob("*_seg.nii.gz"))) == 2
-
-
-def test_cancel_stops_every_stage_and_resume_queues_again_only_what_never_ran(run, write_pipeline, example,
-                                                                             slurm_cluster):
-    path = write_pipeline(example())
-    directory = path.parent / "study"
-    assert run("pipeline", str(path), "--cluster", PROFILE, "--output_dir", str(directory)).returncode == 0
-    first = {s["name"]: s["jobs"] for s in pr.PipelineRecord.load(directory).stages}
-    res = run("cancel", str(directory))
-    assert res.returncode == 0 and "cancelled stage(s) search, best, test, predict" in res.stdout, res.stdout
-    deadline = time.monotonic() + 60
-    while queued(slurm_cluster, all_jobs(directory)) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert queued(slurm_cluster, all_jobs(directory)) == {}
-    record = pr.PipelineRecord.load(directory)
-    assert {s["state"] for s in record.stages} == {pr.CANCELLED}
-    assert {s["cause"]["kind"] for s in record.stages} == {"CANCELLED"}
-    res = run("resume", str(directory))
-    assert res.returncode == 0, res.stderr
-    assert "0 stage(s) kept (none); 4 to queue again" in res.stdout
-    final = wait_for_the_pipeline(run, directory, slurm_cluster)
-    assert "4 COMPLETED" in final, final + slurm_cluster.explain(directory, all_jobs(directory))
-    record = pr.PipelineRecord.load(directory)
-    assert all(s["submissions"] == 2 and s["jobs"] != first[s["name"]] for s in record.stages)
-    assert (directory / "attempts" / "test-1").is_dir()  # it never ran with a choice: started anew
-    assert len(list((directory / "predict" / "predictions").glob("*_seg.nii.gz"))) == 2

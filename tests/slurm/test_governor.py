@@ -230,8 +230,8 @@ def test_a_refused_sbatch_backs_off_and_submits_when_a_slot_frees_then_cancel_st
         slurm_cluster.run("scancel", f"{held}_1")  # one slot frees
         slurm_cluster.wait_for_jobs([f"{held}_1"], timeout=30)
 
-        def racing_reader(settings):  # the count is right, then another job takes the slot before our sbatch
-            limits = read_limits(settings)
+        def racing_reader(executor):  # the count is right, then another job takes the slot before our sbatch
+            limits = executor.limits()
             if not extra:
                 res = slurm_cluster.run("sbatch", "--parsable", "-H", f"--qos={QOS}", "-o", "/dev/null",
                                         f"--chdir={cli.cwd}", "--wrap", "true")

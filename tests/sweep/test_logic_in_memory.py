@@ -122,7 +122,7 @@ def test_a_refusal_on_a_stale_count_backs_off_and_submits_once_a_slot_frees(make
     with sr.locked(path) as ledger:
         send_points(ledger, [0, 1], executor, run_sweep_task, entry=None, reason="sweep", out=Submitted(path),
                     log=lines.append, preflight=False, backoff=Backoff(sleep=pause),
-                    limits_reader=lambda settings: stale.pop() if stale else executor.limits())
+                    limits_reader=lambda ex: stale.pop() if stale else ex.limits())
     record = sr.SweepRecord.load(path)
     assert [p["submit"] for p in record.points] == [sr.SUBMITTED, sr.SUBMITTED]
     assert len(record.submissions()[0]["refused"]) == 1 and len(cluster.refused) == 1

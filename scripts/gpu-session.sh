@@ -4,6 +4,10 @@
 # in both regimes, and the CUDA-capable tests with the GPU visible. Wheels in .whl/ (monai & co.) are
 # installed first. The whole script ends within GPU_SESSION_S seconds (default 450, plus at most 30 s for
 # pytest to write its summary): about 8 minutes on an H100 machine with 16 cores.
+# The GPU machine has torch but none of these: put them in .whl/ first (pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl NAME), and carry .whl:
+#   monai==1.6.1 nibabel submitit jsonschema jsonschema-specifications referencing rpds-py fire termcolor
+# (fire and termcolor: MONAI's own runner, which the side-by-side inference tests start)
 set -u -o pipefail
 out=${OUT:-gpu-logs}
 mkdir -p "$out"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Mapping
 
@@ -32,8 +33,20 @@ def requeue_current_job(environ: Mapping[str, str] | None = None) -> str | None:
     try:
         subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return None
+        # SLURM may requeue the job and signal every process of it, this scontrol included, before scontrol
+        # exits (seen on the local cluster under load: the job came back, we said it would not): ask SLURM
+        return job if _requeued_since(job, restart_count(environ)) else None
     return job
+
+
+def _requeued_since(job: str, restarts: int) -> bool:
+    """Whether SLURM counts more restarts of ``job`` than this attempt's ``restarts`` (it was requeued)."""
+    try:
+        res = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    found = re.search(r"\bRestarts=(\d+)", res.stdout)
+    return found is not None and int(found.group(1)) > restarts
 
 
 def _still_running(job: str) -> bool:

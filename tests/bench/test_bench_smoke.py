@@ -16,7 +16,8 @@ EXPECTED = {
     "overlap": [r"overlap load=50ms .*ratio ours/monai=\d", r"overlap load=1ms .*ratio ours/monai=\d"],
     "notebook_workload": [r"notebook ours: .*speedup=\d.*efficiency=\d", r"notebook ratio ours/monai speed=\d"],
     "preprocess_throughput": [r"gaussian ratio: ours/best-peer\(.+\)=\d", r"fft ratio: ours/best-peer\(.+\)=\d"],
-    "device_prefetch": [r"device_prefetch: (needs CUDA|plain .* speedup=\d)"],
+    "device_prefetch": [r"device_prefetch waits for data .*: plain .* prefetch .* speedup=\d",
+                        r"device_prefetch compute-bound .*: plain .* prefetch .* speedup=\d"],
     "exit_time": [r"exit ratio ours/monai: last line to exit \d"],
 }
 

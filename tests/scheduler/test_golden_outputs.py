@@ -1,0 +1,96 @@
+"""What the real SLURM printed (tests/scheduler/golden, recorded by scripts/record_slurm_goldens.py on the local
+cluster), read through our parsers; and the in-memory cluster's sacct text in the same shape.
+
+The commands are stand-ins on PATH that print the recorded text, so the code under test runs its own
+subprocess call and its own parsing, exactly as on the cluster, with no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hpc_runner.scheduler import accounting, cluster_info
+from hpc_runner.scheduler.executor import JobRequest
+from hpc_runner.scheduler.job_clock import job_end_time
+from hpc_runner.scheduler.memory_executor import MemoryCluster
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.scheduler.slurm_executor import SlurmExecutor
+
+GOLDEN = Path(__file__).with_name("golden")
+JOBS = json.loads((GOLDEN / "jobs.json").read_text())
+
+
+@pytest.fixture
+def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``recorded(command, golden_file)``: ``command`` on PATH prints that recorded output."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(cluster_info, "_CACHE", {})
+
+    def record(command: str, name: str | None) -> None:
+        script = bin_dir / command
+        script.write_text(f"#!/bin/sh\ncat '{GOLDEN / name}'\n" if name else "#!/bin/sh\nexit 0\n")
+        script.chmod(0o755)
+
+    return record
+
+
+def test_sacct_of_completed_failed_cancelled_requeued_and_held_jobs(recorded) -> None:
+    recorded("sacct", "sacct.txt")
+    array, requeued, held = JOBS["array"], JOBS["requeued"], JOBS["held"]
+    answer = accounting.query_scheduler([array, requeued, held])
+    assert answer.source == "sacct" and answer.calls == 1
+    states = {job: answer.info[job]["State"].split()[0] for job in (f"{array}_0", f"{array}_1", f"{array}_2")}
+    assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "FAILED", f"{array}_2": "CANCELLED"}
+    assert answer.info[f"{array}_1"]["ExitCode"] == "3:0"
+    assert answer.requeues(requeued) >= 1  # sacct -D keeps the requeued attempt's record
+    attempts = answer.attempts[requeued]
+    assert attempts[-1].state == "COMPLETED" and attempts[0].state == "REQUEUED" and attempts[0].node
+    assert answer.info[held]["State"].split()[0] == "CANCELLED"
+    assert answer.steps  # the batch steps' MaxRSS/TRES were folded into their jobs
+
+
+def test_squeue_states_and_pending_reasons(recorded) -> None:
+    recorded("squeue", "squeue_states.txt")
+    states = accounting.queued_states([JOBS["array"], JOBS["requeued"], JOBS["held"]])
+    assert states is not None and states.get(f"{JOBS['array']}_2") == "RUNNING"
+    assert states.get(JOBS["held"]) == "PENDING"
+    recorded("squeue", "squeue_reasons.txt")
+    reasons = SlurmExecutor(ClusterProfile("slurm", [], {})).pending_reasons([JOBS["held"]])
+    assert reasons == {JOBS["held"]: "DependencyNeverSatisfied"}
+
+
+def test_scontrol_gives_the_job_end_time_and_the_max_array_size(recorded) -> None:
+    recorded("squeue", None)  # squeue answers nothing: the end time comes from scontrol show job
+    recorded("scontrol", "scontrol_show_job.txt")
+    end = job_end_time(JOBS["requeued"], environ={})
+    assert end is not None and end > 1.7e9
+    recorded("scontrol", "scontrol_show_config.txt")
+    size, source = cluster_info.max_array_size()
+    assert (size, source) == (1001, "scontrol show config")
+
+
+def test_the_in_memory_cluster_prints_sacct_in_the_recorded_shape() -> None:
+    """The contract between the two schedulers the tests use: sacct's header and the fields of each line."""
+    recorded_lines = (GOLDEN / "sacct.txt").read_text().splitlines()
+    cluster = MemoryCluster()
+    with cluster.installed():
+        executor = executor_for(ClusterProfile("mem", [], {"executor": "memory", "time": 5}))
+        jobs = executor.submit(print, [[0, 1]], JobRequest(job_name="golden", folder=Path("/nonexistent")))
+        cluster.advance(0)
+        cluster.finish(jobs[0].job_id)
+        cluster.finish(jobs[1].job_id, "FAILED", exit_code="3:0")
+        text = cluster.sacct_text([jobs[0].job_id])
+    lines = text.splitlines()
+    assert lines[0] == recorded_lines[0]
+    width = len(recorded_lines[0].split("|"))
+    assert all(len(line.split("|")) == width for line in lines + recorded_lines)
+    ours = accounting.parse_sacct(text)
+    assert {j: i["State"] for j, i in ours.info.items()} == {jobs[0].job_id: "COMPLETED", jobs[1].job_id: "FAILED"}
+

@@ -114,6 +114,7 @@ def test_amp_on_cpu_trains_in_bfloat16(tiny_bundle: Path, tmp_path: Path, monkey
     assert summary["steps"] == 6 and math.isfinite(summary["final_loss"])
 
 
+@pytest.mark.slow  # several training runs in a row: the full suite's, not the inner loop's
 def test_restart_in_the_same_dir_continues_instead_of_starting_over(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     args = ["run", "--bundle", str(tiny_bundle), "--output_dir", "r", "--max_epochs", "1"]
     assert cli(*args, cwd=tmp_path).returncode == 0
@@ -131,6 +132,7 @@ def test_a_different_config_in_an_existing_run_dir_is_refused(tiny_bundle: Path,
     assert res.returncode == 2 and "different config" in res.stderr and "--resume" in res.stderr
 
 
+@pytest.mark.slow  # several training runs in a row: the full suite's, not the inner loop's
 def test_resume_keeps_the_recorded_bundle_root_and_overrides(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", "r", "--max_epochs", "1",
               "--+bundle_root", str(tmp_path), cwd=tmp_path)
@@ -148,6 +150,7 @@ def _steps(run_dir: Path) -> list[int]:
             if '"iter"' in line]
 
 
+@pytest.mark.slow  # several training runs in a row: the full suite's, not the inner loop's
 def test_resume_names_a_damaged_checkpoint_and_never_silently_starts_over(tiny_bundle: Path, tmp_path: Path, cli):
     run = tmp_path / "r"
     res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(run), "--max_epochs", "2",
@@ -177,6 +180,7 @@ def test_resume_names_a_damaged_checkpoint_and_never_silently_starts_over(tiny_b
     assert (aside / "checkpoints" / "ckpt_00000012.pt").read_bytes() == b"not a checkpoint"
 
 
+@pytest.mark.slow  # several training runs in a row: the full suite's, not the inner loop's
 def test_a_moved_run_dir_resumes_where_it_is_now(tiny_bundle: Path, tmp_path: Path, cli):
     scratch, project = tmp_path / "scratch" / "r", tmp_path / "project" / "r"
     res = cli("run", "--bundle", str(tiny_bundle), "--output_dir", str(scratch), "--max_epochs", "1",
@@ -191,6 +195,7 @@ def test_a_moved_run_dir_resumes_where_it_is_now(tiny_bundle: Path, tmp_path: Pa
     assert not scratch.exists()  # nothing written to the old place
 
 
+@pytest.mark.slow  # several training runs in a row: the full suite's, not the inner loop's
 def test_resume_checks_the_manifest_and_safe_mode_before_importing_the_bundle(tiny_bundle: Path, tmp_path: Path, cli):
     from hpc_runner.registry.manifest import MANIFEST_NAME, compute_manifest, format_manifest
 

@@ -131,6 +131,7 @@ def test_instantiation_error_names_the_failing_id(tiny_bundle: Path, tmp_path: P
     assert "while resolving id 'network_def'" in res.stderr
 
 
+@pytest.mark.slow  # several training runs in a row: the full suite's, not the inner loop's
 def test_a_job_of_a_run_submitted_with_safe_checks_safe_again(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     """A job (or a requeue) imports the bundle's code when it starts, so --safe is checked then too."""
     run = tmp_path / "r"

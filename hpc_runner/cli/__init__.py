@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpc_runner import __version__
-from hpc_runner.cli.argv import split_overrides
+from hpc_runner.cli.argv import option_typos, split_overrides
+from hpc_runner.errors import UserError
 
 # name -> module; each module defines HELP, add_arguments(parser), main(args) -> int,
 # and ACCEPTS_OVERRIDES (unknown --id value pairs become args.override_tokens)
@@ -107,8 +108,6 @@ def entry() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the command; return the exit code (2 for bad input)."""
-    from hpc_runner.errors import UserError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     for stream in (sys.stdout, sys.stderr):  # an ASCII terminal (PYTHONIOENCODING=ascii) shows ü as \xfc
         if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
@@ -124,9 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest = argv[index + 1 :]
     overrides: list[str] = []
     if getattr(module, "ACCEPTS_OVERRIDES", False):
-        rest, overrides = split_overrides(subparsers[name], rest)
+        try:
+            rest, overrides = split_overrides(subparsers[name], rest)
+        except UserError as exc:
+            print(f"hpc-runner {name}: error: {exc.paragraph()}", file=sys.stderr)
+            return exc.exit_code
     args = parser.parse_args([*argv[: index + 1], *rest])
     args.override_tokens = overrides
+    args.option_typos = option_typos(subparsers[name], overrides)
     warnings.formatwarning = _format_warning
     try:
         return int(module.main(args) or 0)

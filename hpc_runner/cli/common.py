@@ -8,9 +8,11 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from hpc_runner.errors import UserError
+
 # commands whose overrides must name ids the config has: a typo in a swept or tuned id stops them before
 # anything is queued (run, config and submit add unknown ids as MONAI's runner does, unless --strict-ids)
-STRICT_ID_COMMANDS = ("sweep", "tune")
+STRICT_ID_COMMANDS = ("sweep", "tune", "submit")
 
 
 def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,17 +154,27 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         bundle_dir = resolve_bundle(str(bundle))
         check_trust(bundle_dir, trust=getattr(args, "trust", False))
         bundle = str(bundle_dir)
-    cfg = load_bundle_config(
-        bundle=bundle,
-        config_files=args.config_file,
-        meta_file=args.meta_file,
-        args_file=args.args_file,
-        cli_overrides=parse_cli_overrides(getattr(args, "override_tokens", [])),
-        logging_file=getattr(args, "logging_file", None),
-        entry=getattr(args, "entry", None),
-        strict_ids=bool(getattr(args, "strict_ids", False)) or getattr(args, "command", None) in STRICT_ID_COMMANDS,
-        **kwargs,
-    )
+    typos = getattr(args, "option_typos", None) or {}
+    try:
+        cfg = load_bundle_config(
+            bundle=bundle,
+            config_files=args.config_file,
+            meta_file=args.meta_file,
+            args_file=args.args_file,
+            cli_overrides=parse_cli_overrides(getattr(args, "override_tokens", [])),
+            logging_file=getattr(args, "logging_file", None),
+            entry=getattr(args, "entry", None),
+            strict_ids=bool(getattr(args, "strict_ids", False)) or getattr(args, "command", None) in STRICT_ID_COMMANDS,
+            **kwargs,
+        )
+    except UserError as err:
+        if err.id_path in typos:  # `--clsuter jade`: a mistyped option, not an id the config lacks
+            raise UserError(
+                f"--{err.id_path} is not an option of hpc-runner {args.command} (did you mean {typos[err.id_path]}?) "
+                f"nor an id of the config; nothing was run or queued", where=err.where, id_path=err.id_path,
+                expected=f"{typos[err.id_path]} VALUE, or --+{err.id_path} VALUE to add that id to the config",
+            ) from None
+        raise
     cfg.init_id = getattr(args, "init_id", None) or cfg.init_id
     cfg.final_id = getattr(args, "final_id", None) or cfg.final_id
     if getattr(args, "safe", False):

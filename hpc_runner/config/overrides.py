@@ -241,7 +241,7 @@ def apply_override(config: dict, ov: Override, where_defined: Mapping[str, str],
         add = f"--+{ov.id}" if ov.source == "cli" else f"+{ov.id}"
         raise ConfigError(
             f"override {ov.origin} names id '{ov.id}', which is not in the config",
-            where=ov.origin if ov.source == "args_file" else None,
+            where=ov.origin if ov.source == "args_file" else None, id_path=ov.id,
             expected=f"an existing id (to add a new one, write {add} VALUE)",
             hint=hint,
         )

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from hpc_runner.config.ids import join_id, normalize_id
-from hpc_runner.config.nesting import check_json_depth, compose_checked
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.shape import check_json_depth, compose_checked
 
 try:  # libyaml is ~10x faster and keeps the same marks
     _YamlLoader: type = yaml.CSafeLoader

@@ -13,9 +13,9 @@ import yaml
 
 from hpc_runner.config.env import env_override_vars, env_var_to_id
 from hpc_runner.config.ids import get_by_id, has_id, iter_ids, normalize_id, set_by_id
-from hpc_runner.config.nesting import compose_checked
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.shape import compose_checked
 
 ADD_PREFIX = "+"
 # args-file keys that are options of `run` rather than override ids (as in MONAI's args_file)

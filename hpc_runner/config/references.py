@@ -68,7 +68,7 @@ def expand_macros(
 
 
 def _too_deep(doing: str) -> ConfigError:
-    from hpc_runner.config.nesting import MAX_DEPTH
+    from hpc_runner.records.shape import MAX_DEPTH
 
     return ConfigError(
         f"the config is nested too deeply for {doing} (an override value nested hundreds of levels deep?)",

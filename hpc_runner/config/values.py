@@ -82,7 +82,7 @@ def parse_value(text: str, *, what: str = "value") -> Any:
         return text
     try:
         if stripped[0] in "[{&*":  # a flow collection: bound its depth and aliases before building it
-            from hpc_runner.config.nesting import check_yaml_shape
+            from hpc_runner.records.shape import check_yaml_shape
 
             check_yaml_shape(Yaml12Loader(stripped), what)
         value = yaml.load(stripped, Loader=Yaml12Loader)

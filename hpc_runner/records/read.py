@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.errors import UserError
+from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.records.shape import check_yaml_shape
 
 MAX_BYTES = 512 << 20  # the largest record read (a 100,000-point sweep.yaml is ~30 MB)
 
@@ -62,11 +63,19 @@ def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *
 
 
 def parse_yaml_record(text: str, path: Path, what: str = "record") -> Any:
-    """Parse a record's YAML with the safe loader (libyaml when available); RecordError naming the line."""
+    """Parse a record's YAML with the safe loader (libyaml when available); RecordError naming the line.
+
+    Its shape is checked first, on the parser's events, as a config's is: a record is someone else's file
+    (a shared sweep folder), and a few lines of anchors and aliases expand to billions of nodes."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        check_yaml_shape(loader(text), path)
+        return yaml.load(text, Loader=loader)
+    except ConfigError as err:  # over the depth or alias bound
+        raise RecordError(f"the {what} cannot be read: {err.message}", where=err.where, expected=err.expected
+                          ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

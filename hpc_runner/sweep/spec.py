@@ -212,8 +212,8 @@ def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     """Return the sweep file's data and the line of each top-level key."""
     import yaml
 
-    from hpc_runner.config.nesting import compose_checked
     from hpc_runner.config.values import Yaml12Loader
+    from hpc_runner.records.shape import compose_checked
 
     try:
         text = path.read_text(encoding="utf-8")

@@ -75,7 +75,7 @@ def _nested_json(levels: int) -> str:
 
 
 def test_nesting_up_to_the_limit_loads_and_one_more_level_is_refused(tmp_path: Path) -> None:
-    from hpc_runner.config.nesting import MAX_DEPTH
+    from hpc_runner.records.shape import MAX_DEPTH
 
     for suffix in (".json", ".yaml"):
         ok, deep = tmp_path / f"ok{suffix}", tmp_path / f"deep{suffix}"
@@ -97,7 +97,7 @@ def test_brackets_inside_json_strings_do_not_count_as_nesting(tmp_path: Path) ->
 
 
 def test_an_alias_counts_the_depth_of_the_node_it_repeats(tmp_path: Path) -> None:
-    from hpc_runner.config.nesting import MAX_DEPTH
+    from hpc_runner.records.shape import MAX_DEPTH
 
     f = tmp_path / "train.yaml"
     half = MAX_DEPTH // 2 + 1
@@ -108,7 +108,7 @@ def test_an_alias_counts_the_depth_of_the_node_it_repeats(tmp_path: Path) -> Non
 
 
 def test_aliases_may_add_up_to_the_limit_and_plain_content_is_not_counted(tmp_path: Path) -> None:
-    from hpc_runner.config.nesting import MAX_ALIAS_NODES
+    from hpc_runner.records.shape import MAX_ALIAS_NODES
 
     f = tmp_path / "train.yaml"
     # an anchor of 1,000 nodes (the list and 999 items), repeated MAX_ALIAS_NODES / 1,000 times

@@ -1,4 +1,4 @@
-"""Limits on a config file's shape, checked on the text or the parser's events before anything is built.
+"""Limits on a YAML or JSON file's shape (configs and records), checked before anything is built.
 
 A JSON or YAML file nested 50,000 levels deep crashes ``json.loads`` (RecursionError) and libyaml's
 composer (a C stack overflow), and a few lines of YAML anchors and aliases (``&a [*a, *a, ...]``)

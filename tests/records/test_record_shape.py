@@ -1,0 +1,44 @@
+"""A record is read with the same bounds as a config: an alias bomb or a 50,000-level nesting is bad input, fast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpc_runner.records.read import RecordError, parse_yaml_record
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8))
+
+
+def test_an_alias_bomb_in_a_record_is_refused_before_it_expands(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(RecordError) as err:
+        parse_yaml_record(BOMB, tmp_path / "sweep.yaml", "sweep record")
+    assert "alias bomb" in err.value.paragraph() and "sweep.yaml" in err.value.paragraph()
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_record_nested_50000_levels_is_refused_without_a_crash(tmp_path: Path) -> None:
+    with pytest.raises(RecordError) as err:
+        parse_yaml_record("a: " + "[" * 50_000 + "]" * 50_000 + "\n", tmp_path / "run.yaml", "run record")
+    assert "levels deep" in err.value.paragraph()
+
+
+def test_a_plain_record_with_a_repeated_node_still_loads(tmp_path: Path) -> None:
+    assert parse_yaml_record("a: &x {k: 1}\nb: *x\n", tmp_path / "r.yaml") == {"a": {"k": 1}, "b": {"k": 1}}
+
+
+def test_status_of_a_sweep_folder_whose_record_is_an_alias_bomb_exits_2_naming_it(tmp_path: Path) -> None:
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.yaml").write_text("kind: hpc-runner-sweep\n" + BOMB)
+    res = subprocess.run([sys.executable, "-m", "hpc_runner", "status", str(sweep)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "sweep.yaml" in res.stderr and "Traceback" not in res.stderr

@@ -157,8 +157,10 @@ class _Checker:
         if str(node.get("_mode_", "")).lower() == "debug":
             self.add(join_id(id_path, "_mode_"), "_mode_ 'debug' (pdb) is refused")
         for key, value in node.items():
-            if key in UNSAFE_VALUES and value is UNSAFE_VALUES[key][0]:
-                self.add(join_id(id_path, key), f"'{key}: {str(value).lower()}' is refused: {UNSAFE_VALUES[key][1]}")
+            # by truthiness, not identity: the class tests `if allow_pickle:`, so 1, "yes" or "False" unpickle too
+            if key in UNSAFE_VALUES and bool(value) == UNSAFE_VALUES[key][0]:
+                shown = str(value).lower() if isinstance(value, bool) else repr(value)
+                self.add(join_id(id_path, key), f"'{key}: {shown}' is refused: {UNSAFE_VALUES[key][1]}")
             elif key in DOWNLOAD_KEYS and value:
                 self.add(join_id(id_path, key), f"'{key}' is refused: it downloads")
         if real in WRITERS:

@@ -210,6 +210,9 @@ _CORPUS = {
                    "  filepath: x.pth\n", None, None),
     "pretrained": ("net2:\n  _target_: DenseNet121\n  spatial_dims: 2\n  in_channels: 1\n  out_channels: 2\n"
                    "  pretrained: true\n", None, None),
+    "pretrained_as_1": ("net2:\n  _target_: DenseNet121\n  spatial_dims: 2\n  in_channels: 1\n  out_channels: 2\n"
+                        "  pretrained: 1\n", None, None),
+    "allow_pickle_as_1": ("load:\n  _target_: LoadImage\n  reader: NumpyReader\n  allow_pickle: 1\n", None, None),
     "hub_loss": ("perc:\n  _target_: monai.losses.PerceptualLoss\n  spatial_dims: 2\n", None, None),
     "writer_default": ("saver:\n  _target_: monai.handlers.CheckpointSaver\n  save_dict: {}\n"
                        "  save_dir: /tmp/elsewhere\n", None, None),

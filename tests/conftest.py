@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -9,12 +10,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hpc_runner.scheduler import accounting
+from hpc_runner.scheduler.memory_executor import MemoryCluster
 
 # Job states after which a job never runs again (REQUEUED is not one: the job goes back to PENDING).
 FINAL_STATES = frozenset(
@@ -297,3 +301,18 @@ def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
         yield
+
+
+@pytest.fixture
+def make_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """``make_cluster(**options)``: an in-memory cluster (scheduler/memory_executor.py) that ``executor: memory``
+    profiles reach, for the tests of our logic in tests/sweep and tests/pipeline."""
+    with contextlib.ExitStack() as stack:
+        def make(**options: Any) -> MemoryCluster:
+            cluster = stack.enter_context(MemoryCluster(**options).installed())
+            # sweep/states.py's recheck_requeued asks squeue itself, not through the executor: answered by the
+            # cluster here, else a real squeue would be asked about this cluster's job ids
+            monkeypatch.setattr(accounting, "queued_states", lambda ids, timeout=30: cluster.queued_states(ids))
+            return cluster
+
+        yield make

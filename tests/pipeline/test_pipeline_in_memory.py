@@ -11,7 +11,6 @@ and weights, a failed job's log) the test writes it, standing in for the bundle.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -25,7 +24,7 @@ from submitit.core.utils import JobPaths
 from hpc_runner.cli import main
 from hpc_runner.config import preflight
 from hpc_runner.pipeline import record as pr
-from hpc_runner.scheduler import accounting, cluster_info
+from hpc_runner.scheduler import cluster_info
 from hpc_runner.scheduler.memory_executor import MemoryCluster
 from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.sweep.targets import load_target
@@ -52,20 +51,6 @@ def no_real_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     monkeypatch.setattr(cluster_info, "_CACHE", {})  # a `scontrol show config` answered earlier is not reused
     yield
     assert not calls.exists(), f"a SLURM command was run: {calls.read_text()}"
-
-
-@pytest.fixture
-def make_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., MemoryCluster]]:
-    """``make_cluster(**options)``: an in-memory cluster that ``executor: memory`` profiles reach."""
-    with contextlib.ExitStack() as stack:
-        def make(**options: Any) -> MemoryCluster:
-            cluster = stack.enter_context(MemoryCluster(**options).installed())
-            # sweep/states.py's recheck_requeued asks squeue itself, not through the executor (the PATH stand-ins
-            # above would fail the test): answered by the cluster
-            monkeypatch.setattr(accounting, "queued_states", lambda ids, timeout=30: cluster.queued_states(ids))
-            return cluster
-
-        yield make
 
 
 @pytest.fixture

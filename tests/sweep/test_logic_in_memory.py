@@ -5,16 +5,11 @@ each one, in milliseconds, where tests/slurm/ waits for a real SLURM."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from hpc_runner.scheduler import accounting
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.memory_executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
@@ -32,20 +27,6 @@ from hpc_runner.sweep.task import run_sweep_task
 from tests.sweep.test_governor import _sweep
 
 SETTINGS = {"executor": "memory", "time": 10, "mem_gb": 1}
-
-
-@pytest.fixture
-def make_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., MemoryCluster]]:
-    """``make_cluster(**options)``: an in-memory cluster that ``executor: memory`` profiles reach."""
-    with contextlib.ExitStack() as stack:
-        def make(**options: Any) -> MemoryCluster:
-            cluster = stack.enter_context(MemoryCluster(**options).installed())
-            # sweep/states.py's recheck_requeued asks squeue itself, not through the executor: answered by the
-            # cluster here, else a real squeue would be asked about this cluster's job ids
-            monkeypatch.setattr(accounting, "queued_states", lambda ids, timeout=30: cluster.queued_states(ids))
-            return cluster
-
-        yield make
 
 
 def new_sweep(tmp_path: Path, n: int, retry: dict[str, str] | None = None, **settings: Any) -> Path:

@@ -160,7 +160,7 @@ def measure_submitit(work: Path, n: int, env: dict[str, str], timeout: float) ->
     os.environ["PATH"] = f"{sbatch_shim(work / 'submitit-shims', calls)}{os.pathsep}{env.get('PATH', '')}"
     import submitit
 
-    from hpc_runner.scheduler.cluster_info import max_array_size
+    from hpc_runner.scheduler.slurm.cluster_info import max_array_size
 
     limit, _ = max_array_size()
     marks = work / "submitit-points"

@@ -84,7 +84,7 @@ def child_check(n: int, folder: Path) -> dict:
 
 def child_sweep(n: int, folder: Path) -> dict:
     """Time `hpc-runner sweep` of n points under the QOS limit; return time, arrays, waiting points."""
-    from hpc_runner.scheduler import cluster_info
+    from hpc_runner.scheduler.slurm import cluster_info
     from hpc_runner.sweep.ledger import WAITING, SweepRecord
 
     _warm("sweep", [*_sweep_argv(folder, 1), "--dry-run"])
@@ -253,7 +253,7 @@ def main() -> int:
     shims = make_shims(work / "bin")
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     calls = work / "calls.txt"
-    from hpc_runner.scheduler import cluster_info
+    from hpc_runner.scheduler.slurm import cluster_info
 
     config = cluster_info.scheduler_config()
     max_jobs = int(config.get("MaxJobCount", "10000").split()[0])

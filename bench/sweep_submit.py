@@ -86,7 +86,7 @@ def run_command(name: str, argv: list[str]) -> int:
     """Parse and run one hpc-runner command as hpc_runner.cli.main does, loading only that command's module."""
     import importlib
 
-    from hpc_runner.cli.argv import split_overrides
+    from hpc_runner.config.argv import split_overrides
 
     module = importlib.import_module(f"hpc_runner.cli.{name}")
     parser = argparse.ArgumentParser(prog=f"hpc-runner {name}")
@@ -102,7 +102,7 @@ def child_submitit(n: int, folder: Path) -> dict:
     """Time bare map_array of n trivial tasks (split at MaxArraySize); return time, job ids, peak memory."""
     import submitit
 
-    from hpc_runner.scheduler.cluster_info import max_array_size
+    from hpc_runner.scheduler.slurm.cluster_info import max_array_size
 
     limit, _ = max_array_size()
     ex = submitit.SlurmExecutor(folder=folder / "%j")
@@ -126,7 +126,7 @@ def child_sweep(n: int, folder: Path, per_task_folders: bool = False) -> dict:
 
     import hpc_runner.cli.sweep  # noqa: F401  (imported before the clock, like submitit)
     from hpc_runner.config import bundle_config  # noqa: F401
-    from hpc_runner.scheduler import cluster_info, slurm_executor  # noqa: F401
+    from hpc_runner.scheduler.slurm import cluster_info, executor  # noqa: F401
     from hpc_runner.sweep import job, submission  # noqa: F401
     from hpc_runner.sweep import ledger as sweep_record
     from hpc_runner.sweep.ledger import SweepRecord
@@ -252,8 +252,8 @@ def main() -> int:
     shims = make_shims(work / "bin")
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     calls = work / "calls.txt"
-    from hpc_runner.scheduler import cluster_info
-    from hpc_runner.scheduler.cluster_info import max_array_size
+    from hpc_runner.scheduler.slurm import cluster_info
+    from hpc_runner.scheduler.slurm.cluster_info import max_array_size
 
     limit, source = max_array_size()
     config = cluster_info.scheduler_config()

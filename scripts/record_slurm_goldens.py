@@ -9,7 +9,7 @@ It queues a handful of tiny jobs (about 30 s): an array whose tasks complete, fa
 cancelled while running, a job requeued while running (``scontrol requeue``) that then completes, and a
 job held on a dependency that can never be met. Then it writes, with the exact options hpc-runner uses:
 
-- ``sacct.txt``: ``sacct -D --parsable2 -o <SACCT_FIELDS> -j IDS`` (scheduler/accounting.py);
+- ``sacct.txt``: ``sacct -D --parsable2 -o <SACCT_FIELDS> -j IDS`` (scheduler/slurm/accounting.py);
 - ``squeue_states.txt``: ``squeue -h -r -j IDS -o %i|%T`` while the held job waits;
 - ``squeue_reasons.txt``: ``squeue -h -j ID -o %i|%r`` of the held job (pending reasons);
 - ``scontrol_show_job.txt``: ``scontrol show job -o ID`` of a running job (job_clock's EndTime);
@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from hpc_runner.scheduler.accounting import SACCT_FIELDS  # noqa: E402
+from hpc_runner.scheduler.slurm.accounting import SACCT_FIELDS  # noqa: E402
 
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
 

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from hpc_runner.scheduler import accounting
-from hpc_runner.scheduler.memory_executor import MemoryCluster
+from hpc_runner.scheduler.memory.executor import MemoryCluster
 
 # Job states after which a job never runs again (REQUEUED is not one: the job goes back to PENDING).
 FINAL_STATES = frozenset(
@@ -304,15 +303,11 @@ def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 
 @pytest.fixture
-def make_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
-    """``make_cluster(**options)``: an in-memory cluster (scheduler/memory_executor.py) that ``executor: memory``
+def make_cluster() -> Iterator[Callable[..., Any]]:
+    """``make_cluster(**options)``: an in-memory cluster (scheduler/memory/executor.py) that ``executor: memory``
     profiles reach, for the tests of our logic in tests/sweep and tests/pipeline."""
     with contextlib.ExitStack() as stack:
         def make(**options: Any) -> MemoryCluster:
-            cluster = stack.enter_context(MemoryCluster(**options).installed())
-            # sweep/states.py's recheck_requeued asks squeue itself, not through the executor: answered by the
-            # cluster here, else a real squeue would be asked about this cluster's job ids
-            monkeypatch.setattr(accounting, "queued_states", lambda ids, timeout=30: cluster.queued_states(ids))
-            return cluster
+            return stack.enter_context(MemoryCluster(**options).installed())
 
         yield make

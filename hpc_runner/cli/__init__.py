@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpc_runner import __version__
-from hpc_runner.cli.argv import option_typos, split_overrides
+from hpc_runner.config.argv import option_typos, split_overrides
 from hpc_runner.errors import UserError
 
 # name -> module; each module defines HELP, add_arguments(parser), main(args) -> int,

@@ -19,13 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.pipeline import cancel_main, is_pipeline
+    from hpc_runner.cli.targets import open_target
 
-    if is_pipeline(args.dir):  # a pipeline dir: every stage still queued or running (cli/pipeline.py)
-        return cancel_main(args)
-    from hpc_runner.sweep.cancel import cancel_target
-    from hpc_runner.sweep.targets import load_target
-
-    out = cancel_target(load_target(args.dir))
-    print(f"hpc-runner: {out.message}")
-    return 0
+    return open_target(args.dir).cancel(args)  # a pipeline dir: every stage still queued or running

@@ -178,7 +178,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     cfg.init_id = getattr(args, "init_id", None) or cfg.init_id
     cfg.final_id = getattr(args, "final_id", None) or cfg.final_id
     if getattr(args, "safe", False):
-        from hpc_runner.registry.safe_mode import check_safe
+        from hpc_runner.config.safe_mode import check_safe
 
         check_safe(cfg)
     cfg.trusted = bool(getattr(args, "trust", False))

@@ -23,9 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.config.verify import check_packable
     from hpc_runner.registry.archive import pack_bundle
     from hpc_runner.registry.search import resolve_bundle
 
-    result = pack_bundle(resolve_bundle(args.bundle), Path(args.out))
+    result = pack_bundle(resolve_bundle(args.bundle), Path(args.out), check=check_packable)
     print(f"packed {result.name} {result.version} ({result.files} files) into {result.archive}")
     return 0

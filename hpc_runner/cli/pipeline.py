@@ -100,20 +100,16 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def is_pipeline(path: str) -> bool:
-    """Return True for a pipeline dir (what status, collect, report, resume and cancel dispatch on)."""
-    return (Path(path) / "pipeline.yaml").is_file()
-
-
 def _top_up(views: Any, quiet: bool) -> int:
     """The governor's top-up step for each sweep stage that has points waiting (as `status` does for a sweep)."""
-    from hpc_runner.sweep.submission import top_up
+    from hpc_runner.sweep.submission import top_up as top_up_sweep
+    from hpc_runner.sweep.targets import SweepTarget
 
     sent = 0
     for v in views:
-        if v.target is not None and v.target.kind == "sweep":
+        if isinstance(v.target, SweepTarget):  # a run stage has no point waiting: it has no top-up
             try:
-                sent += top_up(v.folder, lambda m: print(m, file=sys.stderr if quiet else sys.stdout))
+                sent += top_up_sweep(v.target.path, lambda m: print(m, file=sys.stderr if quiet else sys.stdout))
             except Exception as exc:  # status shows the states even when sbatch does not answer
                 print(f"hpc-runner status: the waiting points of {v.name} were not submitted ({exc})",
                       file=sys.stderr)

@@ -32,13 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.pipeline import is_pipeline, report_main
+    from hpc_runner.cli.targets import open_target
+    from hpc_runner.report.build import not_a_report_dir
 
-    if is_pipeline(args.dir):  # a pipeline dir: its chain, the stages' reports linked (cli/pipeline.py)
-        return report_main(args)
-    from hpc_runner.report.build import build_report
-
-    report = build_report(args.dir, each_run=args.runs)
-    print(f"hpc-runner: wrote {len(report.pngs)} PNG plot(s) and the {report.kind} report {report.html}")
-    print(f"  open: file://{report.html.resolve()}")
-    return 0
+    # a pipeline dir: its chain, the stages' reports linked (cli/pipeline.py); a dir that is none of these
+    # is named as report always named it
+    return open_target(args.dir, unknown=not_a_report_dir).report(args)

@@ -14,7 +14,7 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
-from hpc_runner.resources.cpus_option import add_cpus_argument, apply_run_cpus
+from hpc_runner.cli.cpus_option import add_cpus_argument, apply_run_cpus
 
 HELP = "run a bundle entry here (initialize, ENTRY, finalize) in a recorded run dir"
 DESCRIPTION = """Run a bundle entry on this machine.
@@ -167,18 +167,18 @@ def execute_and_report(
         return 0
     if outcome.status == "preempted":
         from hpc_runner.engine.distributed import launched_world
-        from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+        from hpc_runner.scheduler.job_env import own_job_id, requeue_job
 
         rank = launched_world()[0]
         if rank != 0:  # rank 0 writes the checkpoint and speaks for the job
             print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}; checkpoint written by rank 0",
                   file=sys.stderr)
             return EXIT_PREEMPTED
-        job = requeue_current_job() if requeue else None
+        job = requeue_job() if requeue else None
         if job:
             then = f"requeued SLURM job {job}; it continues from the checkpoint"
-        elif current_job_id() and requeue:
-            then = (f"SLURM is ending job {current_job_id()} (cancelled or not requeueable); continue with: "
+        elif own_job_id() and requeue:
+            then = (f"SLURM is ending job {own_job_id()} (cancelled or not requeueable); continue with: "
                     f"hpc-runner run --resume {run_dir.path}")
         else:
             then = f"continue with: hpc-runner run --resume {run_dir.path}"

@@ -13,8 +13,8 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
-from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
@@ -112,9 +112,9 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from hpc_runner.scheduler.follow import follow_job
+    from hpc_runner.scheduler.select import executor_for
 
-    state = follow_job(job_id, Path(job["stdout"]), Path(job["stderr"]), since=None)
+    state = executor_for(profile).follow(job_id, Path(job["stdout"]), Path(job["stderr"]), since=None)
     status = RunDir(res.directory).record().get("status")
     print(f"hpc-runner: job {job_id} ended: {state}; run status {status}; run dir {res.directory}")
     return 0 if status == "completed" else 1
@@ -183,8 +183,8 @@ def _submit_monai_command(args: argparse.Namespace, profile) -> int:
     sys.stdout.flush()
     if not args.wait:
         return 0
-    from hpc_runner.scheduler.follow import follow_job
+    from hpc_runner.scheduler.select import executor_for
 
-    state = follow_job(res.job_id, Path(res.stdout), Path(res.stderr), since=None)
+    state = executor_for(profile).follow(res.job_id, Path(res.stdout), Path(res.stderr), since=None)
     print(f"hpc-runner: job {res.job_id} ended: {state}; job folder {res.folder}")
     return 0 if state == "COMPLETED" else 1

@@ -14,13 +14,13 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import (
     add_cluster_arguments,
     load_profile_from_args,
     nonnegative_int,
     positive_int,
 )
-from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
 DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values

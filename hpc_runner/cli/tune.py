@@ -14,8 +14,8 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
-from hpc_runner.resources.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 
 HELP = "search hyper-parameters with Optuna (TPE + ASHA pruning) in K worker array tasks"
 DESCRIPTION = """Check the space (each bound and choice against the config's ids and types, and the

@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.config.verify import verify_bundle
     from hpc_runner.registry.search import resolve_bundle
-    from hpc_runner.registry.verify import verify_bundle
 
     bundle_dir = resolve_bundle(args.bundle)
     report = verify_bundle(bundle_dir, imports=not args.no_imports, net=args.net, net_id=args.net_id,

@@ -25,6 +25,8 @@ from hpc_runner.config.overrides import (
 )
 from hpc_runner.config.references import check_references, expand_macros, load_macro_file
 from hpc_runner.errors import BundleError, ConfigError
+from hpc_runner.registry.metadata import metadata_note
+from hpc_runner.registry.search import resolve_bundle
 
 META_KEY = "_meta_"
 DEFAULT_CONFIG_STEMS = ("train",)
@@ -34,6 +36,8 @@ DEFAULT_CONFIG_STEMS = ("train",)
 ADDED_IF_MISSING = ("bundle_root", "dataset_dir")
 # what MONAI's ConfigWorkflow runs around ENTRY unless --init_id / --final_id name other ids
 DEFAULT_INIT_ID, DEFAULT_FINAL_ID = "initialize", "finalize"
+# the ids a bundle usually runs (MONAI's entries): what pre-flight checks and the runner looks for without an entry
+USUAL_ENTRIES = ("run", "training", "train", "evaluating", "evaluate", "inferring", "infer", "inference")
 LOGGING_CONF = "logging.conf"
 
 
@@ -254,9 +258,6 @@ def load_bundle_config(
     Metadata is never validated here (MONAI's runner does not): at most one warning line; ``verify`` checks it.
     ``strict_ids`` refuses overrides of ids the config lacks (without it they are added, as MONAI does).
     """
-    from hpc_runner.registry.metadata import metadata_note
-    from hpc_runner.registry.search import resolve_bundle
-
     environ = os.environ if environ is None else environ
     args_overrides: list[Override] = []
     if args_file:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.bundle_config import META_KEY, BundleConfig
+from hpc_runner.config.bundle_config import META_KEY, USUAL_ENTRIES, BundleConfig
 from hpc_runner.config.ids import get_by_id, has_id, iter_ids, join_id, normalize_id
 from hpc_runner.config.monai_bridge import bundle_on_sys_path
 from hpc_runner.config.overrides import Override
@@ -169,8 +169,6 @@ def _used_ids(body: dict, entry: str | None = None, init_id: str = PRODUCER_ID,
     ``entry`` None: the usual entry names (run, training, inference, ...) count; None is returned when the
     config has none of them, and then every id counts as used, since what runs cannot be known.
     """
-    from hpc_runner.engine.runner import USUAL_ENTRIES
-
     if entry is not None:
         entries = [normalize_id(entry)] if has_id(body, entry) else []
     else:

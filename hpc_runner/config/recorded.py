@@ -14,8 +14,10 @@ from hpc_runner.config.bundle_config import (
 )
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
+from hpc_runner.config.safe_mode import check_safe
 from hpc_runner.errors import ConfigError
 from hpc_runner.records.rundir import CONFIG_FILE, RunDir
+from hpc_runner.registry.trust import check_trust
 
 
 def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] = ()) -> tuple[BundleConfig, dict]:
@@ -82,12 +84,8 @@ def check_recorded_bundle(cfg: BundleConfig, record: dict, *, trust: bool = Fals
     cfg.trusted = bool(trust or record.get("trusted", False))
     cfg.safe = bool(safe or record.get("safe", False))
     if cfg.bundle_dir is not None:
-        from hpc_runner.registry.trust import check_trust
-
         check_trust(cfg.bundle_dir, trust=cfg.trusted)
     if cfg.safe:
-        from hpc_runner.registry.safe_mode import check_safe
-
         if cfg.logging_file is None and (record.get("bundle") or {}).get("logging_file"):
             cfg.logging_file = Path(record["bundle"]["logging_file"])  # the run applies it again: check it again
         check_safe(cfg)

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 # the launcher's and the rendezvous' decisions, imported from here by older callers
-from hpc_runner.engine.hostlist import first_host  # noqa: F401
 from hpc_runner.engine.launch_env import (  # noqa: F401
     env_int,
     launched_world,

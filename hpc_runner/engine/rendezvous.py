@@ -12,17 +12,24 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from hpc_runner.engine.hostlist import first_host
 from hpc_runner.engine.launch_env import env_int, launched_world, local_rank, node_rank, srun_without_torchrun
 from hpc_runner.errors import ClusterError, ConfigError
+from hpc_runner.scheduler.job_env import (
+    LAUNCH_ADDRESS,
+    first_node,
+    job_number,
+    launch_address,
+    node_address,
+    node_count,
+    node_name,
+    world_claims,
+)
 
 TIMEOUT_ENV = "HPCR_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -71,21 +78,6 @@ def resolve_host(host: str) -> str | None:
     return str(infos[0][4][0]) if infos else None
 
 
-def scontrol_node_addr(host: str, timeout: float = 10.0) -> str | None:
-    """Return the NodeAddr SLURM knows for ``host`` (``scontrol show node``), or None where it cannot say."""
-    exe = shutil.which("scontrol")
-    if exe is None:
-        return None
-    try:
-        res = subprocess.run([exe, "show", "node", host], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for token in res.stdout.split():
-        if token.startswith("NodeAddr="):
-            return token.split("=", 1)[1] or None
-    return None
-
-
 def master_address(
     host: str,
     *,
@@ -119,7 +111,7 @@ def master_address(
                              f"{this_host} ({mine}): the nodes are emulated on one machine")
     if launch_ip:
         return launch_ip, f"{host} {'resolves to loopback ' + ip if ip else 'does not resolve'} here; " \
-                          f"SLURM_LAUNCH_NODE_IPADDR {launch_ip}"
+                          f"{LAUNCH_ADDRESS} {launch_ip}"
     raise ClusterError(
         f"rank 0 runs on {host}, which {'resolves to the loopback address ' + ip if ip else 'does not resolve'} "
         "on this node, and SLURM gives no other address for it (scontrol show node, SLURM_LAUNCH_NODE_IPADDR)",
@@ -133,17 +125,6 @@ def _is_ip(text: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def node_count(environ: Mapping[str, str]) -> int:
-    """Return how many nodes the run spans (SLURM's step or job node count; torchrun's WORLD/LOCAL_WORLD)."""
-    for name in ("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
-        if environ.get(name):
-            return max(1, int(env_int(environ, name, 1) or 1))
-    world, local = env_int(environ, "WORLD_SIZE"), env_int(environ, "LOCAL_WORLD_SIZE")
-    if world and local:
-        return max(1, -(-world // local))
-    return 1
 
 
 def rendezvous_plan(
@@ -172,19 +153,18 @@ def rendezvous_plan(
     }
     notes: list[str] = []
     if "MASTER_PORT" not in environ:
-        job_var = "SLURM_JOB_ID" if environ.get("SLURM_JOB_ID") else "SLURM_JOBID"
-        job = env_int(environ, job_var)
-        if job is not None:
+        found = job_number(environ)
+        if found is not None:
+            job, job_var = found
             values["MASTER_PORT"] = str(master_port(job))
             notes.append(f"port {values['MASTER_PORT']} from {job_var}={job}")
     if "MASTER_ADDR" not in environ:
-        variable = next((v for v in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-                         if environ.get(v)), None)
-        if variable is None:
+        first = first_node(environ)
+        if first is None:
             values["MASTER_ADDR"] = "127.0.0.1"
             notes.append("no SLURM node list: rank 0 on this node")
         else:
-            host = first_host(environ[variable], variable)
+            host, variable = first
             find = address or _default_address(environ)
             values["MASTER_ADDR"], how = find(host)
             notes.append(f"rank 0 on {host}, the first node of {variable}: {how}")
@@ -193,7 +173,7 @@ def rendezvous_plan(
 
 def this_node(environ: Mapping[str, str]) -> str:
     """Return this node's name: SLURM's (SLURMD_NODENAME) inside a job, else the host name."""
-    return environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return node_name(environ) or socket.gethostname()
 
 
 def own_node_addr(environ: Mapping[str, str]) -> Callable[[], str | None]:
@@ -202,8 +182,8 @@ def own_node_addr(environ: Mapping[str, str]) -> Callable[[], str | None]:
 
     def ask() -> str | None:
         if not found:
-            name = environ.get("SLURMD_NODENAME")
-            addr = scontrol_node_addr(name) if name else None
+            name = node_name(environ)
+            addr = node_address(name) if name else None
             found.append(addr if addr is None or _is_ip(addr) else resolve_host(addr))
         return found[0]
     return ask
@@ -212,7 +192,7 @@ def own_node_addr(environ: Mapping[str, str]) -> Callable[[], str | None]:
 def _default_address(environ: Mapping[str, str]) -> Callable[[str], tuple[str, str]]:
     def find(host: str) -> tuple[str, str]:
         return master_address(host, this_host=this_node(environ), resolve=resolve_host,
-                              node_addr=scontrol_node_addr, launch_ip=environ.get("SLURM_LAUNCH_NODE_IPADDR"),
+                              node_addr=node_address, launch_ip=launch_address(environ),
                               own_addr=own_node_addr(environ))
     return find
 
@@ -226,8 +206,7 @@ def rendezvous_env(
 
 def claimed_by(environ: Mapping[str, str]) -> str:
     """Return the variables that say this run has several processes, as ``NAME=value`` words."""
-    names = ("RANK", "WORLD_SIZE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_PROCID", "SLURM_STEP_ID")
-    return " ".join(f"{n}={environ[n]}" for n in names if n in environ)
+    return world_claims(environ)
 
 
 # ---------------------------------------------------------------- the wait for every rank

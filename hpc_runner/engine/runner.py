@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.bundle_config import BundleConfig, apply_overrides
+from hpc_runner.config.bundle_config import USUAL_ENTRIES, BundleConfig, apply_overrides
 from hpc_runner.config.display import to_plain
 from hpc_runner.config.ids import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, has_id
 from hpc_runner.config.overrides import Override, suggest_ids
@@ -69,9 +69,6 @@ def _found_in(exc: BaseException, kind: type[BaseException]) -> BaseException | 
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
-
-
-USUAL_ENTRIES = ("run", "training", "train", "evaluating", "evaluate", "inferring", "infer", "inference")
 
 
 def _looks_like_entry(key: object, value: Any) -> bool:
@@ -138,12 +135,13 @@ def _prepare_run(
 ) -> tuple[RunDir, dict]:
     from hpc_runner.engine.distributed import init_distributed
     from hpc_runner.engine.launch_env import check_launch_env
+    from hpc_runner.scheduler.job_env import job_id
 
     run_id = check_entry(cfg, entry)
     rank, world = check_launch_env()  # a variable that is not an integer: one paragraph, exit 2
     if output_dir is None and world > 1:
         # every rank must pick the same folder, so it cannot come from each rank's clock
-        job = os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or "dist"
+        job = job_id() or os.environ.get("TORCHELASTIC_RUN_ID") or "dist"
         output_dir = default_run_dir(cfg.name).parent / f"job-{job}"  # runs/<safe name>/job-<id>
     run_dir = RunDir(Path(output_dir) if output_dir else default_run_dir(cfg.name))
     if cfg.recorded and cfg.logging_file is None:  # resumed runs and jobs log as the recorded run did

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hpc_runner.data.prefetch import move_to_device
-from hpc_runner.engine import bottleneck, profiler, validation_hooks
+from hpc_runner.engine import profiler, validation_hooks
 from hpc_runner.engine.checkpoint import (
     CheckpointError,
     checkpoint_path,
@@ -41,11 +41,12 @@ from hpc_runner.engine.distributed import (
     shard_loader,
     world_size,
 )
-from hpc_runner.engine.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, rng_for_rank, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
 from hpc_runner.engine.trainer_args import better, check_trainer_arguments, warn_amp_on_cpu
+from hpc_runner.pages import bottleneck
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
+from hpc_runner.records.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
 log = logging.getLogger("hpc_runner.trainer")
@@ -627,9 +628,10 @@ class Trainer:
         rng_after_skip, resumed_from = self._resume()
         self._wrap_distributed()
         if self._ckpt_dir is not None:
-            from hpc_runner.scheduler.job_clock import CheckpointTimer, training_job_end
+            from hpc_runner.scheduler.job_clock import CheckpointTimer
+            from hpc_runner.scheduler.job_env import job_end_time
 
-            self._timer = CheckpointTimer(training_job_end())  # None outside a job: no timed checkpoint
+            self._timer = CheckpointTimer(job_end_time())  # None outside a job: no timed checkpoint
         metrics_path = self.output_dir / METRICS_FILE if self.output_dir and self.main else None
         if metrics_path is not None and resumed_from:
             truncate_after_step(metrics_path, self.step)

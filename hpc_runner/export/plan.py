@@ -54,7 +54,7 @@ def config_extra_files(config_files: list[str]) -> dict[str, bytes]:
 
 
 def _input_shape(parser: Any, input_shape: Any) -> list[int]:
-    from hpc_runner.registry.verify_net import fake_input_shape
+    from hpc_runner.config.verify_net import fake_input_shape
 
     shape = list(input_shape) if input_shape else list(fake_input_shape(parser))
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):

@@ -7,6 +7,8 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hpc_runner.config.argv import split_overrides
+from hpc_runner.errors import UserError
 from hpc_runner.monai_cli.spec import SPECS, CommandSpec, add_arguments, extra_options, options_from_args
 
 # name -> "module:function" checking everything a run needs and returning the plan, without doing the work
@@ -34,9 +36,6 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 
 def parse_argv(name: str, argv: Sequence[str]) -> argparse.Namespace:
     """Parse the arguments of ``hpc-runner NAME ARGV...`` as the CLI does (unknown --id value: overrides)."""
-    from hpc_runner.cli.argv import split_overrides
-    from hpc_runner.errors import UserError
-
     parser = command_parser(name)
     known, overrides = split_overrides(parser, list(argv))
     try:
@@ -87,8 +86,8 @@ def _preflight_verify_metadata(kwargs: dict) -> None:
 
 
 def _preflight_verify_net(kwargs: dict) -> None:
+    from hpc_runner.config.verify_net import net_io_info
     from hpc_runner.monai_cli.arguments import load_config_parser, merge_args, require
-    from hpc_runner.registry.verify_net import net_io_info
 
     args = merge_args("verify_net_in_out", kwargs.pop("args_file", None), **kwargs)
     config_file = require(args, "config_file", "verify_net_in_out", "the config file(s) that define the network")

@@ -124,7 +124,7 @@ VERIFY_METADATA = CommandSpec(
         _ARGS,
     ),
     overrides=True,
-    api="hpc_runner.registry.verify_metadata:verify_metadata",
+    api="hpc_runner.monai_cli.verify_metadata:verify_metadata",
     help="MONAI's verify_metadata: check metadata.json against the JSON schema its `schema` field names",
     description="""Verify a bundle's metadata against the JSON schema named by its `schema` URL, as
 `python -m monai.bundle verify_metadata` does: the schema is downloaded to --filepath unless that file
@@ -151,7 +151,7 @@ VERIFY_NET_IN_OUT = CommandSpec(
         _ARGS,
     ),
     overrides=True,
-    api="hpc_runner.registry.verify_net:verify_net_in_out",
+    api="hpc_runner.monai_cli.verify_net_in_out:verify_net_in_out",
     help="MONAI's verify_net_in_out: run the network on a dummy input shaped as its metadata says",
     description="""Build the network, run a random input of the shape and dtype that metadata's
 network_data_format gives, and check the output's channels and dtype, as

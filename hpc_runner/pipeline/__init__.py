@@ -1,6 +1,8 @@
 """Pipelines: a study's chain of stages (search, select the best, evaluate, export, sharded inference) queued at once.
 
 - ``spec.py``: the pipeline file, checked (names, kinds, ``from``, cycles) before anything is loaded;
+- ``stages/``: the stage kinds (sweep, tune, select, run, shards, export), one class each in one registry
+  (``KINDS``): what every other module does with a stage of that kind;
 - ``configs.py``: each stage's bundle config and the pre-flight of all of them, before anything is queued;
 - ``record.py``: ``pipeline.yaml``, the one record of the stages' states and their transitions (under a lock);
 - ``selection.py``: which point is best (``mode: max|min``, ties, no finished point);
@@ -11,3 +13,5 @@
 - ``view.py``: where every stage stands (read-only), for ``status``, ``collect`` and ``report``;
 - ``resume.py``, ``cancel.py``, ``summary.py``: the commands on a pipeline dir.
 """
+
+from hpc_runner.pipeline import stages as stages  # registers the stage kinds before any module asks for one

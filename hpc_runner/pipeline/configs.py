@@ -24,9 +24,6 @@ from hpc_runner.scheduler.profiles import ClusterProfile
 
 SOURCE = "pipeline"  # the source of the overrides a pipeline sets (overrides.yaml says where each came from)
 PLACEHOLDER = "chosen"  # <pipeline dir>/<select stage>/chosen: the weights before the choice is made
-# a select job needs no GPU and little time: these settings of the profile are dropped for it
-GPU_SETTINGS = ("gres", "gpus_per_node", "gpus_per_task", "cpus_per_gpu", "mem_per_gpu")
-SELECT_MINUTES = 15
 
 
 @dataclass
@@ -73,18 +70,12 @@ def make_override(spelled_id: str, value: Any, origin: str) -> Override:
 
 
 def stage_profile(profile: ClusterProfile, stage: ps.StageSpec, where: str) -> ClusterProfile:
-    """Return the profile a stage's jobs are submitted with: the pipeline's, the stage's ``slurm:`` on top;
-    a select stage's job asks for one CPU, no GPU and at most 15 minutes (it reads records and writes a few)."""
-    from hpc_runner.scheduler.profiles import check_settings, parse_time_minutes
+    """Return the profile a stage's jobs are submitted with: the pipeline's, as its kind changes it (a select
+    stage's job asks for one CPU, no GPU and at most 15 minutes), the stage's ``slurm:`` on top."""
+    from hpc_runner.scheduler.profiles import check_settings
 
     settings = dict(profile.settings)
-    if stage.kind == ps.SELECT:
-        for key in GPU_SETTINGS:
-            settings.pop(key, None)
-        settings["cpus_per_task"] = 1
-        minutes = parse_time_minutes(settings.get("time", 60), profile.where)
-        delay_min = -(-int(settings.get("signal_delay_s") or 0) // 60)
-        settings["time"] = min(minutes, max(SELECT_MINUTES, delay_min + 5))
+    stage.kind.job_settings(settings, profile)
     if stage.slurm:
         check_settings(stage.slurm, where)
         settings.update(stage.slurm)
@@ -105,18 +96,19 @@ def resolve_bundle_dir(spec: ps.PipelineSpec) -> Path:
     return bundle_dir
 
 
-def _load(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> BundleConfig:
-    """Load the stage's config files (``config_file``, else ``configs/<entry>.*``, else train), no overrides."""
+def load_stage_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> BundleConfig:
+    """Load the stage's config files (``config_file``, else its kind's default config, else ``configs/<entry>.*``,
+    else train), no overrides."""
     from hpc_runner.config.bundle_config import load_bundle_config
 
     at = f"stages::{stage.index}"
-    if stage.entry and not stage.config_file and stage.kind in (ps.RUN, ps.SHARDS, ps.EXPORT):
+    if stage.entry and not stage.config_file and stage.kind.checks_entry:
         _check_entry_config(spec, stage, bundle_dir)
     files = [str(f if Path(f).is_absolute() else bundle_dir / f) for f in stage.config_file] or None
-    if stage.kind == ps.EXPORT and not files:  # the network as inference builds it
+    if stage.kind.default_config and not files:
         from hpc_runner.config.bundle_config import find_default_config
 
-        files = [str(find_default_config(bundle_dir, "inference"))]
+        files = [str(find_default_config(bundle_dir, stage.kind.default_config))]
     if files:
         missing = [f for f in files if not Path(f).is_file()]
         if missing:
@@ -200,8 +192,6 @@ def build_configs(spec: ps.PipelineSpec, profile: ClusterProfile, directory: Pat
 
     ``choices``: the choice of each select stage that has chosen (resume, the local executor): its
     consumers get the chosen values and weights now instead of the placeholder."""
-    from hpc_runner.pipeline.choice import choice_overrides
-
     bundle_dir = resolve_bundle_dir(spec)
     out: dict[str, StageConfig] = {}
     choices = choices or {}
@@ -209,33 +199,33 @@ def build_configs(spec: ps.PipelineSpec, profile: ClusterProfile, directory: Pat
         where = ps.where(spec.file, spec.lines, f"stages::{stage.index}::slurm")
         sc = StageConfig(stage, stage_profile(profile, stage, where))
         out[stage.name] = sc
-        if stage.kind == ps.SELECT:
-            continue
-        base = _load(spec, stage, bundle_dir)
-        if stage.kind == ps.EXPORT:
-            sc.cfg, sc.config_files = base, list(base.config_files)
-            _check_export(spec, stage, base)
-            continue
-        sc.inherited = inherited_overrides(spec, stage) if stage.source else {}
-        extra: list[Override] = []
-        if stage.source:
-            _check_weights_id(spec, stage, base)
-            choice = choices.get(stage.source)
-            if choice is not None:
-                extra = choice_overrides(base, choice, stage.weights_id, own=set(stage.overrides))
-            else:
-                extra = [Override(stage.weights_id, placeholder(directory, stage.source), SOURCE,
-                                  f"from {stage.source} (until it has chosen)")]
-        if stage.kind == ps.SHARDS:
-            extra += _shard_overrides(stage, base, directory, sc)
-        sc.cfg = with_stage_overrides(spec, stage, base, sc.inherited, extra)
-        sc.cfg.trusted = False
-        if stage.kind == ps.SWEEP:
-            _sweep(spec, stage, sc)
-        elif stage.kind == ps.TUNE:
-            _tune(spec, stage, sc)
+        stage.kind.configure(spec, sc, bundle_dir, directory, choices)
     check_pipeline_overrides(spec, out)
     return out
+
+
+def configure_stage(spec: ps.PipelineSpec, sc: StageConfig, bundle_dir: Path, directory: Path,
+                    choices: dict[str, dict[str, Any]]) -> None:
+    """Load a stage's config into ``sc``: its overrides (module doc), the weights and values it takes from its
+    select stage (the placeholder until it has chosen), what its kind adds, then what its kind runs."""
+    from hpc_runner.pipeline.choice import choice_overrides
+
+    stage = sc.stage
+    base = load_stage_config(spec, stage, bundle_dir)
+    sc.inherited = inherited_overrides(spec, stage) if stage.source else {}
+    extra: list[Override] = []
+    if stage.source:
+        _check_weights_id(spec, stage, base)
+        choice = choices.get(stage.source)
+        if choice is not None:
+            extra = choice_overrides(base, choice, stage.weights_id, own=set(stage.overrides))
+        else:
+            extra = [Override(stage.weights_id, placeholder(directory, stage.source), SOURCE,
+                              f"from {stage.source} (until it has chosen)")]
+    extra += stage.kind.extra_overrides(sc, base, directory)
+    sc.cfg = with_stage_overrides(spec, stage, base, sc.inherited, extra)
+    sc.cfg.trusted = False
+    stage.kind.plan(spec, sc)
 
 
 def _check_weights_id(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleConfig) -> None:
@@ -257,61 +247,12 @@ def _check_weights_id(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleCon
                           expected="one of the two: the chosen point's weights (from:) or the stage's own")
 
 
-def _check_export(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleConfig) -> None:
-    from hpc_runner.config.ids import has_id
-
-    net_id = stage.export.get("net_id", "network_def")
-    if not has_id(cfg.config, net_id):
-        raise ConfigError(f"stage '{stage.name}' exports the network '{net_id}', and its config has no such id",
-                          where=ps.where(spec.file, spec.lines, f"stages::{stage.index}::export"),
-                          id_path=f"stages.{stage.index}.export.net_id",
-                          expected="export: {net_id: ID} naming the network of the stage's config")
-
-
-def _shard_overrides(stage: ps.StageSpec, base: BundleConfig, directory: Path, sc: StageConfig) -> list[Override]:
-    """num_shards (and one predictions_dir for every shard) of a sharded stage (sweep/shards.py)."""
-    from hpc_runner.config.bundle_config import config_value
-    from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, PREDICTIONS_ID, check_shardable
-
-    check_shardable(base, int(stage.shards or 1))
-    values: dict[str, Any] = {"num_shards": stage.shards}
-    if config_value(base, PREDICTIONS_ID, None) is not None:
-        values[PREDICTIONS_ID] = str((directory / stage.name / PREDICTIONS_FOLDER).resolve())
-    sc.shard_values = values
-    return [Override(k, v, "hpc-runner", "submit --shards") for k, v in values.items()]
-
-
-def _sweep(spec: ps.PipelineSpec, stage: ps.StageSpec, sc: StageConfig) -> None:
-    from hpc_runner.sweep.spec import build_spec
-
-    try:
-        sc.sweep = build_spec(stage.sweep, stage.zip)
-    except UserError as exc:
-        raise type(exc)(f"stage '{stage.name}': {exc.message}", where=ps.where(
-            spec.file, spec.lines, f"stages::{stage.index}::sweep"), id_path=f"stages.{stage.index}.sweep",
-            expected=exc.expected, hint=exc.hint) from None
-    sc.points = sc.sweep.points()
-
-
-def _tune(spec: ps.PipelineSpec, stage: ps.StageSpec, sc: StageConfig) -> None:
-    from hpc_runner.tune.settings import TuneSettings
-    from hpc_runner.tune.space import parse_space, space_corners
-
-    t = stage.tune
-    direction = t.get("direction") or {"max": "maximize", "min": "minimize"}[t.get("mode", "max")]
-    sc.tune = TuneSettings(space=list(t["space"]), trials=int(t["trials"]), metric=str(t["metric"]),
-                           direction=direction, pruner=t.get("pruner", "asha"), sampler=t.get("sampler", "tpe"),
-                           seed=t.get("seed"), pruner_options=dict(t.get("pruner_options") or {}),
-                           sampler_options=dict(t.get("sampler_options") or {}))
-    sc.points = space_corners(parse_space(sc.tune.space))
-
-
 def source_points(configs: dict[str, StageConfig], stage: ps.StageSpec) -> list[dict[str, Any]]:
     """Return the points a consumer's select stage may choose (a sweep's points, a tune's corners, one run: {})."""
     if stage.source is None:
         return []
     select = configs[stage.source].stage
     search = configs.get(select.source or "")
-    if search is None or search.stage.kind == ps.RUN:
+    if search is None:
         return [{}]
-    return search.points or [{}]
+    return search.points or [{}]  # a run has no points: its one run is {}

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline import spec as ps
 
 JOB_FOLDER = "job"
 COMMAND_FILE = "command.yaml"
@@ -101,7 +100,7 @@ def exported_file(record: pr.PipelineRecord, name: str) -> Path:
 
 def stage_fields(sc: Any) -> dict[str, Any]:
     """Return what the record keeps of an export stage's config (its files and the bundle), for its job."""
-    if sc.stage.kind != ps.EXPORT or sc.cfg is None:
+    if sc.cfg is None:
         return {}
     return {"config_files": [str(Path(f).resolve()) for f in sc.config_files],
             "bundle_dir": str(sc.cfg.bundle_dir.resolve()) if sc.cfg.bundle_dir else None}

@@ -22,8 +22,7 @@ from typing import Any
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.configs import StageConfig, source_points
-from hpc_runner.scheduler.executor import Executor
-from hpc_runner.scheduler.limits import Limit
+from hpc_runner.scheduler.executor import Executor, Limit
 
 
 def _in_stage(stage: ps.StageSpec, exc: UserError) -> UserError:
@@ -41,41 +40,18 @@ def check_configs(order: list[StageConfig], configs: dict[str, StageConfig]) -> 
     checked = []
     for sc in order:
         stage = sc.stage
-        if stage.kind in (ps.SELECT, ps.EXPORT) or sc.cfg is None:
+        if sc.cfg is None:
             continue
         try:
-            checked.append(f"{stage.name}: {_check_stage(sc, configs, cache)}")
+            note = stage.kind.preflight(sc, configs, cache)  # None: nothing of its own to check (select, export)
         except UserError as exc:
             raise _in_stage(stage, exc) from None
+        if note is not None:
+            checked.append(f"{stage.name}: {note}")
     return "; ".join(checked)
 
 
-def _check_stage(sc: StageConfig, configs: dict[str, StageConfig], cache: Any) -> str:
-    from hpc_runner.config.preflight import check_config, check_points
-    from hpc_runner.engine.runner import check_entry
-
-    stage, cfg = sc.stage, sc.cfg
-    assert cfg is not None
-    check_entry(cfg, stage.entry)
-    entry = stage.entry or "run"
-    if stage.kind == ps.SWEEP:
-        from hpc_runner.sweep.check import check_points as check_values
-        from hpc_runner.sweep.check import make_override
-
-        note = check_values(cfg, sc.points)
-        return note + "; " + check_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in sc.points],
-                                          cache, entry=entry)
-    if stage.kind == ps.TUNE:
-        from hpc_runner.tune.tune_dir import check_space
-
-        return check_space(cfg, sc.tune, True, entry)
-    if stage.source is None:
-        check_config(cfg, cache, entry=entry)
-        return "config"
-    return _check_consumer(sc, configs, cache, entry)
-
-
-def _check_consumer(sc: StageConfig, configs: dict[str, StageConfig], cache: Any, entry: str) -> str:
+def check_consumer(sc: StageConfig, configs: dict[str, StageConfig], cache: Any, entry: str) -> str:
     """A stage from a select stage: its config with a stand-in for the weights and each point's values."""
     from hpc_runner.config.overrides import Override
     from hpc_runner.config.preflight import check_config, config_problems, describe_problems
@@ -112,18 +88,12 @@ def _check_consumer(sc: StageConfig, configs: dict[str, StageConfig], cache: Any
 
 def minimum_jobs(sc: StageConfig) -> int:
     """Return how many jobs (array tasks) of a stage must be queued when the pipeline starts."""
-    if sc.stage.kind == ps.TUNE and sc.tune is not None:
-        return min(int(sc.stage.tune.get("parallel", 1)), int(sc.tune.trials))
-    return 1
+    return sc.stage.kind.minimum_jobs(sc)
 
 
 def group_size(sc: StageConfig, max_array: int = 1001) -> int:
     """Return the size of the stage's largest job group (what sbatch --test-only is asked about)."""
-    if sc.stage.kind == ps.SWEEP:
-        return min(max_array, -(-len(sc.points) // max(1, sc.stage.pack)))
-    if sc.stage.kind == ps.SHARDS:
-        return min(max_array, int(sc.stage.shards or 1))
-    return minimum_jobs(sc)
+    return sc.stage.kind.group_size(sc, max_array)
 
 
 def check_resources(order: list[StageConfig], directory: Path, cwd: str) -> None:
@@ -136,14 +106,12 @@ def check_resources(order: list[StageConfig], directory: Path, cwd: str) -> None
         executor.check_time()
         if executor.runs_here:
             continue
-        request = JobRequest(job_name=f"hpcr-{sc.stage.kind}-{sc.name}", folder=directory / sc.name / "slurm",
+        request = JobRequest(job_name=f"hpcr-{sc.stage.kind.name}-{sc.name}", folder=directory / sc.name / "slurm",
                              chdir=cwd)
         try:
             executor.check_resources(request, group_size(sc), f"stage '{sc.name}'")
         except UserError as exc:
-            from hpc_runner.scheduler.limits import is_limit_refusal
-
-            if not is_limit_refusal(exc.message):  # the queue is full now: the slots are counted below
+            if not executor.is_limit_refusal(exc.message):  # the queue is full now: the slots are counted below
                 raise _in_stage(sc.stage, exc) from None
 
 

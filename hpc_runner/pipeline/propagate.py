@@ -26,14 +26,11 @@ NEVER_SATISFIED = "DependencyNeverSatisfied"
 
 def stage_executor(record: pr.PipelineRecord, name: str | None = None) -> Executor:
     """Return the executor of the profile a stage was queued with (else the pipeline's)."""
-    from hpc_runner.scheduler.profiles import ClusterProfile, check_settings
+    from hpc_runner.scheduler.profiles import checked_from_record
     from hpc_runner.scheduler.select import executor_for
 
     recorded = (record.stage(name).get("profile") if name else None) or record.data.get("cluster") or {}
-    settings = dict(recorded.get("settings") or {})
-    check_settings(settings, f"the profile recorded in {record.file}")
-    return executor_for(ClusterProfile(str(recorded.get("profile") or "recorded"),
-                                       [Path(recorded.get("file") or "recorded")], settings))
+    return executor_for(checked_from_record(recorded, f"the profile recorded in {record.file}"))
 
 
 def cancel_dependents(directory: Path, failed: str, message: str, log: Log = print) -> list[str]:

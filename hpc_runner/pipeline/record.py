@@ -30,14 +30,12 @@ pipeline.yaml is JSON (a subset of YAML 1.2), one stage a line, like sweep.yaml.
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError  # noqa: F401 - callers catch it here
 from hpc_runner.records.rundir import now_iso
 
 PIPELINE_FILE = "pipeline.yaml"
@@ -65,27 +63,24 @@ MAX_SUBMISSIONS = 4  # a stage is queued at most this often (the start and three
 MAX_DEFERRALS = 20  # a select stage waits again on its still-running input at most this often
 
 
-class TransitionError(ClusterError):
-    """A transition the pipeline record does not allow (a bug, or a record edited by hand)."""
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=str, separators=(", ", ": "))
-
-
 @dataclass
-class PipelineRecord:
+class PipelineRecord(LedgerRecord):
     """pipeline.yaml in memory: ``data`` holds everything but ``stages``. Read it anywhere; write it through
     ``locked`` only."""
+
+    NOUN: ClassVar[str] = "pipeline"  # PIPELINE_FILE, LOCK_FILE and KIND follow from it
+    ENTRIES: ClassVar[str] = "stages"
 
     path: Path
     data: dict[str, Any]
     stages: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def file(self) -> Path:
-        """Return the path of pipeline.yaml."""
-        return self.path / PIPELINE_FILE
+    @classmethod
+    def check_entry(cls, entry: Any, n: int, file: Path) -> None:
+        """ClusterError unless stage ``n`` is one hpc-runner could have written."""
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("state") not in STATES:
+            raise ClusterError(f"stage {n} of the pipeline record is not one hpc-runner wrote", where=str(file),
+                               expected=f"the {PIPELINE_FILE} hpc-runner wrote")
 
     def stage(self, name: str) -> dict[str, Any]:
         """Return the entry of stage ``name``; ClusterError when the pipeline has none."""
@@ -117,39 +112,6 @@ class PipelineRecord:
         s = self.stage(name)
         return s.get("chosen") if s.get("state") == DONE else None
 
-    @classmethod
-    def load(cls, path: str | Path) -> PipelineRecord:
-        """Read ``path/pipeline.yaml``; ClusterError when it is missing or not a pipeline record."""
-        from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
-
-        path = Path(path)
-        file = path / PIPELINE_FILE
-        try:
-            text = read_record_text(file, "pipeline record")
-            if text is None:
-                raise ClusterError("the pipeline record does not exist", where=str(file))
-            try:
-                data = json.loads(text)
-            except (ValueError, RecursionError):
-                data = parse_yaml_record(text, file, "pipeline record")
-        except RecordError as err:
-            raise ClusterError(err.message, where=err.where, expected=err.expected) from None
-        if not isinstance(data, dict) or data.get("kind") != KIND or not isinstance(data.get("stages"), list):
-            raise ClusterError("not a pipeline record", where=str(file),
-                               expected=f"a {PIPELINE_FILE} written by hpc-runner pipeline")
-        stages = data.pop("stages")
-        for n, s in enumerate(stages):
-            if not isinstance(s, dict) or not isinstance(s.get("name"), str) or s.get("state") not in STATES:
-                raise ClusterError(f"stage {n} of the pipeline record is not one hpc-runner wrote", where=str(file),
-                                   expected=f"the {PIPELINE_FILE} hpc-runner wrote")
-        return cls(path, data, stages)
-
-    def text(self) -> str:
-        """Return the file's text: one top-level key a line, then one stage a line."""
-        head = [f"  {json.dumps(k)}: {_dumps(v)}" for k, v in self.data.items()]
-        stages = ",\n".join("    " + _dumps(s) for s in self.stages)
-        return "{\n" + ",\n".join(head) + ',\n  "stages": [\n' + stages + "\n  ]\n}\n"
-
 
 def is_pipeline_dir(path: str | Path) -> bool:
     """Return True for a folder that holds a pipeline record."""
@@ -158,33 +120,17 @@ def is_pipeline_dir(path: str | Path) -> bool:
 
 def write_new(record: PipelineRecord) -> Path:
     """Write the first pipeline.yaml of a pipeline dir (before any job can exist)."""
-    if record.file.exists():
-        raise ClusterError("the pipeline dir already has a pipeline record", where=str(record.file))
-    record.path.mkdir(parents=True, exist_ok=True)
-    return write_text_atomic(record.file, record.text())
+    return record.write_new()
 
 
-class PipelineLedger:
+class PipelineLedger(Transactions[PipelineRecord]):
     """The transitions of a pipeline's stages, applied to a record held under its lock (``locked``)."""
 
-    def __init__(self, record: PipelineRecord) -> None:
-        self.record = record
-        self.events: list[tuple[str, str]] = []  # what this transaction did, for callers and tests
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """Return the pipeline-level data."""
-        return self.record.data
+    RECORD: ClassVar[type[LedgerRecord]] = PipelineRecord
+    TRANSITIONS: ClassVar[dict[str, tuple[frozenset[str], str]]] = TRANSITIONS
 
     def _move(self, event: str, name: str, note: str | None = None) -> dict[str, Any]:
-        sources, target = TRANSITIONS[event]
-        s = self.record.stage(name)
-        state = s.get("state")
-        if state not in sources:
-            raise TransitionError(f"stage '{name}' cannot {event} from state {state}", where=str(self.record.file),
-                                  expected=f"a stage in state {' or '.join(sorted(sources))}")
-        s["state"] = target
-        self.events.append((event, name))
+        s = self.move(event, self.record.stage(name), name, f"stage '{name}'")
         entry = {"at": now_iso(), "stage": name, "event": event}
         if note:
             entry["note"] = note[:300]
@@ -240,29 +186,13 @@ class PipelineLedger:
         s.update(ended=now_iso(), cause={"kind": kind, "message": message[:2000]})
 
 
-@contextlib.contextmanager
-def locked(path: str | Path, timeout: float = 600.0) -> Iterator[PipelineLedger]:
+def locked(path: str | Path, timeout: float = 600.0) -> contextlib.AbstractContextManager[PipelineLedger]:
     """Take the pipeline's lock, read pipeline.yaml, yield its ledger; write it atomically on a normal exit (and
     on an exception, when transitions were applied before it: each was valid on its own)."""
-    from hpc_runner.records.file_lock import exclusive
-
-    path = Path(path)
-    with exclusive(path / LOCK_FILE, timeout, what=f"the pipeline {path}"):
-        ledger = PipelineLedger(PipelineRecord.load(path))
-        try:
-            yield ledger
-        except BaseException:
-            if ledger.events:
-                write_text_atomic(ledger.record.file, ledger.record.text())
-            raise
-        write_text_atomic(ledger.record.file, ledger.record.text())
+    return PipelineLedger.locked(path, timeout)
 
 
 def read_settled(path: str | Path, timeout: float = 600.0) -> PipelineRecord:
     """Read pipeline.yaml once no one holds its lock (a job that starts while its stage is being queued waits
     until the submitter has recorded its job id)."""
-    from hpc_runner.records.file_lock import exclusive
-
-    path = Path(path)
-    with exclusive(path / LOCK_FILE, timeout, what=f"the pipeline {path}"):
-        return PipelineRecord.load(path)
+    return PipelineLedger.read_settled(path, timeout)

@@ -28,9 +28,11 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
+from hpc_runner.pipeline.stages.registry import kind_of
 from hpc_runner.pipeline.submit import Started
 from hpc_runner.pipeline.view import COMPLETED, StageView
-from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.executor import LOCAL_JOB_ID
+from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
 
 Log = Callable[[str], None]
 ATTEMPTS = "attempts"
@@ -50,13 +52,7 @@ class PipelinePlan:
 
 def recorded_profile(record: pr.PipelineRecord) -> ClusterProfile:
     """Return the cluster profile the pipeline was started with."""
-    from hpc_runner.scheduler.profiles import check_settings
-
-    recorded = record.data.get("cluster") or {}
-    settings = dict(recorded.get("settings") or {})
-    check_settings(settings, f"the profile recorded in {record.file}")
-    return ClusterProfile(str(recorded.get("profile") or "recorded"), [Path(recorded.get("file") or "recorded")],
-                          settings)
+    return checked_from_record(record.data.get("cluster"), f"the profile recorded in {record.file}")
 
 
 def plan_pipeline(record: pr.PipelineRecord, views: list[StageView]) -> PipelinePlan:
@@ -73,31 +69,23 @@ def plan_pipeline(record: pr.PipelineRecord, views: list[StageView]) -> Pipeline
     by_view = {v.name: v for v in views}
     for s in record.stages:
         name, kind, v = s["name"], s.get("kind"), by_view[s["name"]]
-        consumed = any(c.get("state") == pr.DONE for c in record.consumers(name) if c.get("kind") == ps.SELECT)
+        consumed = any(c.get("state") == pr.DONE for c in record.consumers(name) if kind_of(c.get("kind")).chooses)
         inputs_again = bool(set(s.get("inputs") or []) & again)
         if (v.state == COMPLETED or consumed) and not inputs_again:
             plan.actions[name] = KEEP
             continue
         again.add(name)
-        if kind in (ps.SWEEP, ps.TUNE):
-            plan.actions[name] = POINTS if (record.stage_dir(name) / "sweep.yaml").is_file() else FRESH
-        elif kind in (ps.RUN, ps.SHARDS):
-            plan.actions[name] = POINTS if _took_choice(record, name) and not inputs_again else FRESH
-        else:
-            plan.actions[name] = AGAIN
+        plan.actions[name] = kind_of(kind).resume_action(record, name, inputs_again)
     return plan
 
 
-def _took_choice(record: pr.PipelineRecord, name: str) -> bool:
-    """Whether a run or sharded stage's prepared config holds its select stage's choice (or needs none): its
-    weights id names the chosen run dir."""
+def took_choice(record: pr.PipelineRecord, name: str, prepared: Path) -> bool:
+    """Whether a run or sharded stage's prepared config (in ``prepared``) holds its select stage's choice (or needs
+    none): its weights id names the chosen run dir."""
     from hpc_runner.config.ids import get_by_id
     from hpc_runner.config.loader import load_file
-    from hpc_runner.sweep.ledger import BASE_DIR
 
     s = record.stage(name)
-    folder = record.stage_dir(name)
-    prepared = folder / BASE_DIR if s.get("kind") == ps.SHARDS else folder
     if not (prepared / "config.yaml").is_file():
         return False
     if not s.get("inputs"):
@@ -180,7 +168,7 @@ def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profil
     from hpc_runner.pipeline.configs import stage_profile
     from hpc_runner.pipeline.spec import parse_spec
     from hpc_runner.pipeline.submit import dependency_of
-    from hpc_runner.sweep.targets import load_target
+    from hpc_runner.sweep.targets import RunTarget, TuneTarget, load_target
 
     spec = parse_spec(record.data["pipeline"], Path(record.data.get("file") or record.file))
     stage = spec.stage(name)
@@ -188,26 +176,26 @@ def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profil
     folder = record.stage_dir(name)
     target = load_target(folder)
     dependency = dependency_of(record, stage)
-    if target.kind == "run":
+    if isinstance(target, RunTarget):
         from hpc_runner.sweep.resume import resume_run
 
         res = resume_run(target, sprofile, preflight=preflight)
-        jobs = [res.job_ids[0]] if not res.ran_here else ["local"]
-    elif target.record is not None and target.record.is_tune:
+        jobs = [res.job_ids[0]] if not res.ran_here else [LOCAL_JOB_ID]
+    elif isinstance(target, TuneTarget):
         from hpc_runner.tune.resume import resume_tune
 
         _, res = resume_tune(folder, target.record, sprofile, log=log, preflight=preflight)
-        jobs = [a["job_id"] for a in res.arrays] if res is not None and not res.ran_here else ["local"]
+        jobs = [a["job_id"] for a in res.arrays] if res is not None and not res.ran_here else [LOCAL_JOB_ID]
     else:
         from hpc_runner.sweep import ledger as sr
         from hpc_runner.sweep.resume import plan_resume, resume_sweep
 
         if dependency:
             with sr.locked(folder) as ledger:
-                ledger.data["dependency"] = dependency
+                ledger.wait_on(dependency)
         points = plan_resume(target)
         res = resume_sweep(target, points, sprofile, log=log, preflight=preflight)
-        jobs = [a["job_id"] for a in res.arrays] if not res.ran_here else ["local"]
+        jobs = [a["job_id"] for a in res.arrays] if not res.ran_here else [LOCAL_JOB_ID]
     with pr.locked(directory) as led:
         led.queue(name, jobs, dependency, profile=sprofile.to_record())
     out.jobs[name] = jobs

@@ -34,6 +34,7 @@ from typing import Any
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.selection import Candidate, Decision, decide, has_weights, metric_value, read_summary
+from hpc_runner.pipeline.stages.registry import kind_of
 
 Log = Callable[[str], None]
 CHOICE_FILE = "choice.json"
@@ -90,11 +91,11 @@ def metric_and_mode(record: pr.PipelineRecord, stage: dict[str, Any]) -> tuple[s
     sel = (stage.get("spec") or {}).get("select") or {}
     metric, mode = sel.get("metric"), sel.get("mode", "max")
     source = record.stage(sel["from"])
-    tune = (source.get("spec") or {}).get("tune") or {}
-    if metric is None and tune:
-        metric = tune.get("metric")
+    own = kind_of(source.get("kind")).own_metric(source.get("spec") or {})
+    if metric is None and own is not None:
+        metric = own[0]
         if "mode" not in sel:
-            mode = tune.get("mode") or ("min" if tune.get("direction") == "minimize" else "max")
+            mode = own[1]
     return metric, mode
 
 
@@ -122,13 +123,13 @@ def submit_select(executor: Any, directory: Path, name: str, dependency: str | N
 def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     """The select stage's job (module doc); raise SelectFailed when nothing can be chosen."""
     from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.scheduler.requeue import current_job_id
+    from hpc_runner.scheduler.job_env import own_job_id
 
     freeze_at_exit()
     directory = Path(pipeline_dir)
     record = pr.read_settled(directory)
     stage = record.stage(name)
-    me = current_job_id()
+    me = own_job_id()
     if stage.get("state") != pr.QUEUED or (me and me not in (stage.get("jobs") or [])):
         print(f"hpc-runner: select stage {name} is {stage.get('state')} (jobs {stage.get('jobs')}); nothing to do",
               flush=True)
@@ -166,7 +167,7 @@ def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
 
 def _deadline(job: str | None) -> float:
     """Until when this job may poll its input: a minute before SLURM ends it, else MAX_POLL_S from now."""
-    from hpc_runner.scheduler.job_clock import job_end_time
+    from hpc_runner.scheduler.job_env import job_end_time
 
     end = job_end_time(job) if job else None
     return end - 60.0 if end is not None else time.time() + MAX_POLL_S
@@ -201,14 +202,13 @@ def hand_on(directory: Path, record: pr.PipelineRecord, name: str, choice: dict[
     from hpc_runner.errors import UserError
     from hpc_runner.pipeline.choice import apply_choice
     from hpc_runner.pipeline.propagate import INPUT_FAILED, stop_stages
-    from hpc_runner.sweep.ledger import BASE_DIR
 
     given = []
     for c in record.consumers(name):
-        if c.get("state") != pr.QUEUED or c.get("kind") not in (ps.RUN, ps.SHARDS):
+        kind = kind_of(c.get("kind"))
+        if c.get("state") != pr.QUEUED or not kind.takes_choice:  # an export stage reads it from the record
             continue
-        folder = record.stage_dir(c["name"])
-        prepared = folder / BASE_DIR if c["kind"] == ps.SHARDS else folder
+        prepared = kind.prepared_dir(record.stage_dir(c["name"]))
         spec = c.get("spec") or {}
         try:
             applied = apply_choice(prepared, choice, spec.get("weights_id") or ps.DEFAULT_WEIGHTS_ID,
@@ -236,8 +236,8 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
     stages waiting on this job at the copy; None when nothing of the input is queued (the caller polls)."""
     from hpc_runner.errors import UserError
     from hpc_runner.pipeline.propagate import stage_executor
-    from hpc_runner.scheduler.accounting import array_ids
-    from hpc_runner.scheduler.limits import is_limit_refusal
+    from hpc_runner.scheduler.dependency import after_any, after_ok
+    from hpc_runner.scheduler.executor import array_ids
 
     executor = stage_executor(record, source)
     live = sorted(executor.still_queued(look.jobs)) if look.jobs else []
@@ -260,12 +260,12 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
 
         cancel_dependents(directory, name, stalled)
         raise SelectFailed(stalled)
-    dependency = "afterany:" + ":".join(array_ids(live))
+    dependency = after_any(array_ids(live))
     own = stage_executor(record, name)
     try:
         job = submit_select(own, directory, name, dependency, record.data.get("cwd"))
     except UserError as exc:
-        if not is_limit_refusal(exc.message):
+        if not own.is_limit_refusal(exc.message):
             raise
         # no submit slot for a new job: this one keeps its slot and looks again (the caller polls, bounded)
         print(f"hpc-runner: no submit slot to wait for stage {source} in a new job ({exc.message[:160]}); "
@@ -273,12 +273,12 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
         return None
     waiting_on_me = [c for c in record.consumers(name) if c.get("state") == pr.QUEUED]
     for c in waiting_on_me:
-        _point_at(record, c, f"afterok:{job}")
+        _point_at(record, c, after_ok([job]))
     wait_on_sweep(record.stage_dir(source), job)
     with pr.locked(directory) as led:
         led.defer(name, job, dependency)
         for c in waiting_on_me:
-            led.record.stage(c["name"])["dependency"] = f"afterok:{job}"
+            led.record.stage(c["name"])["dependency"] = after_ok([job])
     print(f"hpc-runner: stage {source} is not finished ({', '.join(look.unfinished[:8])}); select stage {name} "
           f"waits again as job {job} ({dependency})", flush=True)
     return {"status": "deferred", "job": job, "dependency": dependency}
@@ -293,7 +293,7 @@ def _point_at(record: pr.PipelineRecord, consumer: dict[str, Any], dependency: s
     jobs = [j for j in consumer.get("jobs") or [] if j]
     if (folder / sr.SWEEP_FILE).is_file():
         with sr.locked(folder) as ledger:
-            ledger.data["dependency"] = dependency
+            ledger.wait_on(dependency)
             jobs = sorted({p["job_id"] for p in ledger.points if p.get("job_id")} | set(jobs))
     if jobs:
         stage_executor(record, consumer["name"]).set_dependency(jobs, dependency)
@@ -316,4 +316,4 @@ def wait_on_sweep(folder: Path, job: str) -> None:
     if not (folder / sr.SWEEP_FILE).is_file():
         return
     with sr.locked(folder) as ledger:
-        ledger.data["waiters"] = [job]
+        ledger.set_waiter(job)

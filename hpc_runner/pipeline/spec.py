@@ -20,8 +20,9 @@ A pipeline file is YAML (or JSON)::
 
 A stage's kind is given by its one kind key: ``sweep`` or ``tune`` (a search), ``select`` (pick the best
 point of a search or a run), ``entry`` alone (one run; with ``shards: N`` N array tasks), ``export``
-(MONAI's ckpt_export of the chosen weights). Everything refused here is refused before anything is
-loaded, written or queued (docs/pipelines.md has every field).
+(MONAI's ckpt_export of the chosen weights); each kind is a class of pipeline/stages/, which checks its own
+fields. Everything refused here is refused before anything is loaded, written or queued (docs/pipelines.md
+has every field).
 """
 
 from __future__ import annotations
@@ -30,32 +31,20 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_runner.errors import UserError
 
-SWEEP, TUNE, SELECT, RUN, SHARDS, EXPORT = "sweep", "tune", "select", "run", "shards", "export"
-KINDS = (SWEEP, TUNE, SELECT, RUN, SHARDS, EXPORT)
-SEARCHES = (SWEEP, TUNE)  # stages whose points a select stage chooses from (a run too: one point)
-CONSUMERS = (RUN, SHARDS, EXPORT)  # stages that may take `from:` a select stage
+if TYPE_CHECKING:
+    from hpc_runner.pipeline.stages.base import StageKind
+
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 RESERVED = frozenset({"attempts", "slurm", "pipeline"})  # folders and files of the pipeline dir itself
 TOP_KEYS = ("bundle", "overrides", "stages", "description")
+# the fields of a stage, as the messages list them; a kind's field not here is known too (``_stage_keys``).
+# Which fields each kind takes: its class's ``keys`` (pipeline/stages/).
 STAGE_KEYS = ("name", "sweep", "tune", "select", "entry", "export", "config_file", "overrides", "from", "shards",
               "slurm", "zip", "pack", "pack_parallel", "weights_id", "description")
-# which keys each kind takes (besides name, description, slurm)
-KIND_KEYS = {
-    SWEEP: {"sweep", "entry", "config_file", "overrides", "zip", "pack", "pack_parallel"},
-    TUNE: {"tune", "entry", "config_file", "overrides"},
-    SELECT: {"select"},
-    RUN: {"entry", "config_file", "overrides", "from", "weights_id"},
-    SHARDS: {"entry", "config_file", "overrides", "from", "shards", "weights_id"},
-    EXPORT: {"export", "from", "config_file", "weights_id"},
-}
-SELECT_KEYS = ("from", "metric", "mode")
-TUNE_KEYS = ("space", "trials", "metric", "mode", "direction", "parallel", "pruner", "sampler", "seed",
-             "pruner_options", "sampler_options")
-EXPORT_KEYS = ("net_id", "filepath", "key_in_ckpt", "use_trace", "input_shape")
 MODES = ("max", "min")
 DEFAULT_WEIGHTS_ID = "ckpt"  # the id of an evaluate/inference config that names the weights (--ckpt RUN_DIR)
 
@@ -65,7 +54,7 @@ class StageSpec:
     """One stage of the pipeline file, checked."""
 
     name: str
-    kind: str
+    kind: StageKind  # pipeline/stages/: what the pipeline does with a stage of this kind
     index: int
     raw: dict[str, Any]
     entry: str | None = None
@@ -91,7 +80,7 @@ class StageSpec:
 
     def to_record(self) -> dict[str, Any]:
         """Return the stage as written in the pipeline record (the file's own fields, and its kind)."""
-        return {"kind": self.kind, **self.raw}
+        return {"kind": self.kind.name, **self.raw}
 
 
 @dataclass
@@ -199,35 +188,44 @@ def _text(value: Any, at: str, fail: Any, expected: str) -> str:
     return value.strip()
 
 
-def _kind(raw: dict[str, Any], at: str, fail: Any) -> str:
-    keys = [k for k in ("select", "sweep", "tune", "export") if k in raw]
-    if len(keys) > 1:
-        raise fail(f"the stage has both {keys[0]} and {keys[1]}", f"{at}::{keys[1]}",
+def _stage_keys(kinds: list[StageKind]) -> tuple[str, ...]:
+    """Return the fields a stage may have: STAGE_KEYS, then any other field a registered kind takes."""
+    extra = sorted({k for kind in kinds for k in kind.keys} - set(STAGE_KEYS))
+    return (*STAGE_KEYS, *extra)
+
+
+def _kind(raw: dict[str, Any], at: str, fail: Any, kinds: list[StageKind]) -> StageKind:
+    """Return the stage's kind: the one whose field it has (two: refused), else the first that claims it."""
+    keyed = [k for k in kinds if k.key is not None and k.key in raw]
+    if len(keyed) > 1:
+        raise fail(f"the stage has both {keyed[0].key} and {keyed[1].key}", f"{at}::{keyed[1].key}",
                    expected="one of sweep, tune, select, export (or entry alone: one run)")
-    if keys:
-        return keys[0]
-    if "entry" in raw or "config_file" in raw:
-        return SHARDS if raw.get("shards") is not None else RUN
+    claimed = keyed or [k for k in kinds if k.claims(raw)]
+    if claimed:
+        return claimed[0]
     raise fail("the stage has nothing to do", at,
                expected="one of sweep, tune, select, export, or entry (one run; with shards: N, N array tasks)")
 
 
 def _stage(raw: Any, n: int, fail: Any) -> StageSpec:
+    from hpc_runner.pipeline.stages.registry import kinds as registered
+
     at = f"stages::{n}"
     if not isinstance(raw, dict):
         raise fail(f"stage {n} is not a mapping", at, expected="name: and what the stage does")
-    _unknown_keys(raw, STAGE_KEYS, at, fail)
+    kinds = registered()
+    _unknown_keys(raw, _stage_keys(kinds), at, fail)
     name = raw.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name) or name in RESERVED:
         raise fail(f"stage {n} has the name {name!r}, which cannot name its folder", f"{at}::name",
                    expected="a name of letters, digits, _ and - that starts with a letter (at most 64), not one of "
                    f"{', '.join(sorted(RESERVED))}")
-    kind = _kind(raw, at, fail)
-    allowed = KIND_KEYS[kind] | {"name", "description", "slurm"}
+    kind = _kind(raw, at, fail, kinds)
+    allowed = kind.keys | {"name", "description", "slurm"}
     for key in raw:
         if key not in allowed:
-            raise fail(f"a {kind} stage takes no {key}", f"{at}::{key}",
-                       expected=f"for a {kind} stage: {', '.join(sorted(allowed))}")
+            raise fail(f"a {kind.name} stage takes no {key}", f"{at}::{key}",
+                       expected=f"for a {kind.name} stage: {', '.join(sorted(allowed))}")
     stage = StageSpec(name=name, kind=kind, index=n, raw=dict(raw))
     stage.slurm = _mapping(raw.get("slurm"), f"{at}::slurm", fail)
     stage.overrides = _mapping(raw.get("overrides"), f"{at}::overrides", fail)
@@ -245,71 +243,8 @@ def _stage(raw: Any, n: int, fail: Any) -> StageSpec:
         stage.weights_id = _text(raw["weights_id"], f"{at}::weights_id", fail, "the id that names the weights")
     if "from" in raw:
         stage.source = _text(raw["from"], f"{at}::from", fail, "the name of a select stage")
-    if kind == SHARDS:
-        stage.shards = _positive(raw.get("shards"), f"{at}::shards", fail, "a number of shards")
-    if kind == SWEEP:
-        _sweep_stage(stage, raw, at, fail)
-    elif kind == TUNE:
-        _tune_stage(stage, raw, at, fail)
-    elif kind == SELECT:
-        _select_stage(stage, raw, at, fail)
-    elif kind == EXPORT:
-        _export_stage(stage, raw, at, fail)
+    kind.parse(stage, raw, at, fail)
     return stage
-
-
-def _sweep_stage(stage: StageSpec, raw: dict[str, Any], at: str, fail: Any) -> None:
-    sweeps = raw.get("sweep")
-    sweeps = [sweeps] if isinstance(sweeps, str) else sweeps
-    if not isinstance(sweeps, list) or not sweeps or not all(isinstance(s, str) and s.strip() for s in sweeps):
-        raise fail("sweep is not a list of --sweep options", f"{at}::sweep",
-                   expected='sweep: ["learning_rate=1e-3,4e-3", "batch_size=2,4"]')
-    stage.sweep = list(sweeps)
-    stage.zip = bool(raw.get("zip", False))
-    stage.pack = _positive(raw.get("pack", 1), f"{at}::pack", fail, "a number of points per task")
-    stage.pack_parallel = _positive(raw.get("pack_parallel", 1), f"{at}::pack_parallel", fail,
-                                    "a number of points run at once")
-
-
-def _tune_stage(stage: StageSpec, raw: dict[str, Any], at: str, fail: Any) -> None:
-    tune = _mapping(raw.get("tune"), f"{at}::tune", fail)
-    _unknown_keys(tune, TUNE_KEYS, f"{at}::tune", fail)
-    space = tune.get("space")
-    space = [space] if isinstance(space, str) else space
-    if not isinstance(space, list) or not space or not all(isinstance(s, str) for s in space):
-        raise fail("tune has no space", f"{at}::tune::space",
-                   expected="space: ['learning_rate=loguniform(1e-4,1e-1)', ...] (as tune --space)")
-    _positive(tune.get("trials"), f"{at}::tune::trials", fail, "a number of trials")
-    _text(tune.get("metric"), f"{at}::tune::metric", fail, "the trainer's metric_name, e.g. val_dice")
-    if "mode" in tune and tune["mode"] not in MODES:
-        raise fail(f"mode: {tune['mode']!r}", f"{at}::tune::mode", expected="mode: max or min")
-    if "parallel" in tune:
-        _positive(tune["parallel"], f"{at}::tune::parallel", fail, "a number of workers")
-    stage.tune = {**tune, "space": list(space)}
-
-
-def _select_stage(stage: StageSpec, raw: dict[str, Any], at: str, fail: Any) -> None:
-    sel = raw.get("select")
-    if not isinstance(sel, dict):
-        raise fail("select is not a mapping", f"{at}::select", expected="select: {from: search, metric: val_dice, "
-                   "mode: max}")
-    _unknown_keys(sel, SELECT_KEYS, f"{at}::select", fail)
-    stage.source = _text(sel.get("from"), f"{at}::select::from", fail, "the name of the stage to choose from")
-    if sel.get("metric") is not None:
-        stage.metric = _text(sel["metric"], f"{at}::select::metric", fail, "a metric of the points' summary.json")
-    mode = sel.get("mode", "max")
-    if mode not in MODES:
-        raise fail(f"mode: {mode!r} is not a direction", f"{at}::select::mode",
-                   expected="mode: max (the highest metric wins) or min (the lowest)")
-    stage.mode = mode
-
-
-def _export_stage(stage: StageSpec, raw: dict[str, Any], at: str, fail: Any) -> None:
-    export = _mapping(raw.get("export"), f"{at}::export", fail)
-    _unknown_keys(export, EXPORT_KEYS, f"{at}::export", fail)
-    stage.export = {"net_id": "network_def", "filepath": "model.ts", **export}
-    if stage.source is None:
-        raise fail("an export stage needs the weights it exports", f"{at}", expected="from: a select stage")
 
 
 def _check_inputs(stages: list[StageSpec], fail: Any) -> None:
@@ -318,7 +253,7 @@ def _check_inputs(stages: list[StageSpec], fail: Any) -> None:
     for s in stages:
         if s.source is None:
             continue
-        at = f"stages::{s.index}::select::from" if s.kind == SELECT else f"stages::{s.index}::from"
+        at = s.kind.source_path(s.index)
         src = by_name.get(s.source)
         if src is None:
             close = difflib.get_close_matches(s.source, list(by_name), n=1)
@@ -326,16 +261,7 @@ def _check_inputs(stages: list[StageSpec], fail: Any) -> None:
                        expected=f"one of: {', '.join(by_name)}", hint=f"Did you mean: {close[0]}?" if close else None)
         if src.name == s.name:
             raise fail(f"stage '{s.name}' takes from itself", at, expected="another stage")
-        if s.kind == SELECT and src.kind not in (*SEARCHES, RUN):
-            raise fail(f"select stage '{s.name}' chooses from '{src.name}', a {src.kind} stage", at,
-                       expected="a sweep, tune or run stage (its points, or its one run)")
-        if s.kind == SELECT and src.kind in SEARCHES and not s.metric and not (src.kind == TUNE):
-            raise fail(f"select stage '{s.name}' has no metric to choose the best point of '{src.name}' by",
-                       f"stages::{s.index}::select", expected="select: {from: ..., metric: val_dice, mode: max}")
-        if s.kind in CONSUMERS and src.kind != SELECT:
-            raise fail(f"stage '{s.name}' takes from '{src.name}', a {src.kind} stage", at,
-                       expected="from: a select stage (its chosen point gives the weights and values); "
-                       f"add one: {{name: best, select: {{from: {src.name}, metric: ..., mode: max}}}}")
+        s.kind.check_source(s, src, at, fail)
 
 
 def topological(stages: list[StageSpec], fail: Any = None) -> list[StageSpec]:
@@ -350,7 +276,7 @@ def topological(stages: list[StageSpec], fail: Any = None) -> list[StageSpec]:
             cycle = _cycle(left, by_name)
             message = f"the stages wait on each other in a cycle: {' -> '.join(cycle)}"
             first = by_name[cycle[0]]
-            at = f"stages::{first.index}::select::from" if first.kind == SELECT else f"stages::{first.index}::from"
+            at = first.kind.source_path(first.index)
             if fail is None:
                 raise UserError(message)
             raise fail(message, at, expected="each stage after the stages it takes from (no cycle)")

@@ -32,10 +32,11 @@ from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.configs import StageConfig
+from hpc_runner.scheduler.executor import LOCAL_JOB_ID
 from hpc_runner.scheduler.profiles import ClusterProfile
 
 Log = Callable[[str], None]
-LOCAL_JOB = "local"
+LOCAL_JOB = LOCAL_JOB_ID
 
 
 @dataclass
@@ -69,11 +70,9 @@ def new_record(spec: ps.PipelineSpec, configs: dict[str, StageConfig], directory
     data = {"kind": pr.KIND, "version": 1, "created": now_iso(), "file": str(spec.file.resolve()),
             "bundle": spec.bundle, "command": command_line(argv), "cwd": os.getcwd(),
             "cluster": profile.to_record(), "checked": note, "pipeline": spec.raw, "history": []}
-    from hpc_runner.pipeline.export_job import stage_fields
-
-    stages = [{"name": s.name, "kind": s.kind, "dir": s.name, "inputs": s.inputs, "state": pr.PLANNED,
+    stages = [{"name": s.name, "kind": s.kind.name, "dir": s.name, "inputs": s.inputs, "state": pr.PLANNED,
                "jobs": [], "dependency": None, "spec": s.raw, "profile": configs[s.name].profile.to_record(),
-               **stage_fields(configs[s.name])}
+               **s.kind.record_fields(configs[s.name])}
               for s in spec.order()]
     return pr.PipelineRecord(directory, data, stages)
 
@@ -166,8 +165,8 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
         sc = _with_choice(directory, record, sc, configs)
         with pr.locked(directory) as led:
             led.queue(sc.name, [LOCAL_JOB], None, profile=sc.profile.to_record())
-        log(f"hpc-runner: stage {sc.name} ({sc.stage.kind}) runs here")
-        ok = _submit(directory, sc, executor, None, log, reserve, argv)
+        log(f"hpc-runner: stage {sc.name} ({sc.stage.kind.name}) runs here")
+        ok = sc.stage.kind.submit(directory, sc, executor, None, log, reserve, argv)
         out.jobs[sc.name] = [LOCAL_JOB]
         if not ok:
             out.failed.append(sc.name)
@@ -177,37 +176,31 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
         # has not cannot choose before this stage is recorded as waiting on it (it then writes the choice in)
         sc = _with_choice(directory, led.record, sc, configs)
         dependency = dependency_of(led.record, sc.stage)
-        jobs = _submit(directory, sc, executor, dependency, log, reserve, argv)
+        jobs = sc.stage.kind.submit(directory, sc, executor, dependency, log, reserve, argv)
         led.queue(sc.name, jobs, dependency, profile=sc.profile.to_record())
-    if sc.stage.kind == ps.SELECT and jobs:
-        from hpc_runner.pipeline.select_job import wait_on_sweep
-
-        wait_on_sweep(directory / str(sc.stage.source), jobs[0])  # the sweep's top-ups make it wait on them too
+    sc.stage.kind.after_queued(directory, sc, jobs)  # a select stage: the sweep's top-ups make it wait on them too
     out.jobs[sc.name] = jobs
     out.dependencies[sc.name] = dependency
 
 
 def dependency_of(record: pr.PipelineRecord, stage: ps.StageSpec) -> str | None:
     """Return the SLURM dependency a stage is queued with (module doc), None for a stage with no input."""
-    from hpc_runner.scheduler.accounting import array_ids
+    from hpc_runner.scheduler.dependency import after
+    from hpc_runner.scheduler.executor import array_ids
 
     if not stage.inputs:
         return None
     source = record.stage(stage.inputs[0])
     jobs = array_ids(source.get("jobs") or [])
-    if stage.kind == ps.SELECT:
-        if source.get("state") == pr.DONE or not jobs:
-            return None
-        return "afterany:" + ":".join(jobs)
     if source.get("state") == pr.DONE or not jobs:
         return None  # chosen already (resume): nothing to wait for
-    return "afterok:" + ":".join(jobs)
+    return after(stage.kind.dependency, jobs)  # afterok; a select stage afterany
 
 
 def _with_choice(directory: Path, record: pr.PipelineRecord, sc: StageConfig,
                  configs: dict[str, StageConfig]) -> StageConfig:
     """The stage's config with its select stage's choice, once it is known (local executor, resume)."""
-    if sc.stage.source is None or sc.stage.kind == ps.EXPORT:
+    if sc.stage.source is None or not sc.stage.kind.takes_choice:
         return sc
     choice = record.choice(sc.stage.source)
     if choice is None:
@@ -217,66 +210,43 @@ def _with_choice(directory: Path, record: pr.PipelineRecord, sc: StageConfig,
     from hpc_runner.scheduler.profiles import ClusterProfile
 
     spec = parse_spec(record.data["pipeline"], Path(record.data["file"]))
-    recorded = record.data.get("cluster") or {}
-    profile = ClusterProfile(str(recorded.get("profile")), [Path(recorded.get("file") or "recorded")],
-                             dict(recorded.get("settings") or {}))
+    profile = ClusterProfile.from_record(record.data.get("cluster"))
     return build_configs(spec, profile, directory, {sc.stage.source: choice})[sc.name]
 
 
-def _submit(directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log, reserve: int,
-            argv: Sequence[str] | None) -> Any:
-    """Queue the stage's jobs through the code that queues such a stage alone; return its job ids (the
-    local executor: whether its work went well)."""
-    from hpc_runner.pipeline.preflight import keeping
+def one_job(executor: Any, job: str, log: Log) -> Any:
+    """Return what queueing a stage's one job gave: its id, or (the local executor) whether it ran well."""
+    if executor.runs_here:
+        return executor.run_pending(log) == 0
+    return [job]
 
-    stage, folder = sc.stage, directory / sc.name
-    if stage.kind == ps.SELECT:
-        from hpc_runner.pipeline.select_job import submit_select
 
-        job = submit_select(executor, directory, sc.name, dependency)
-        if executor.runs_here:
-            return executor.run_pending(log) == 0
-        return [job]
-    if stage.kind == ps.EXPORT:
-        from hpc_runner.pipeline.export_job import submit_export
-
-        job = submit_export(executor, directory, sc.name, dependency)
-        if executor.runs_here:
-            return executor.run_pending(log) == 0
-        return [job]
-    if stage.kind == ps.TUNE:
-        from hpc_runner.tune.submit import submit_tune
-
-        res = submit_tune(sc.cfg, stage.entry, sc.tune, sc.profile, folder, parallel=int(stage.tune.get("parallel", 1)),
-                          argv=argv, log=log, preflight=False)
-    elif stage.kind == ps.RUN:
-        from hpc_runner.sweep.submission import submit_run
-
-        res = submit_run(sc.cfg, stage.entry, sc.profile, folder, argv=argv, log=log, preflight=False,
-                         dependency=dependency)
-        if not res.ran_here:
-            return [res.job_ids[0]]
-    else:
-        from hpc_runner.sweep.spec import build_spec
-        from hpc_runner.sweep.submission import submit_sweep
-
-        extra: dict[str, Any] = {"pipeline": {"dir": str(directory.resolve()), "stage": sc.name}}
-        if stage.kind == ps.SHARDS:
-            sweep = build_spec([f"shard_index=range(0,{stage.shards})"])
-            extra["shards"] = sc.shard_values
-        else:
-            sweep = sc.sweep
-        if dependency:
-            extra["dependency"] = dependency
-        res = submit_sweep(sc.cfg, stage.entry, sweep, sc.profile, folder, argv=argv, log=log, preflight=False,
-                           pack=stage.pack, pack_parallel=stage.pack_parallel, record_extra=extra,
-                           limits_reader=keeping(reserve))
-        if res.waiting:
-            log(f"hpc-runner: stage {sc.name}: {len(res.waiting)} point(s) wait for a free submit slot "
-                f"({res.limits.describe() if res.limits else 'no slot free'}); they are topped up as usual")
+def submitted(res: Any) -> Any:
+    """Return what queueing a stage's arrays gave (a sweep's, a tune's): their job ids, or (the local executor)
+    whether its work ran well."""
     if res.ran_here:
         return res.local_failures == 0
     return [a["job_id"] for a in res.arrays]
+
+
+def submit_points(directory: Path, sc: StageConfig, sweep: Any, dependency: str | None, log: Log, reserve: int,
+                  argv: Sequence[str] | None, **extra: Any) -> Any:
+    """Queue the points of ``sweep`` as a sweep dir, through the governor with ``reserve`` slots kept for the later
+    stages (a sweep stage, a sharded stage; ``extra`` goes into its sweep.yaml); return as ``submitted``."""
+    from hpc_runner.pipeline.preflight import keeping
+    from hpc_runner.sweep.submission import submit_sweep
+
+    stage = sc.stage
+    record_extra: dict[str, Any] = {"pipeline": {"dir": str(directory.resolve()), "stage": sc.name}, **extra}
+    if dependency:
+        record_extra["dependency"] = dependency
+    res = submit_sweep(sc.cfg, stage.entry, sweep, sc.profile, directory / sc.name, argv=argv, log=log,
+                       preflight=False, pack=stage.pack, pack_parallel=stage.pack_parallel, record_extra=record_extra,
+                       limits_reader=keeping(reserve))
+    if res.waiting:
+        log(f"hpc-runner: stage {sc.name}: {len(res.waiting)} point(s) wait for a free submit slot "
+            f"({res.limits.describe() if res.limits else 'no slot free'}); they are topped up as usual")
+    return submitted(res)
 
 
 def _dry_run(spec: ps.PipelineSpec, order: list[StageConfig], directory: Path, note: str,
@@ -285,14 +255,8 @@ def _dry_run(spec: ps.PipelineSpec, order: list[StageConfig], directory: Path, n
     out.notes.append(f"pipeline {spec.file}: {len(order)} stage(s), all checked ({note})")
     for sc in order:
         s = sc.stage
-        waits = ""
-        if s.kind == ps.SELECT:
-            waits = f"waits (afterany) on every job of {s.source}"
-        elif s.source:
-            waits = f"waits (afterok) on {s.source}; takes its chosen point's weights ({s.weights_id}) and values"
-        what = {ps.SWEEP: f"{len(sc.points)} point(s)", ps.TUNE: f"{(sc.tune.trials if sc.tune else 0)} trial(s)",
-                ps.SHARDS: f"{s.shards} shard(s)", ps.RUN: f"entry {s.entry or 'run'}",
-                ps.SELECT: f"{s.metric or 'completion'} ({s.mode})", ps.EXPORT: "ckpt_export"}[s.kind]
-        out.notes.append(f"  {s.name:<12} {s.kind:<7} {what}; folder {directory / s.name}"
+        waits = s.kind.waits_note(s)
+        what = s.kind.describe(sc)
+        out.notes.append(f"  {s.name:<12} {s.kind.name:<7} {what}; folder {directory / s.name}"
                          + (f"; {waits}" if waits else "") + f"; profile {profile.name}")
     return out

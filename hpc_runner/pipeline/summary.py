@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline import spec as ps
-from hpc_runner.pipeline.view import StageView, metrics_line, render, view
+from hpc_runner.pipeline.view import StageView, render, view
 
 SUMMARY_MD = "pipeline.md"
 SUMMARY_JSON = "pipeline.json"
@@ -28,28 +27,13 @@ def chain(directory: str | Path) -> tuple[pr.PipelineRecord, list[StageView], di
     record, views = view(directory)
     out: dict[str, Any] = {"pipeline": str(record.path), "stages": []}
     for v in views:
-        entry: dict[str, Any] = {**v.to_json()}
-        if v.kind in (ps.SWEEP, ps.TUNE) and v.target is not None:
-            entry.update(_search_table(v))
-        elif v.kind == ps.SELECT:
-            chosen = record.stage(v.name).get("chosen")
-            if chosen:
-                entry["chosen"] = chosen
-        elif v.kind == ps.RUN and v.target is not None:
-            entry["results"] = metrics_line(v.folder)
-            entry["summary"] = str(v.folder / "summary.json")
-        elif v.kind == ps.SHARDS and v.target is not None:
-            entry.update(_predictions(v))
-        elif v.kind == ps.EXPORT:
-            from hpc_runner.pipeline.export_job import exported_file
-
-            path = exported_file(record, v.name)
-            entry["exported"] = str(path) if path.is_file() else None
+        entry: dict[str, Any] = {**v.to_json(), **v.kind.chain_entry(record, v)}
         out["stages"].append(entry)
     return record, views, out
 
 
-def _search_table(v: StageView) -> dict[str, Any]:
+def search_table(v: StageView) -> dict[str, Any]:
+    """Write a search stage's results.csv and results.md into its folder (as ``collect``); return where they are."""
     from hpc_runner.sweep.collect import result_rows, write_results
 
     columns, rows = result_rows(v.target, v.points)
@@ -57,7 +41,8 @@ def _search_table(v: StageView) -> dict[str, Any]:
     return {"results_csv": str(csv_path), "results_md": str(md_path)}
 
 
-def _predictions(v: StageView) -> dict[str, Any]:
+def predictions(v: StageView) -> dict[str, Any]:
+    """Return a sharded stage's predictions, and its shards' cases merged (cases.csv written into its folder)."""
     from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, merge_cases, write_cases
 
     shards = [(int(p.params.get("shard_index", p.index)), p.run_dir) for p in v.points]
@@ -120,19 +105,14 @@ def write_chain(directory: str | Path, out_dir: str | Path | None = None) -> tup
 
 def write_report(directory: str | Path) -> tuple[Path, list[Path]]:
     """Write each search and run stage's own report, then DIR/report.html: the chain with links to them."""
-    from hpc_runner.errors import UserError
     from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.report.build import build_report
 
     record, views, data = chain(directory)
     linked: dict[str, Path] = {}
     for v in views:
-        if v.target is None or v.kind not in (ps.SWEEP, ps.TUNE, ps.RUN, ps.SHARDS):
-            continue
-        try:
-            linked[v.name] = build_report(v.folder).html
-        except UserError:
-            continue
+        page = v.kind.report(v)  # a search, run or sharded stage's own report (its folder's)
+        if page is not None:
+            linked[v.name] = page
     body = [f"<h1>pipeline {html.escape(str(record.path))}</h1>", "<pre>" + html.escape(render(record, views))
             + "</pre>"]
     md = markdown(record, views, data).split("\n", 2)[2]

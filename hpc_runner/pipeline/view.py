@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline import spec as ps
+from hpc_runner.pipeline.stages.registry import kind_of
+
+if TYPE_CHECKING:
+    from hpc_runner.pipeline.stages.base import StageKind
 
 PLANNED, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, NOT_SUBMITTED = (
     "PLANNED", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "NOT-SUBMITTED")
@@ -27,7 +30,7 @@ class StageView:
     """One stage as ``status`` shows it."""
 
     name: str
-    kind: str
+    kind: StageKind  # the recorded kind's class (pipeline/stages/): how the stage is looked at
     state: str
     folder: Path
     jobs: list[str] = field(default_factory=list)
@@ -45,8 +48,8 @@ class StageView:
 
     def to_json(self) -> dict[str, Any]:
         """Return the stage as one JSON object (``status --json``)."""
-        return {"stage": self.name, "kind": self.kind, "state": self.state, "jobs": self.jobs, "detail": self.detail,
-                "reason": self.reason, "cause": self.cause, "dir": str(self.folder)}
+        return {"stage": self.name, "kind": self.kind.name, "state": self.state, "jobs": self.jobs,
+                "detail": self.detail, "reason": self.reason, "cause": self.cause, "dir": str(self.folder)}
 
 
 def view(directory: str | Path) -> tuple[pr.PipelineRecord, list[StageView]]:
@@ -75,25 +78,17 @@ def _input_ended(record: pr.PipelineRecord, views: list[StageView]) -> None:
 
 
 def _stage_view(record: pr.PipelineRecord, s: dict[str, Any]) -> StageView:
-    name, kind, state = s["name"], s.get("kind", ""), s.get("state")
+    name, kind, state = s["name"], kind_of(s.get("kind")), s.get("state")
     v = StageView(name, kind, _RECORDED.get(state, PENDING), record.stage_dir(name), list(s.get("jobs") or []),
                   cause=s.get("cause"))
-    if kind == ps.SELECT:
-        chosen = s.get("chosen") or {}
-        if chosen:
-            params = " ".join(f"{k}={_cell(x)}" for k, x in (chosen.get("params") or {}).items())
-            v.detail = (f"chose point {chosen.get('point')} of {chosen.get('from')}"
-                        + (f" ({params})" if params else "") + f": {chosen.get('why')}")
+    v.detail = kind.recorded_detail(s)
     if state in (pr.FAILED, pr.CANCELLED, pr.NOT_SUBMITTED) and v.cause:
         v.detail = f"{v.cause.get('kind')}: {v.cause.get('message')}"
-    if state in (pr.QUEUED, pr.DONE) and kind in (ps.SWEEP, ps.TUNE, ps.RUN, ps.SHARDS):
-        _from_folder(v, done=state == pr.DONE)
-    elif state == pr.QUEUED:
-        _from_job(record, v)
+    kind.look(record, v, state)
     return v
 
 
-def _from_folder(v: StageView, done: bool) -> None:
+def from_folder(v: StageView, done: bool) -> None:
     """A sweep, tune, run or sharded stage: its points' states (one scheduler call)."""
     from hpc_runner.errors import UserError
     from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
@@ -106,7 +101,7 @@ def _from_folder(v: StageView, done: bool) -> None:
         v.state, v.detail = (COMPLETED if done else PENDING), f"its folder cannot be read: {exc.message}"
         return
     counts = Counter(p.state for p in v.points)
-    what = "shard" if v.kind == ps.SHARDS else "point" if v.kind != ps.RUN else "run"
+    what = v.kind.unit
     v.detail = f"{len(v.points)} {what}(s): " + ", ".join(f"{n} {st}" for st, n in counts.most_common())
     if done or all(p.state in ENDED_WELL for p in v.points):
         v.state = COMPLETED
@@ -120,21 +115,13 @@ def _from_folder(v: StageView, done: bool) -> None:
         if failed:
             first = failed[0]
             v.cause = {"kind": first.cause_kind or first.state, "message": f"{len(failed)} {what}(s) failed"}
-    if v.kind == ps.RUN and v.points and v.points[0].state in ENDED_WELL:
-        v.detail = "completed: " + metrics_line(v.folder)
 
 
-def _from_job(record: pr.PipelineRecord, v: StageView) -> None:
+def from_job(record: pr.PipelineRecord, v: StageView) -> None:
     """A select or export stage: its job's state (one scheduler call)."""
     from hpc_runner.pipeline.propagate import stage_executor
 
     jobs = [j for j in v.jobs if j and j[0].isdigit()]
-    if not jobs and v.jobs and v.kind == ps.EXPORT:  # ran here (local executor): its file says how it went
-        from hpc_runner.pipeline.export_job import exported_file
-
-        path = exported_file(record, v.name)
-        v.state, v.detail = (COMPLETED, f"exported {path}") if path.is_file() else (FAILED, f"{path} not written")
-        return
     if not jobs:
         v.state = PENDING if v.jobs else PLANNED
         return
@@ -145,10 +132,6 @@ def _from_job(record: pr.PipelineRecord, v: StageView) -> None:
     if v.state == FAILED:
         v.cause = v.cause or {"kind": state, "message": f"job {jobs[-1]} ended {state}"}
         v.detail = v.detail or f"job {jobs[-1]} ended {state}"
-    elif v.state == COMPLETED and v.kind == ps.EXPORT:
-        from hpc_runner.pipeline.export_job import exported_file
-
-        v.detail = f"exported {exported_file(record, v.name)}"
 
 
 def _pending_reasons(record: pr.PipelineRecord, views: list[StageView]) -> None:
@@ -188,19 +171,13 @@ def metrics_line(run_dir: Path) -> str:
     return "no summary.json" if not summary else f"status {summary.get('status')}"
 
 
-def _cell(value: Any) -> str:
-    from hpc_runner.sweep.spec import format_cell
-
-    return format_cell(value)
-
-
 def render(record: pr.PipelineRecord, views: list[StageView]) -> str:
     """Return the stage table ``status DIR`` prints."""
     rows = [("stage", "kind", "state", "jobs", "detail")]
     for v in views:
         state = v.state + (f" ({v.reason})" if v.reason and v.state == PENDING else "")
         jobs = ",".join(v.jobs[:3]) + (f",+{len(v.jobs) - 3}" if len(v.jobs) > 3 else "")
-        rows.append((v.name, v.kind, state, jobs or "-", v.detail or "-"))
+        rows.append((v.name, v.kind.name, state, jobs or "-", v.detail or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [f"pipeline {record.path} ({len(views)} stages, created {record.data.get('created')})"]
     lines += ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]

@@ -72,15 +72,3 @@ def git_state(path: Path | None) -> dict[str, object] | None:
         "bundle_dirty": bool(bundle_status),
     }
 
-
-def device_binding(environ: Mapping[str, str] | None = None) -> dict[str, object]:
-    """Return the GPU ids (CUDA_VISIBLE_DEVICES, else SLURM's grant) and the CPU mask this process runs on."""
-    from hpc_runner.resources.cpus import cpu_ranges
-    from hpc_runner.resources.shares import job_cpus, job_gpus
-
-    env = os.environ if environ is None else environ
-    return {
-        "gpus": job_gpus(env),
-        "cpus": cpu_ranges(job_cpus()),
-        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
-    }

@@ -1,3 +1,4 @@
 """Bundles shared between users: search path (search), metadata schema (metadata), MANIFEST (manifest),
-pack/install (pack, install), checks without running (verify, verify_configs, verify_net), trust and
---safe (trust, safe_mode, targets, user_config), and new bundles from a template (scaffold)."""
+pack/install (archive, install), trust (trust), --safe's allow-list and targets (safe_policy, targets,
+user_config), and new bundles from a template (scaffold). Below the config layer: the checks that load a
+bundle's configs (``hpc-runner verify``, ``--safe``) are ``config/verify*.py`` and ``config/safe_mode.py``."""

@@ -12,6 +12,7 @@ import io
 import json
 import tarfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -62,18 +63,18 @@ def _tarinfo(name: str, size: int, executable: bool = False, is_dir: bool = Fals
     return info
 
 
-def pack_bundle(bundle_dir: Path, out_dir: Path | None = None, *, check: bool = True) -> PackResult:
-    """Pack a bundle folder into ``<out_dir>/NAME-VERSION.tar.gz`` (default: the current directory)."""
+def pack_bundle(
+    bundle_dir: Path, out_dir: Path | None = None, *, check: Callable[[Path], None] | None = None
+) -> PackResult:
+    """Pack a bundle folder into ``<out_dir>/NAME-VERSION.tar.gz`` (default: the current directory).
+
+    ``check`` refuses a bundle once its name and version are read (``hpc-runner pack`` passes
+    ``config/verify.check_packable``: the bundle must load; the config layer sits above this one).
+    """
     bundle_dir = Path(bundle_dir)
     name, version, _ = bundle_identity(bundle_dir)
-    if check:
-        from hpc_runner.registry.problems import problems_error
-        from hpc_runner.registry.verify import verify_bundle
-
-        report = verify_bundle(bundle_dir, imports=False, check_manifest=False)
-        if report.problems:
-            raise problems_error(report.problems, f"cannot pack {bundle_dir}", expected="a bundle that loads",
-                                 hint="'hpc-runner verify' checks it; fix the problems first")
+    if check is not None:
+        check(bundle_dir)
     old = read_manifest(bundle_dir)
     if old is not None:
         diff = diff_manifest(bundle_dir, old)

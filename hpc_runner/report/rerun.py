@@ -86,7 +86,7 @@ def _check_bundle(cfg: Any, record: dict[str, Any], trust: bool) -> None:
     if cfg.bundle_dir is not None:
         check_trust(cfg.bundle_dir, trust=cfg.trusted)
     if record.get("safe"):
-        from hpc_runner.registry.safe_mode import check_safe
+        from hpc_runner.config.safe_mode import check_safe
 
         check_safe(cfg)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
+
 MAX_ROWS = 40
 MAX_ERRORS = 20
 
@@ -23,10 +25,10 @@ def states_source(answer: Any) -> str:
     run records`` (no scheduler: local runs), or that the scheduler cannot be reached."""
     source = getattr(answer, "source", None)
     calls = getattr(answer, "calls", 0)
-    if source == "sacct":
-        return f"sacct, {calls} call{'s' if calls != 1 else ''}" if calls else "sacct"
-    if source == "squeue":
-        return "squeue (sacct did not answer)"
+    if source == FROM_ACCOUNTING:
+        return f"{source}, {calls} call{'s' if calls != 1 else ''}" if calls else source
+    if source == FROM_QUEUE:
+        return f"{source} ({FROM_ACCOUNTING} did not answer)"
     if getattr(answer, "error", None):
         return f"the run records (the scheduler cannot be reached, as of {_clock(getattr(answer, 'at', None))})"
     return "the run records"
@@ -43,7 +45,7 @@ def scheduler_note(answer: Any) -> str | None:
     if not getattr(answer, "error", None):
         return None
     at = _clock(getattr(answer, "at", None))
-    if getattr(answer, "source", None) == "squeue":
+    if getattr(answer, "source", None) == FROM_QUEUE:
         reason = _sacct_reason(answer.error)
         return f"sacct did not answer ({reason}); states are from squeue and the run records, as of {at}"
     return f"the scheduler cannot be reached; states are from the run records, as of {at}"
@@ -55,7 +57,7 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     from hpc_runner.sweep.states import cause_counts, counts, failure_text
 
     c = counts(states)
-    what = f"sweep of {len(states)} points" if target.kind == "sweep" else "run"
+    what = target.title(len(states))  # "sweep of N points", "run" (sweep/targets.py)
     profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
     if not profile and target.run_record:
         profile = (target.run_record.get("job") or {}).get("cluster") or {}
@@ -95,7 +97,7 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
                          f"{failure_text(s, target.job_folder)[:300]}")
         if len(failed) > MAX_ERRORS:
             lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")
-    if failed and target.kind == "sweep":
+    if failed and target.hints_resume:
         lines.append(f"resubmit the failed ones: hpc-runner resume {target.path}")
         if by_cause.get("TIMEOUT"):
             lines.append(f"  only the timed-out ones, longer: hpc-runner resume {target.path} --cause TIMEOUT "

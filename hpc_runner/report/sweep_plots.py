@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.report.figures import binned, new_figure, no_data, save_png
-from hpc_runner.report.run_plots import COMPUTE_COLOR, WAIT_COLOR
-from hpc_runner.report.rundata import as_float
+from hpc_runner.pages.figures import binned, new_figure, no_data, save_png
+from hpc_runner.pages.run_plots import COMPUTE_COLOR, WAIT_COLOR
+from hpc_runner.pages.rundata import as_float
 from hpc_runner.report.sweepdata import SweepData
 
 MAX_LEGEND = 12

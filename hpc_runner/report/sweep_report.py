@@ -7,10 +7,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.pages import page
+from hpc_runner.pages.page import Cell, value_cell
+from hpc_runner.pages.run_report import PLOTS_DIR, REPORT_FILE, Report, report_run
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.report import page
-from hpc_runner.report.page import Cell, value_cell
-from hpc_runner.report.run_report import PLOTS_DIR, REPORT_FILE, Report, report_run
 from hpc_runner.report.sweepdata import SweepData, load_sweep
 
 HIDDEN_COLUMNS = ("run_dir",)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
-from hpc_runner.report.rundata import RunData, load_run
+from hpc_runner.pages.rundata import RunData, load_run
 
 
 @dataclass
@@ -49,10 +49,10 @@ def is_sweep_dir(path: str | Path) -> bool:
 def load_sweep(path: str | Path) -> SweepData:
     """Read a sweep dir: states (one scheduler call), results rows, and every point's run dir that exists."""
     from hpc_runner.sweep.collect import result_rows
-    from hpc_runner.sweep.targets import load_target
+    from hpc_runner.sweep.targets import SweepTarget, load_target
 
     target = load_target(path)
-    if target.kind != "sweep":
+    if not isinstance(target, SweepTarget):  # a tune dir is a sweep too
         raise UserError("not a sweep dir", where=str(path), expected="a folder with sweep.yaml (hpc-runner sweep)")
     states, answer = target.states()
     states = sorted(states, key=lambda s: s.index)

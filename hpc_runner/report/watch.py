@@ -8,7 +8,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from hpc_runner.sweep.targets import Target
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
@@ -38,37 +41,38 @@ def _postfix(states: list[Any]) -> str:
 
 
 def watch_status(
-    sweep_dir: str | Path,
+    sweep_dir: str | Path | Target,
     interval: float = 10.0,
     *,
     render: Callable[[Any, list[Any], Any], str] | None = None,
-    top_up: Callable[[Path], int] | None = None,
+    top_up: Callable[[Target], int] | None = None,
     stream: TextIO | None = None,
     max_polls: int | None = None,
     timeout: float | None = None,
     clear: bool | None = None,
 ) -> WatchResult:
     """Redraw the sweep's state table (``render``, default the one of ``status``) and a bar of finished points
-    every ``interval`` s until all are final. ``top_up`` is the sweep's one top-up step (``status`` takes the
-    same): called before each poll, so points that wait for a free submit slot are sent while watching."""
+    every ``interval`` s until all are final. ``sweep_dir`` is a dir or a target already opened (sweep/targets.py;
+    ``status`` passes its own). ``top_up`` is the one top-up step (``status`` takes the same), called with the
+    target before each poll, so points that wait for a free submit slot are sent while watching."""
     from tqdm.auto import tqdm
 
     from hpc_runner.report.status_table import render as status_table
-    from hpc_runner.sweep.targets import load_target
+    from hpc_runner.sweep.targets import Target, load_target
 
     render = render or (lambda t, s, a: status_table(t, s, a, False))
     stream = stream or sys.stdout
     clear = stream.isatty() if clear is None else clear
-    target = load_target(sweep_dir)
+    target = sweep_dir if isinstance(sweep_dir, Target) else load_target(sweep_dir)
     result = WatchResult()
     bar = None
     last_table = None
     started = time.monotonic()
     try:
         while True:
-            if top_up is not None and target.kind == "sweep":
-                top_up(target.path)
-            target = load_target(sweep_dir)  # read again each poll: tasks, workers and top-ups change it
+            if top_up is not None:  # a run dir has no point waiting: its top-up sends none
+                top_up(target)
+            target = target.reload()  # read again each poll: tasks, workers and top-ups change it
             states, answer = target.states()
             result.states, result.polls = states, result.polls + 1
             table = render(target, states, answer)
@@ -78,10 +82,8 @@ def watch_status(
                 stream.write((CLEAR if clear else "") + table + "\n")
                 last_table = table
             again: set[int] = set()
-            if top_up is not None and target.kind == "sweep":  # failed points a --retry rule sends again
-                from hpc_runner.sweep.retry import pending_retries
-
-                again = pending_retries(target.record, states)
+            if top_up is not None:  # failed points a --retry rule sends again (a sweep's)
+                again = target.pending_retries(states)
             done = sum(not is_pending(s) and s.index not in again for s in states)
             if bar is None:  # the rate and ETA count from here: points already done are the initial count
                 bar = tqdm(total=len(states), initial=done, desc="points finished", unit="pt", file=stream,

@@ -1,4 +1,4 @@
-"""How many CPUs this process was given: decided here and nowhere else (stdlib only).
+"""How many CPUs this process was given: decided here and nowhere else (stdlib and the scheduler's job side only).
 
 Order: the user's explicit setting (``--cpus N``, which sets ``HPCR_CPUS``), then SLURM's grant
 (``SLURM_CPUS_PER_TASK``, ``SLURM_TRES_PER_TASK``, else ``SLURM_CPUS_ON_NODE`` inside a job), then the
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from hpc_runner.scheduler.job_env import cpu_grant
 
 ENV_CPUS = "HPCR_CPUS"
 CLI_FLAG = "--cpus"
@@ -83,18 +84,6 @@ def cgroup_cpu_quota(files: tuple[Path, ...] = CGROUP_FILES) -> tuple[int, str] 
     return None
 
 
-def _positive(name: str, raw: str) -> int | None:
-    """``raw`` as a whole number >= 1, or None (with a warning) when a scheduler variable is malformed."""
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value >= 1:
-        return value
-    warnings.warn(f"{name}={raw!r} is not a whole number of CPUs; ignoring it", stacklevel=3)
-    return None
-
-
 def _explicit(env: Mapping[str, str], explicit: int | None) -> tuple[int, str, str] | None:
     if explicit is not None:
         if int(explicit) < 1:
@@ -119,31 +108,11 @@ def _explicit(env: Mapping[str, str], explicit: int | None) -> tuple[int, str, s
     return value, ENV_CPUS, f"{ENV_CPUS}={value}"
 
 
-def _slurm_grant(env: Mapping[str, str]) -> tuple[int, str, str] | None:
-    """The CPUs SLURM gave this task, from the most specific variable that is set."""
-    raw = env.get("SLURM_CPUS_PER_TASK", "").strip()
-    if raw and (value := _positive("SLURM_CPUS_PER_TASK", raw)):
-        return value, "SLURM_CPUS_PER_TASK", f"SLURM_CPUS_PER_TASK={value}"
-    tres = env.get("SLURM_TRES_PER_TASK", "")  # newer SLURM: "cpu=4" or "cpu:4,gres/gpu:1"
-    for item in tres.split(","):
-        key, _, raw = item.replace(":", "=", 1).partition("=")
-        if key.strip() == "cpu" and (value := _positive("SLURM_TRES_PER_TASK", raw)):
-            return value, "SLURM_TRES_PER_TASK", f"SLURM_TRES_PER_TASK={tres}"
-    # sbatch without --cpus-per-task sets no per-task variable: the job's CPUs on this node, per task
-    raw = env.get("SLURM_CPUS_ON_NODE", "").strip()
-    if env.get("SLURM_JOB_ID") and raw and (value := _positive("SLURM_CPUS_ON_NODE", raw)):
-        per_node = env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0].strip()
-        tasks = int(per_node) if per_node.isdigit() and int(per_node) > 0 else 1
-        share = f" / {tasks} tasks per node" if tasks > 1 else ""
-        return max(1, value // tasks), "SLURM_CPUS_ON_NODE", f"SLURM_CPUS_ON_NODE={value}{share}"
-    return None
-
-
 def decide_cpus(environ: Mapping[str, str] | None = None, explicit: int | None = None) -> CpuBudget:
     """Return the CPUs this process may use: explicit setting, then SLURM's grant, then the affinity mask."""
     env = os.environ if environ is None else environ
     mask = affinity_cpus()
-    grant = _slurm_grant(env)
+    grant = cpu_grant(env)  # the scheduler's grant to this task (scheduler/job_env.py)
     chosen = _explicit(env, explicit) or grant
     if chosen is None:
         if mask is None:  # no affinity call (macOS, Windows): the one count left

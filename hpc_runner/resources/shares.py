@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from hpc_runner.resources.cpus import cpu_ranges
+from hpc_runner.scheduler.job_env import gpu_grant
 
 T = TypeVar("T")
-# the job's GPUs, most specific first: what CUDA sees, then the step's, then the job's grant
-GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 
 
 @dataclass(frozen=True)
@@ -78,14 +77,14 @@ def slot_shares(gpus: Sequence[str], cpus: Sequence[int], parallel: int) -> list
 def job_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
     """Return the GPU ids this job may use (CUDA_VISIBLE_DEVICES, else SLURM_STEP_GPUS, else SLURM_JOB_GPUS)."""
     env = os.environ if environ is None else environ
-    for name in GPU_VARIABLES:
-        raw = env.get(name)
-        if raw is None:
-            continue
+    # most specific first: what CUDA sees (CUDA_VISIBLE_DEVICES="" means: no GPU), then the scheduler's grant
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is not None:
         ids = [g.strip() for g in raw.split(",") if g.strip()]
-        if name == "CUDA_VISIBLE_DEVICES" or ids:  # CUDA_VISIBLE_DEVICES="" means: no GPU
-            return [g for g in ids if g not in ("-1", "NoDevFiles")]
-    return []
+    else:
+        grant = gpu_grant(env)
+        ids = grant[0] if grant is not None else []
+    return [g for g in ids if g not in ("-1", "NoDevFiles")]
 
 
 def job_cpus() -> list[int]:
@@ -93,6 +92,19 @@ def job_cpus() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+def device_binding(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """Return the GPU ids (CUDA_VISIBLE_DEVICES, else the scheduler's grant) and the CPU mask this process runs on.
+
+    What a run record keeps under ``binding``.
+    """
+    env = os.environ if environ is None else environ
+    return {
+        "gpus": job_gpus(env),
+        "cpus": cpu_ranges(job_cpus()),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def describe_shares(shares: Sequence[Share]) -> str:
@@ -157,10 +169,9 @@ def visible_gpu_ids(
     if raw is not None:
         ids = [g.strip() for g in raw.split(",") if g.strip()]
         return [g for g in ids if g not in ("-1", "NoDevFiles")], "CUDA_VISIBLE_DEVICES"
-    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
-        granted = [g.strip() for g in env.get(name, "").split(",") if g.strip()]
-        if not granted:
-            continue
+    grant = gpu_grant(env)  # the step's, else the job's: the node's numbering
+    if grant is not None:
+        granted, name = grant
         if accessible is None or not all(g.isdigit() for g in granted):
             return granted, f"{name} (global ids)"
         opened = sorted(accessible)

@@ -2,25 +2,137 @@
 
 The sweep's logic (sweep/) and the commands ask an ``Executor`` to check resources, submit a group
 of tasks, say what the scheduler knows, and cancel; they never ask which kind it is. The SLURM
-executor submits through submitit (``scheduler/slurm_executor.py``); the local one
-(``scheduler/local_executor.py``) runs the tasks here, in the foreground, after the caller has
-recorded them (``run_pending``), so the same records and the same code paths serve both.
+executor submits through submitit (``scheduler/slurm/executor.py``); the local one
+(``scheduler/local/executor.py``) runs the tasks here, in the foreground, after the caller has
+recorded them (``run_pending``), so the same records and the same code paths serve both. Each
+executor lives in its own folder and is listed once, in ``scheduler/select.py`` (``EXECUTORS``).
+
+Besides the interface, this module holds what every executor answers in: ``SchedulerAnswer`` (the
+job states, in SLURM's words), ``SubmitLimits`` (how many more jobs may be queued).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from hpc_runner.scheduler.accounting import SchedulerAnswer
-from hpc_runner.scheduler.limits import SubmitLimits
-from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
 
 Log = Callable[[str], None]
 LOCAL_JOB_ID = "local"  # the job id recorded for work the local executor runs
+# the job states every executor reports in are SLURM's names; these are the states after which a job never runs
+# again, and that mean its work must be run again
+FAILED_STATES = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+                           "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
+DONE = "COMPLETED"
+
+
+@dataclass
+class SchedulerAnswer:
+    """What the scheduler says about a set of jobs, read in one call (SLURM: sacct, else squeue).
+
+    ``info`` is keyed by job id (array tasks ``123_4``), each a mapping with at least ``State``, in SLURM's
+    words (``DONE``, ``FAILED_STATES``, PENDING, RUNNING): every executor answers in that vocabulary."""
+
+    info: dict[str, dict[str, str]]
+    source: str  # job_state.FROM_ACCOUNTING, FROM_QUEUE or FROM_NOWHERE
+    calls: int = 0
+    error: str | None = None
+    records: dict[str, int] = field(default_factory=dict)  # sacct records per job id (2 and more: requeued)
+    attempts: dict[str, list[Attempt]] = field(default_factory=dict)  # per job id, oldest first (sacct -D)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)  # per job id: its steps' peaks (fold_steps)
+    at: str | None = None  # when the answer was read (local time, ISO)
+
+    def requeues(self, job_id: str | None) -> int:
+        """Return how many times the job was requeued (its sacct records beyond the first)."""
+        return max(0, self.records.get(job_id, 0) - 1) if job_id else 0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job (a requeued job has several): how it ended and where it ran."""
+
+    state: str  # sacct's State, first word (NODE_FAIL, COMPLETED, RUNNING, ...)
+    node: str | None  # sacct's NodeList (``vm[1-2]``), None before the job had nodes
+
+
+@dataclass
+class Limit:
+    """One limit: its value, where it came from, and how many of the user's queued jobs it counts."""
+
+    name: str  # e.g. MaxSubmitJobsPerUser
+    source: str  # e.g. "QOS hpcr-limited (sacctmgr)"
+    value: int
+    queued: int = 0
+    limits_submission: bool = True  # False for MaxJobs: jobs past it wait, sbatch accepts them
+
+    @property
+    def free(self) -> int:
+        """Return how many more jobs this limit lets the user submit."""
+        return max(0, self.value - self.queued)
+
+    def describe(self) -> str:
+        """Return ``MaxSubmitJobsPerUser=50 of QOS hpcr-limited (sacctmgr), 50 queued``."""
+        return f"{self.name}={self.value} of {self.source}, {self.queued} queued"
+
+
+@dataclass
+class SubmitLimits:
+    """Every limit that applies to the user's next sbatch, and the free submit slots they leave."""
+
+    user: str
+    account: str | None = None
+    qos: str | None = None
+    limits: list[Limit] = field(default_factory=list)
+    max_array_size: int = 1001
+    max_array_source: str = "SLURM's default"
+    notes: list[str] = field(default_factory=list)
+    jobs: list[tuple[str, str, str]] = field(default_factory=list)  # the user's queued jobs: (id, account, qos)
+
+    def recount(self, exclude: Collection[str] = ()) -> None:
+        """Count, for each limit, the user's queued jobs it counts (leaving out ``exclude``)."""
+        jobs = [j for j in self.jobs if j[0] not in exclude]
+        for lim in self.limits:
+            if lim.source.startswith("QOS"):
+                lim.queued = sum(1 for _, _, q in jobs if q == self.qos)
+            elif lim.source.startswith("association"):
+                lim.queued = sum(1 for _, a, _ in jobs if a == self.account)
+            else:
+                lim.queued = len(jobs)
+
+    def consume(self, n: int) -> None:
+        """Count ``n`` jobs just submitted (with this account and QOS) against every limit."""
+        for lim in self.limits:
+            lim.queued += n
+
+    @property
+    def binding(self) -> Limit | None:
+        """Return the submit limit with the fewest free slots (None: no submit limit is known)."""
+        submit = [lim for lim in self.limits if lim.limits_submission]
+        return min(submit, key=lambda lim: lim.free) if submit else None
+
+    @property
+    def free_slots(self) -> int | None:
+        """Return how many jobs (array tasks) the user may still submit; None means no known limit."""
+        b = self.binding
+        return None if b is None else b.free
+
+    @property
+    def known(self) -> bool:
+        """True when at least one submit limit was read (else a refusal cannot be foreseen)."""
+        return self.binding is not None
+
+    def describe(self) -> str:
+        """Return one line: the binding limit and its free slots, or why none is known."""
+        b = self.binding
+        if b is None:
+            return "no submit limit known" + (f" ({'; '.join(self.notes)})" if self.notes else "")
+        return f"{b.free} free submit slot(s): {b.describe()}"
+
+
 
 
 @dataclass
@@ -58,11 +170,24 @@ def is_scheduler_job(job_id: str | None) -> bool:
     return bool(job_id) and str(job_id)[0].isdigit()
 
 
+def array_ids(job_ids: Iterable[str | None]) -> list[str]:
+    """Return the distinct job ids to ask about (array tasks ``123_4`` -> ``123``), local runs left out."""
+    return list(dict.fromkeys(j.split("_")[0] for j in job_ids if j and j[0].isdigit()))
+
+
 class Executor(ABC):
     """Submits groups of tasks, reports on them and cancels them, for one cluster profile."""
 
     kind: str = ""  # the profile's ``executor:`` value that selects this class (scheduler/select.py)
     runs_here: bool = False  # the tasks run in this process (the caller waits for them)
+    # the profile keys this executor understands besides profiles.COMMON_KEYS: key -> (types, what to say)
+    profile_keys: ClassVar[Mapping[str, KeySpec]] = {}
+
+    @classmethod
+    def check_profile(cls, settings: Mapping[str, Any], where: str) -> None:
+        """ClusterError for a value of one of ``profile_keys`` this executor could not use (types are checked
+        already, by profiles.check_settings, which calls this for every executor listed)."""
+        return None
 
     def __init__(self, profile: ClusterProfile) -> None:
         self.profile = profile
@@ -75,6 +200,16 @@ class Executor(ABC):
     @abstractmethod
     def limits(self) -> SubmitLimits:
         """Return the submit limits that apply now (and how many of the user's jobs count against them)."""
+
+    @abstractmethod
+    def is_limit_refusal(self, message: str) -> bool:
+        """True when a refused submission's ``message`` says a submit limit (or a busy scheduler) refused it: try
+        again when a slot is free, the jobs are not wrong."""
+
+    def queued_jobs(self, user: str) -> list[tuple[str, str, str]]:
+        """Return ``user``'s jobs in the queue, one per array task: (job id, account, qos) (by default those
+        ``limits`` counts: the current user's)."""
+        return self.limits().jobs
 
     @abstractmethod
     def check_time(self) -> None:
@@ -112,7 +247,19 @@ class Executor(ABC):
         """Make queued jobs wait on ``dependency`` instead (a pending job only); return the ids changed."""
         return []
 
+    def queue_states(self, job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:
+        """Return the queue's state of each job still queued or running (array tasks one by one), None when the
+        queue does not answer: the second look at jobs the accounting says ended but the scheduler may requeue."""
+        return None
+
     def pending_reasons(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Return why each of the jobs still pending waits (``Dependency``, ``DependencyNeverSatisfied``)."""
         return {}
+
+    def follow(self, job_id: str, stdout: Path, stderr: Path, *, since: str | None = None) -> str:
+        """Print the job's ``stdout``/``stderr`` as they grow until it ends (``submit --wait``); return its final
+        state. ClusterError for an executor that cannot (its jobs run here, or nothing runs by itself)."""
+        from hpc_runner.errors import ClusterError
+
+        raise ClusterError(f"the {self.kind or type(self).__name__} executor cannot follow job {job_id}")
 

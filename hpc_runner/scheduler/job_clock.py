@@ -1,85 +1,23 @@
-"""When a packed task's job ends, and whether it still has time for one more point.
+"""Whether a job still has time for more work: the job side's clock, in neutral words.
 
-The task asks SLURM once, when it starts, for its job's end time (``SLURM_JOB_END_TIME`` where SLURM
-sets it, else ``squeue -h -j ID -o %e``, else ``scontrol show job -o ID``). Before each point it asks
-`JobClock.can_start`: a point is started only if ``now + estimate + margin <= end``, where the estimate
-is the longest point this task has run so far (or the profile's ``point_minutes`` before the first one
-ends) and the margin is the profile's ``signal_delay_s`` plus ``SIGNAL_EARLY_S``: SLURM sends the stop
-signal that long before the end, or up to 60 s earlier (its time-limit check runs every 30 s; SLURM's
-sbatch manual says "up to 60 seconds"; on the local cluster a 20 s delay came 28 s before the end), and
-a point started after it would only be stopped again. A point that is not started goes back to the
-sweep as waiting (see sweep/task.py), so it is never lost.
+A packed sweep task (sweep/task.py) keeps a :class:`JobClock`: before each point it asks ``can_start``, and a
+point is started only if ``now + estimate + margin <= end``, where the estimate is the longest point this task
+has run so far (or the profile's ``point_minutes`` before the first one ends) and the margin is how long before
+the end the stop signal may come (``job_env.stop_margin_s``). A point that is not started goes back to the sweep
+as waiting, so it is never lost.
 
-The trainer uses the same end (``training_job_end``) for checkpoints timed to the limit
-(``CheckpointTimer``): it saves once, mid-epoch, when the time left falls below one epoch (as measured
-so far) plus the time a save takes, so a job killed at its limit (or stopped by the signal) loses at
+The trainer keeps a :class:`CheckpointTimer`: it saves once, mid-epoch, when the time left falls below one epoch
+(as measured so far) plus the time a save takes, so a job killed at its limit (or stopped by the signal) loses at
 most that much work.
 
-The decisions are pure functions of the given clock so they are tested without waiting for a job.
+The job's end comes from the scheduler (``job_env.job_end_time``: SLURM's in scheduler/slurm/job_clock.py); the
+decisions here are pure functions of the given clock, so they are tested without waiting for a job.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import subprocess
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
-UNKNOWN_TIMES = ("", "unknown", "n/a", "none", "invalid")
-SIGNAL_EARLY_S = 60.0  # how much earlier than --signal=USR2@N SLURM may send it (sbatch(1), --signal)
-
-
-def stop_margin_s(signal_delay_s: float | None) -> float:
-    """Return how long before the job's end a point must be done: the signal delay plus SLURM's slack."""
-    return max(0.0, float(signal_delay_s or 0)) + SIGNAL_EARLY_S
-
-
-def parse_slurm_time(text: str | None) -> float | None:
-    """Return a SLURM timestamp (``2026-11-23T17:05:00``, local time) as epoch seconds, None if unknown."""
-    text = (text or "").strip()
-    if text.lower() in UNKNOWN_TIMES:
-        return None
-    try:
-        return _dt.datetime.fromisoformat(text).timestamp()  # naive: the controller's (= the node's) local time
-    except ValueError:
-        return None
-
-
-def _end_from_scontrol(line: str) -> float | None:
-    for word in line.split():
-        key, _, value = word.partition("=")
-        if key == "EndTime":
-            return parse_slurm_time(value)
-    return None
-
-
-Runner = Callable[[list[str]], str]
-
-
-def _run(cmd: list[str]) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    return res.stdout if res.returncode == 0 else ""
-
-
-def job_end_time(job_id: str | None, environ: Mapping[str, str] | None = None, run: Runner = _run) -> float | None:
-    """Return the epoch second at which SLURM ends this job, or None (no job, no limit, or no answer)."""
-    from hpc_runner.scheduler.job_env import end_time
-
-    known = end_time(environ)  # SLURM >= 23.02 sets it: no call needed
-    if known is not None:
-        return known
-    if not job_id:
-        return None
-    try:
-        end = parse_slurm_time(run(["squeue", "-h", "-j", job_id, "-o", "%e"]).strip().splitlines()[0])
-    except (OSError, subprocess.SubprocessError, IndexError):
-        end = None
-    if end is not None:
-        return end
-    try:
-        return _end_from_scontrol(run(["scontrol", "show", "job", "-o", job_id]))
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def point_estimate_s(durations: list[float], hint_s: float | None = None) -> float | None:
@@ -142,18 +80,6 @@ def checkpoint_due(now: float, end: float | None, epoch_s: float | None, save_s:
     if end is None or epoch_s is None:
         return False
     return end - now < epoch_s + max(0.0, save_s)
-
-
-def training_job_end(environ: Mapping[str, str] | None = None, run: Runner = _run) -> float | None:
-    """Return the end of the job this training runs in (``SLURM_JOB_END_TIME``, else one squeue call), None
-    outside a job: what the trainer's timed checkpoint measures against."""
-    from hpc_runner.scheduler.job_env import end_time, own_job_id
-
-    known = end_time(environ)
-    if known is not None:
-        return known
-    job = own_job_id(environ)
-    return job_end_time(job, environ, run) if job else None
 
 
 @dataclass

@@ -1,16 +1,30 @@
-"""The executor a cluster profile asks for (``executor: slurm``, ``local``, or ``memory``: the in-memory cluster
-the tests drive)."""
+"""The one registry of executors: the name a cluster profile gives (``executor: NAME``) -> the executor class.
+
+Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/local/``, ``scheduler/memory/``: the
+in-memory cluster the tests drive) and declares what it needs of a profile: ``kind`` (its name here),
+``profile_keys`` (the keys it understands beyond ``profiles.COMMON_KEYS``) and ``check_profile`` (their values).
+Adding a scheduler (PBS, LSF, Flux) is one new folder and one entry in ``EXECUTORS``; profiles.py, the
+commands and the sweep's logic ask this module, never an executor's name.
+"""
 
 from __future__ import annotations
 
 from hpc_runner.scheduler.executor import Executor
-from hpc_runner.scheduler.local_executor import LocalExecutor
-from hpc_runner.scheduler.memory_executor import MemoryExecutor
-from hpc_runner.scheduler.profiles import ClusterProfile
-from hpc_runner.scheduler.slurm_executor import SlurmExecutor
+from hpc_runner.scheduler.local.executor import LocalExecutor
+from hpc_runner.scheduler.memory.executor import MemoryExecutor
+from hpc_runner.scheduler.profile import COMMON_KEYS, ClusterProfile, KeySpec
+from hpc_runner.scheduler.slurm.executor import SlurmExecutor
 
-EXECUTORS: dict[str, type[Executor]] = {SlurmExecutor.kind: SlurmExecutor, LocalExecutor.kind: LocalExecutor,
-                                        MemoryExecutor.kind: MemoryExecutor}
+EXECUTORS: dict[str, type[Executor]] = {cls.kind: cls for cls in (SlurmExecutor, LocalExecutor, MemoryExecutor)}
+
+
+def profile_keys() -> dict[str, KeySpec]:
+    """Return every key a profile may hold: the common ones, then each executor's own, in registry order."""
+    keys = dict(COMMON_KEYS)
+    for executor in EXECUTORS.values():
+        for key, spec in executor.profile_keys.items():
+            keys.setdefault(key, spec)
+    return keys
 
 
 def executor_for(profile: ClusterProfile) -> Executor:

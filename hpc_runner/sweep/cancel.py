@@ -35,8 +35,7 @@ def cancel_target(target: Target) -> Cancelled:
     with sr.locked(target.path) as ledger:
         target.record, target.points = ledger.record, ledger.points
         waiting = cancel_waiting(ledger)
-        entry: dict = {"at": now_iso(), "jobs": [], "waiting": waiting}
-        ledger.data.setdefault("cancelled", []).append(entry)
+        entry = ledger.note_cancel(waiting)
         try:
             out = _cancel(target)
         except Exception as exc:  # scancel refused: the waiting points stay cancelled all the same

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpc_runner.scheduler.accounting import FAILED_STATES
+from hpc_runner.scheduler.executor import FAILED_STATES
 
 OUT_OF_MEMORY = "OUT_OF_MEMORY"
 TIMEOUT = "TIMEOUT"

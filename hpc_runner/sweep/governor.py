@@ -2,7 +2,7 @@
 
 A sweep's points are grouped into tasks of K points (``--pack K``, index order); each array task runs
 one task (``sweep/task.py``'s ``run_sweep_task``). ``send_points`` reads the limits through the
-executor (scheduler/limits.py for SLURM), submits the first ``free_slots`` tasks as arrays of at most
+executor (``executor.limits()``), submits the first ``free_slots`` tasks as arrays of at most
 MaxArraySize, and moves the points of the other tasks to ``waiting`` (no job id) in the ledger.
 
 Waiting points are submitted later with no process of ours left on the login node (``top_up``):
@@ -49,10 +49,10 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import now_iso
-from hpc_runner.scheduler.executor import Executor, JobRequest, is_scheduler_job
-from hpc_runner.scheduler.job_env import own_job_id
-from hpc_runner.scheduler.limits import SubmitLimits, is_limit_refusal
-from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.dependency import after_any
+from hpc_runner.scheduler.executor import Executor, JobRequest, SubmitLimits, is_scheduler_job
+from hpc_runner.scheduler.job_env import own_job_id, scrubbed_environment
+from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
 from hpc_runner.sweep import ledger as sr
 
 Log = Callable[[str], None]
@@ -143,31 +143,21 @@ def outside_the_job() -> Iterator[None]:
     submitted from inside a job gets only what the user set, and decides its own threads."""
     from hpc_runner.resources.threads import variables_set_here
 
-    saved = {k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SLURMD_")) and k != "SLURM_CONF"}
-    saved.update(variables_set_here())
-    for k in saved:
-        del os.environ[k]
-    try:
+    with scrubbed_environment(also=variables_set_here()):
         yield
-    finally:
-        os.environ.update(saved)
 
 
 def profile_from_record(record: sr.SweepRecord) -> ClusterProfile:
     """Rebuild the cluster profile of the sweep's latest submission (else the one recorded at creation)."""
-    from hpc_runner.scheduler.profiles import check_settings
-
     recorded = next((s["profile"] for s in reversed(record.submissions()) if s.get("profile")), None)
     recorded = recorded or record.data.get("cluster") or {}
     name = recorded.get("profile") or "recorded"
-    settings = dict(recorded.get("settings") or {})
-    check_settings(settings, f"the profile recorded in {record.file} ({name})")
-    return ClusterProfile(name, [Path(recorded.get("file") or name)], settings)
+    return checked_from_record(recorded, f"the profile recorded in {record.file} ({name})")
 
 
 def _wait_for_leaving(
     limits: SubmitLimits, record: sr.SweepRecord, me: str | None, wanted: int, backoff: Backoff,
-    reader: Callable[[], SubmitLimits],
+    reader: Callable[[], SubmitLimits], executor: Executor,
 ) -> SubmitLimits:
     """When fewer slots are free than ``wanted``, wait (up to ``LEAVING_WAIT_S``) for the sweep's tasks that
     have done their last top-up to leave the queue, then count again: their slots are about to free up."""
@@ -177,12 +167,10 @@ def _wait_for_leaving(
     leaving = (set(record.data.get("leaving") or []) & {j for j, _, _ in limits.jobs}) - {me}
     if not leaving:
         return limits
-    from hpc_runner.scheduler.limits import queued_jobs
-
     deadline = time.monotonic() + LEAVING_WAIT_S
     while time.monotonic() < deadline:
         backoff.sleep(0.2)
-        if not leaving & {j for j, _, _ in queued_jobs(limits.user)}:
+        if not leaving & {j for j, _, _ in executor.queued_jobs(limits.user)}:
             break
     return reader()
 
@@ -248,7 +236,7 @@ def send_points(
     if array_parallelism:
         submission["array_parallelism"] = array_parallelism
     record.submissions().append(submission)
-    limits = _wait_for_leaving(reader(), record, me, len(tasks), backoff, reader)
+    limits = _wait_for_leaving(reader(), record, me, len(tasks), backoff, reader, executor)
     out.limits = limits
     request = job_request(record, hold, array_parallelism)
     sizes, _ = plan_arrays(len(tasks), limits.free_slots, limits.max_array_size)
@@ -275,7 +263,7 @@ def send_points(
                            record, batch, sweep_dir, entry, job_record, parallel)
         except BaseException as exc:
             message = exc.message if isinstance(exc, UserError) else str(exc)
-            limited = isinstance(exc, Exception) and is_limit_refusal(message)
+            limited = isinstance(exc, Exception) and executor.is_limit_refusal(message)
             if limited and retries < len(backoff.delays):
                 delay = backoff.delays[retries]
                 retries += 1
@@ -352,7 +340,7 @@ def _tell_waiters(record: sr.SweepRecord, executor: Executor, log: Log) -> None:
     as ``waiters``) wait on the arrays just submitted too; one that already started is left alone."""
     arrays = [a["job_id"] for s in record.submissions() for a in s.get("arrays") or [] if a.get("job_id")]
     try:
-        executor.set_dependency(record.data["waiters"], "afterany:" + ":".join(dict.fromkeys(arrays)))
+        executor.set_dependency(record.data["waiters"], after_any(arrays))
     except Exception as exc:  # the waiter started already: it looks at the sweep itself (pipeline/select_job.py)
         log(f"hpc-runner: the jobs waiting on this sweep were not told of its new arrays ({exc})")
 
@@ -363,7 +351,7 @@ def _preflight(executor: Executor, request: JobRequest, record: sr.SweepRecord, 
     try:
         executor.check_resources(request, size, f"the sweep's job array ({points} points)")
     except ClusterError as exc:
-        if is_limit_refusal(exc.message):  # --test-only counts the queue too; the governor handles that
+        if executor.is_limit_refusal(exc.message):  # --test-only counts the queue too; the governor handles that
             return
         record.submissions().remove(submission)  # nothing was submitted: no trace in sweep.yaml
         raise
@@ -389,11 +377,7 @@ def _record_failure(ledger: sr.Ledger, rest: list[list[int]], exc: BaseException
         for i in task:
             if ledger.points[i].get("submit") in (sr.SUBMITTING, sr.WAITING):
                 ledger.refuse(i)
-    ledger.data["error"] = {
-        "at": now_iso(),
-        "message": (exc.paragraph() if isinstance(exc, UserError) else str(exc))[:800],
-    }
-    ledger.data["state"] = "partially-submitted" if submitted_any else sr.NOT_SUBMITTED
+    ledger.submission_failed(exc.paragraph() if isinstance(exc, UserError) else str(exc), submitted_any)
 
 
 def waiting_indices(record: sr.SweepRecord) -> list[int]:
@@ -449,18 +433,18 @@ def top_up(
             for i in waiting:
                 if ledger.points[i].get("submit") == sr.NOT_SUBMITTED:
                     ledger.wait(i)
-            ledger.data["error"] = {"at": now_iso(), "message": f"top-up: {exc}"[:800]}
+            ledger.note_error(f"top-up: {exc}")
             log(f"hpc-runner: could not submit {len(waiting)} waiting point(s): {exc}")
             out.job_ids.clear()
         if not waiting_indices(record) and all(p.get("job_id") for p in record.points):
-            record.data["state"] = "submitted"
+            ledger.all_submitted()
         submitted = len(out.job_ids)
         if submitted:
             log(f"hpc-runner: submitted {submitted} waiting point(s) as "
                 f"{', '.join(a['job_id'] for a in out.arrays)}; {len(out.waiting)} still wait")
         if me:  # later top-ups count this job as gone (see the module doc); forget the ones that left
             queued = {j for j, _, _ in out.limits.jobs} if out.limits is not None else set()
-            record.data["leaving"] = sorted({j for j in record.data.get("leaving") or [] if j in queued} | {me})
+            ledger.set_leaving(sorted({j for j in record.data.get("leaving") or [] if j in queued} | {me}))
     executor.run_pending(log)
     return submitted
 

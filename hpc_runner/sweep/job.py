@@ -68,11 +68,11 @@ def stderr_into_log(log_file: Path) -> Iterator[None]:
 def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
     """Put the job fields back on run.yaml and turn the outcome into a result, a requeue or RunFailed."""
     from hpc_runner.engine.runner import describe_failure
-    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
 
     rd = RunDir(outcome.run_dir)
     # run_recorded rewrote run.yaml when it started, so the job and sweep fields go back on now
-    job = {**extra_record.get("job", {}), "id": current_job_id() or LOCAL_JOB_ID, **_log_paths()}
+    job = {**extra_record.get("job", {}), "id": own_job_id() or LOCAL_JOB_ID, **_log_paths()}
     fields = {**extra_record, "job": job}
     rd.update_record(**fields)
     if outcome.status == "completed":
@@ -82,7 +82,7 @@ def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True)
     if outcome.status == "preempted":
         if not requeue:  # a packed task requeues once, after all its running points have checkpointed
             return {"status": "preempted", "run_dir": str(outcome.run_dir), "checkpoint": outcome.error.checkpoint}
-        job = requeue_current_job()
+        job = requeue_job()
         if job:
             return {"status": "preempted", "requeued": job, "run_dir": str(outcome.run_dir)}
         raise RunFailed(f"stopped by {outcome.error.reason} and not requeued; checkpoint kept in {outcome.run_dir}")
@@ -132,7 +132,7 @@ def run_sweep_point(
     stops), records the point's place in the task, and leaves the requeue to the task.
     """
     from hpc_runner.engine.stop import clear_stop
-    from hpc_runner.records.environment import device_binding
+    from hpc_runner.resources.shares import device_binding
 
     freeze_at_exit()
     use_cpu_budget()

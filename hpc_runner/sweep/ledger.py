@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
 from hpc_runner.records.rundir import now_iso
 
 SWEEP_FILE = "sweep.yaml"
@@ -83,12 +83,18 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
     "cancel": (frozenset({SUBMITTING, WAITING, NOT_SUBMITTED}), CANCELLED),
     "give_up": (frozenset({SUBMITTED, WAITING}), GAVE_UP),
 }
+# the sweep's own state (field ``state`` of sweep.yaml), beside its points': how its submissions went
+TUNE = "tune"  # a tune's record before its workers are queued
+PARTIALLY_SUBMITTED = "partially-submitted"  # an sbatch failed after others queued points
+SWEEP_STATES = (SUBMITTING, TUNE, SUBMITTED, PARTIALLY_SUBMITTED, NOT_SUBMITTED)
+# event -> (sweep states it may leave, state it enters): every submission, top-up or resume may end either way
+SWEEP_TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
+    "all_submitted": (frozenset(SWEEP_STATES), SUBMITTED),
+    "submission_failed_part": (frozenset(SWEEP_STATES), PARTIALLY_SUBMITTED),
+    "submission_failed": (frozenset(SWEEP_STATES), NOT_SUBMITTED),
+}
 MAX_RETURNS = 3  # a point whose tasks return it unrun this often fails with cause RETURNED
 MAX_RETRIES = 3  # resubmissions of a failed point (resume, automatic retries)
-
-
-class TransitionError(ClusterError):
-    """A transition the ledger does not allow (a bug, or a record edited by hand)."""
 
 
 def point_dir_name(index: int, count: int) -> str:
@@ -131,23 +137,22 @@ def _is_point_dir(text: str) -> bool:
     return len(parts) == 2 and parts[0] == POINTS_DIR and parts[1].isdigit()
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=str, separators=(", ", ": "))
-
-
 @dataclass
-class SweepRecord:
+class SweepRecord(LedgerRecord):
     """sweep.yaml in memory: ``data`` holds everything except ``points``. Read it anywhere; write it through
     ``locked`` only."""
+
+    NOUN: ClassVar[str] = "sweep"  # SWEEP_FILE, LOCK_FILE and KIND follow from it
+    ENTRIES: ClassVar[str] = "points"
 
     path: Path
     data: dict[str, Any]
     points: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def file(self) -> Path:
-        """Return the path of sweep.yaml."""
-        return self.path / SWEEP_FILE
+    @classmethod
+    def check_entry(cls, entry: Any, n: int, file: Path) -> None:
+        """ClusterError unless point ``n`` is one hpc-runner could have written (hand edits may change params)."""
+        _check_point(entry, n, file)
 
     @property
     def base_dir(self) -> Path:
@@ -173,38 +178,6 @@ class SweepRecord:
         """Return the run dir of a point."""
         return self.path / point["dir"]
 
-    @classmethod
-    def load(cls, path: str | Path) -> SweepRecord:
-        """Read ``path/sweep.yaml`` (JSON fast path, YAML for a hand-edited file); ClusterError when unusable."""
-        from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
-
-        path = Path(path)
-        file = path / SWEEP_FILE
-        try:
-            text = read_record_text(file, "sweep record")
-            if text is None:
-                raise ClusterError("the sweep record does not exist", where=str(file))
-            try:
-                data = json.loads(text)
-            except (ValueError, RecursionError):
-                data = parse_yaml_record(text, file, "sweep record")
-        except RecordError as err:
-            raise ClusterError(err.message, where=err.where, expected=err.expected) from None
-        if not isinstance(data, dict) or data.get("kind") != KIND or not isinstance(data.get("points"), list):
-            raise ClusterError(
-                "not a sweep record", where=str(file), expected=f"a {SWEEP_FILE} written by hpc-runner sweep"
-            )
-        points = data.pop("points")
-        for n, p in enumerate(points):
-            _check_point(p, n, file)
-        return cls(path, data, points)
-
-    def text(self) -> str:
-        """Return the file's text: one top-level key a line, then one point a line."""
-        head = [f"  {json.dumps(k)}: {_dumps(v)}" for k, v in self.data.items()]
-        points = ",\n".join("    " + _dumps(p) for p in self.points)
-        return "{\n" + ",\n".join(head) + ',\n  "points": [\n' + points + "\n  ]\n}\n"
-
     def submissions(self) -> list[dict[str, Any]]:
         """Return the list of submissions (each with its arrays)."""
         return self.data.setdefault("submissions", [])
@@ -221,39 +194,24 @@ class SweepRecord:
 
 def write_new(record: SweepRecord) -> Path:
     """Write the first sweep.yaml of a sweep dir that has none yet (before any job can exist)."""
-    if record.file.exists():
-        raise ClusterError("the sweep dir already has a sweep record", where=str(record.file))
-    return write_text_atomic(record.file, record.text())
+    return record.write_new()
 
 
-class Ledger:
+class Ledger(Transactions[SweepRecord]):
     """The transitions of a sweep's points, applied to a record held under the sweep's lock (``locked``)."""
 
-    def __init__(self, record: SweepRecord) -> None:
-        self.record = record
-        self.events: list[tuple[str, int]] = []  # what this transaction did, for callers and tests
+    RECORD: ClassVar[type[LedgerRecord]] = SweepRecord
+    TRANSITIONS: ClassVar[dict[str, tuple[frozenset[str], str]]] = TRANSITIONS
+    STATE: ClassVar[str] = "submit"
+    DEFAULT_STATE: ClassVar[str | None] = WAITING
 
     @property
     def points(self) -> list[dict[str, Any]]:
         """Return the points (read them; change them through the transitions)."""
         return self.record.points
 
-    @property
-    def data(self) -> dict[str, Any]:
-        """Return the sweep-level data (submissions, state, errors)."""
-        return self.record.data
-
     def _move(self, event: str, index: int) -> dict[str, Any]:
-        sources, target = TRANSITIONS[event]
-        p = self.record.points[index]
-        state = p.get("submit", WAITING)
-        if state not in sources:
-            raise TransitionError(f"point {index} cannot {event.replace('_', ' ')} from state {state}",
-                                  where=str(self.record.file),
-                                  expected=f"a point in state {' or '.join(sorted(sources))}")
-        p["submit"] = target
-        self.events.append((event, index))
-        return p
+        return self.move(event, self.record.points[index], index, f"point {index}")
 
     def submit(self, index: int, job_id: str) -> None:
         """The point was handed to job ``job_id`` (the sbatch that sent it returned)."""
@@ -336,54 +294,74 @@ class Ledger:
         self.events.append(("exclude_node", index))
         return True
 
+    # ---------------------------------------------------------------- the sweep's own state and settings
+
+    def _sweep_move(self, event: str) -> None:
+        sources, target = SWEEP_TRANSITIONS[event]
+        state = self.data.get("state", SUBMITTING)
+        if state not in sources:
+            raise TransitionError(f"the sweep cannot move by {event} from state {state}", where=str(self.record.file),
+                                  expected=f"a sweep in state {' or '.join(sorted(sources))}")
+        self.data["state"] = target
+        self.events.append((event, None))
+
+    def all_submitted(self) -> None:
+        """Every point was handed to the scheduler or waits in the sweep's queue (a per-point state)."""
+        self._sweep_move("all_submitted")
+
+    def submission_failed(self, message: str, submitted_any: bool) -> None:
+        """An sbatch failed: the sweep is partially submitted (or not at all), with the error recorded."""
+        self.note_error(message)
+        self._sweep_move("submission_failed_part" if submitted_any else "submission_failed")
+
+    def note_error(self, message: str) -> None:
+        """Record the last submission error (a failed top-up: the points keep waiting)."""
+        self.data["error"] = {"at": now_iso(), "message": message[:800]}
+        self.events.append(("note_error", None))
+
+    def note_resume(self, points: int, fixes: dict[str, Any]) -> None:
+        """Record a ``resume`` of ``points`` points with ``fixes``."""
+        self.data.setdefault("resumed", []).append({"at": now_iso(), "points": points, "fixes": fixes})
+        self.events.append(("note_resume", None))
+
+    def note_cancel(self, waiting: list[int]) -> dict[str, Any]:
+        """Record a ``cancel`` of the sweep (the waiting points it cancelled); return the entry to complete."""
+        entry: dict[str, Any] = {"at": now_iso(), "jobs": [], "waiting": waiting}
+        self.data.setdefault("cancelled", []).append(entry)
+        self.events.append(("note_cancel", None))
+        return entry
+
+    def set_bound(self, name: str, value: int) -> None:
+        """Set one of the sweep's bounds (``max_retries``, ``max_returns``) from now on."""
+        self.data.setdefault("bounds", {})[name] = value
+        self.events.append(("set_bound", None))
+
+    def add_retry_rules(self, rules: dict[str, str]) -> None:
+        """Add ``--retry`` rules (cause -> fix): later failures are retried by them."""
+        self.data["retry"] = {**(self.data.get("retry") or {}), **rules}
+        self.events.append(("add_retry_rules", None))
+
+    def wait_on(self, dependency: str) -> None:
+        """Make the sweep's later submissions (top-ups, resumes) wait on ``dependency`` (a pipeline's input)."""
+        self.data["dependency"] = dependency
+        self.events.append(("wait_on", None))
+
+    def set_waiter(self, job: str) -> None:
+        """Make job ``job`` wait on every array a later top-up queues (a pipeline's select job)."""
+        self.data["waiters"] = [job]
+        self.events.append(("set_waiter", None))
+
+    def set_leaving(self, jobs: list[str]) -> None:
+        """Record the jobs a top-up counts as gone (each calls it as it ends; see sweep/governor.py)."""
+        self.data["leaving"] = sorted(jobs)
+        self.events.append(("set_leaving", None))
+
     def waiting(self) -> list[int]:
         """Return the indices of the points that wait for a free submit slot."""
         return [n for n, p in enumerate(self.record.points) if p.get("submit") == WAITING]
 
-    # ---------------------------------------------------------------- tune trials (points claimed by workers)
 
-    def claim_trial(self, worker: int, job_id: str | None, params: dict[str, Any], trial: Any) -> dict[str, Any] | None:
-        """Give worker ``worker`` the next unclaimed trial point; None when the budget is spent."""
-        for n, p in enumerate(self.record.points):
-            if p.get("trial") is None and p.get("state") is None:
-                p.update(params=params, trial=trial.number, trial_id=getattr(trial, "_trial_id", None),
-                         worker=worker, state="running", job_id=job_id or "local", started=now_iso())
-                p["submit"] = SUBMITTED
-                p.setdefault("jobs", []).append(job_id or "local")
-                self.events.append(("claim", n))
-                return p
-        return None
-
-    def resume_trial(self, index: int, job_id: str | None) -> dict[str, Any]:
-        """A worker takes up again the trial it left running (it was requeued or restarted)."""
-        p = self.record.points[index]
-        if p.get("state") != "running":
-            raise TransitionError(f"trial point {index} is {p.get('state')}, not running", where=str(self.record.file))
-        p["job_id"] = job_id or "local"
-        p["resumed"] = int(p.get("resumed", 0)) + 1
-        self.events.append(("resume_trial", index))
-        return p
-
-    def finish_trial(self, index: int, state: str, value: float | None, epochs: int | None,
-                     error: str | None) -> None:
-        """Record how a trial ended (completed, pruned or failed); a finished trial is never changed again."""
-        p = self.record.points[index]
-        if p.get("state") in ("completed", "pruned", "failed"):
-            return  # told before (a worker killed between the tell and this write): nothing to change
-        if state not in ("completed", "pruned", "failed"):
-            raise TransitionError(f"a trial cannot end {state}", where=str(self.record.file))
-        p.update(state=state, value=value, epochs=epochs, ended=now_iso())
-        if error:
-            p["error"] = error[:500]
-        self.events.append(("finish_trial", index))
-
-    def unclaimed_trials(self) -> int:
-        """Return how many trials of the budget no worker has claimed yet."""
-        return sum(1 for p in self.record.points if p.get("trial") is None and p.get("state") is None)
-
-
-@contextlib.contextmanager
-def locked(path: str | Path, timeout: float = 600.0) -> Iterator[Ledger]:
+def locked(path: str | Path, timeout: float = 600.0) -> contextlib.AbstractContextManager[Ledger]:
     """Take the sweep's lock, read sweep.yaml, yield its Ledger; write it atomically on a normal exit (and
     on an exception, when transitions were applied before it).
 
@@ -391,20 +369,7 @@ def locked(path: str | Path, timeout: float = 600.0) -> Iterator[Ledger]:
     ``cancel``, and the jobs when they return points or claim trials) goes through here, so no update
     is lost between a read and a write, whatever node each writer runs on.
     """
-    from hpc_runner.records.file_lock import exclusive
-
-    path = Path(path)
-    with exclusive(path / LOCK_FILE, timeout, what=f"the sweep {path}"):
-        ledger = Ledger(SweepRecord.load(path))
-        try:
-            yield ledger
-        except BaseException:
-            # the transitions already applied happened (an sbatch that returned queued its jobs): each one
-            # is valid on its own, so they are written even when a later step fails
-            if ledger.events:
-                write_text_atomic(ledger.record.file, ledger.record.text())
-            raise
-        write_text_atomic(ledger.record.file, ledger.record.text())
+    return Ledger.locked(path, timeout)
 
 
 def read_point(path: str | Path, index: int) -> dict[str, Any]:

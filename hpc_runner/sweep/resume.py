@@ -115,9 +115,9 @@ def resume_sweep(
         record = ledger.record
         target.record, target.points = record, record.points
         if max_retries is not None:
-            record.data.setdefault("bounds", {})["max_retries"] = max_retries
+            ledger.set_bound("max_retries", max_retries)
         if retry_rules:
-            record.data["retry"] = {**(record.data.get("retry") or {}), **retry_rules}
+            ledger.add_retry_rules(retry_rules)
         # a point a task submitted since the plan was made (it was waiting) is not sent twice
         indices = [i for i, job in planned.items() if record.points[i].get("job_id") == job
                    and record.points[i].get("submit") != sr.WAITING]
@@ -134,13 +134,13 @@ def resume_sweep(
                 if pair:
                     record.points[i].setdefault("attempts", []).append(str(pair[1].relative_to(record.path)))
         waiting = sorted(set(ledger.waiting()) | set(indices))
-        record.data.setdefault("resumed", []).append({"at": now_iso(), "points": len(indices), "fixes": fixes})
+        ledger.note_resume(len(indices), fixes)
         try:
             out = submit_points(ledger, waiting, executor, entry=record.data.get("entry"), reason="resume", hold=hold,
                                 array_parallelism=array_parallelism, log=log, preflight=preflight)
         finally:
             if all(p.get("job_id") for p in record.points):
-                record.data["state"] = "submitted"
+                ledger.all_submitted()
     if executor.runs_here:
         out.local_failures = executor.run_pending(log)
         out.ran_here = True
@@ -150,7 +150,7 @@ def resume_sweep(
 def record_retry_rules(path: Path, rules: dict[str, str]) -> None:
     """Record ``--retry`` rules on a sweep (under its lock): later failures are retried by them."""
     with sr.locked(path) as ledger:
-        ledger.data["retry"] = {**(ledger.data.get("retry") or {}), **rules}
+        ledger.add_retry_rules(rules)
 
 
 def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:

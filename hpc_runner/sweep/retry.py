@@ -102,7 +102,7 @@ def rules_of(recorded: Mapping[str, Any] | None) -> dict[str, RetryRule]:
 
 def mem_gb_of(settings: Mapping[str, Any]) -> float | None:
     """Return the memory a profile's settings ask for per node, in GB (``mem_gb``, else ``mem`` like 16G)."""
-    from hpc_runner.scheduler.accounting import parse_size_bytes
+    from hpc_runner.scheduler.units import parse_size_bytes
 
     if settings.get("mem") not in (None, ""):
         size = parse_size_bytes(str(settings["mem"]), default_unit="M")  # sbatch's --mem default unit
@@ -244,7 +244,7 @@ def decide(points: Sequence[Mapping[str, Any]], states: Sequence[Any], rules: Ma
 def pending_retries(record: Any, states: Sequence[Any]) -> set[int]:
     """Return the failed points of a sweep that its rules send again at the next top-up (``status --wait`` and
     ``--watch`` wait for them: a point its own task just saw fail is not final yet)."""
-    if record is None or getattr(record, "is_tune", False):
+    if record is None:
         return set()
     rules = rules_of(record.data.get("retry"))
     if not rules:

@@ -161,7 +161,7 @@ def _memory(s: Suggestion, jobs: list[PointUsage], oom: list[PointUsage], settin
 
 
 def _time(s: Suggestion, jobs: list[PointUsage], timeouts: list[PointUsage], settings: Mapping[str, Any]) -> None:
-    from hpc_runner.scheduler.job_clock import stop_margin_s
+    from hpc_runner.scheduler.job_env import stop_margin_s
 
     elapsed = [u.elapsed_s for u in jobs if u.elapsed_s]
     limits = [u.time_limit_s for u in jobs if u.time_limit_s]
@@ -213,7 +213,7 @@ def finished(states: Sequence[Any]) -> bool:
 def suggested_for(target: Any, states: Sequence[Any]) -> bool:
     """Whether status, collect and report show a suggestion: a sweep (or run) that has ended, not a tune, and
     submitted to a scheduler (the local profile asks nothing of one, so there is nothing to right-size)."""
-    if not finished(states) or (target.record is not None and target.record.is_tune):
+    if not finished(states) or not target.right_sizes:  # a tune: no one request to right-size
         return False
     try:
         return not target.executor().runs_here

@@ -1,5 +1,5 @@
 """Where every point of a sweep (or a single submitted run) stands: the ledger's state, the scheduler's
-answer to ONE call (scheduler/accounting.py) and the run's own run.yaml, put together, read-only.
+answer to ONE call (scheduler/slurm/accounting.py) and the run's own run.yaml, put together, read-only.
 
 The run dirs are read only where the scheduler cannot tell (no record yet, purged, local runs, packed
 points) and for the cause of failed points, so status stays fast at thousands of points.
@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.scheduler.accounting import DONE, FAILED_STATES, SchedulerAnswer
-from hpc_runner.scheduler.executor import is_local_job, is_scheduler_job
+from hpc_runner.scheduler.executor import DONE, FAILED_STATES, Executor, SchedulerAnswer, is_local_job, is_scheduler_job
+from hpc_runner.scheduler.job_env import recorded_restarts
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
 from hpc_runner.sweep import ledger as sr
 
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
@@ -97,15 +98,14 @@ def _first_word(state: str) -> str:
 REQUEUABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED"})
 
 
-def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, timeout: float = 30) -> None:
-    """Ask squeue once (only when some point ended NODE_FAIL/PREEMPTED) whether SLURM requeued those jobs;
+def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, executor: Executor,
+                     timeout: float = 30) -> None:
+    """Ask the queue once (only when some point ended NODE_FAIL/PREEMPTED) whether SLURM requeued those jobs;
     a requeued one is shown as squeue says (PENDING, RUNNING), one requeue more than sacct counts."""
-    from hpc_runner.scheduler.accounting import queued_states
-
-    suspects = [s for s in states if s.state in REQUEUABLE_STATES and s.source == "sacct" and s.job_id]
+    suspects = [s for s in states if s.state in REQUEUABLE_STATES and s.source == FROM_ACCOUNTING and s.job_id]
     if not suspects:
         return
-    queued = queued_states([s.job_id for s in suspects if s.job_id], timeout)
+    queued = executor.queue_states([s.job_id for s in suspects if s.job_id], timeout)
     answer.calls += 1
     if not queued:
         return
@@ -113,7 +113,7 @@ def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, time
         now = queued.get(s.job_id) or queued.get(f"{s.job_id}_0" if "_" not in s.job_id else "")
         if now and now not in FAILED_STATES and now != DONE:
             s.history.append({"state": s.state, "node": s.node})  # sacct has not recorded the new attempt yet
-            s.state, s.source, s.requeues, s.node = now, "squeue", s.requeues + 1, None
+            s.state, s.source, s.requeues, s.node = now, FROM_QUEUE, s.requeues + 1, None
 
 
 def _since(dates: Iterable[str | None]) -> str | None:
@@ -320,10 +320,7 @@ def cause_counts(states: Sequence[PointState]) -> Counter:
 
 def _requeue_counter(rec: dict[str, Any]) -> int:
     """run.yaml's requeue counter: SLURM_RESTART_COUNT of the attempt that wrote it."""
-    try:
-        return int((rec.get("slurm") or {}).get("SLURM_RESTART_COUNT") or 0)
-    except (TypeError, ValueError):
-        return 0
+    return recorded_restarts(rec.get("slurm") or {})
 
 
 def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> None:

@@ -51,12 +51,6 @@ def _job_name(cfg_name: str, kind: str) -> str:
     return f"hpcr-{kind}-{cfg_name}"[:64]
 
 
-def _max_array(profile: ClusterProfile) -> tuple[int, str]:
-    from hpc_runner.scheduler.cluster_info import max_array_size
-
-    return max_array_size(profile.get("max_array_size"))
-
-
 def _resolved_for_display(cfg: BundleConfig, run_dir: Path) -> dict:
     """The config as prepare_run would write it (output_dir and bundle_root set), without writing it."""
     from hpc_runner.config.ids import has_id
@@ -307,7 +301,7 @@ def submit_sweep(
             out = submit_points(ledger, range(len(points)), executor, entry=entry, reason="sweep", hold=hold,
                                 array_parallelism=array_parallelism, log=log, preflight=preflight,
                                 limits_reader=limits_reader)
-            ledger.data["state"] = "submitted"  # waiting points are a per-point state
+            ledger.all_submitted()  # waiting points are a per-point state
     except BaseException as exc:
         if not _any_queued(directory):
             _remove_sweep(directory, created)  # nothing is queued: leave nothing behind

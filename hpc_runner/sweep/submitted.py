@@ -21,5 +21,5 @@ class Submitted:
     ran_here: bool = False  # the executor ran the work in this process (no scheduler)
     logs: dict[int, dict[str, str]] = field(default_factory=dict)
     waiting: list[int] = field(default_factory=list)  # points that wait for a free submit slot
-    limits: Any = None  # the SubmitLimits the governor read (scheduler/limits.py)
+    limits: Any = None  # the SubmitLimits the governor read (scheduler/slurm/limits.py)
     pack: tuple[int, int] = (1, 1)  # points per task, points at once per task

@@ -1,14 +1,20 @@
-"""Open what ``status``/``collect``/``cancel``/``resume`` are pointed at: a sweep dir or one run dir."""
+"""Open what ``status``/``collect``/``cancel``/``resume`` are pointed at: a sweep dir, a tune dir or one run dir.
+
+Each is a class (RunTarget, SweepTarget, TuneTarget): what differs between them is a method here, so the layers
+above (report, pipeline, cli) ask the target instead of comparing its kind. ``load_target`` is the one place
+that decides which one a dir is; ``hpc_runner.cli.targets.open_target`` adds pipeline dirs and the commands."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import RUN_FILE, RunDir
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID, Executor, is_scheduler_job
+from hpc_runner.scheduler.job_env import own_job_id
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep import states as tracking
@@ -16,13 +22,33 @@ from hpc_runner.sweep import states as tracking
 
 @dataclass
 class Target:
-    """A sweep (many points) or a single submitted run (one point, index 0)."""
+    """The points of a sweep or tune dir (many) or of one submitted run dir (one point, index 0)."""
 
     path: Path
-    kind: str  # "sweep" or "run"
     points: list[dict[str, Any]]
     record: sr.SweepRecord | None = None
     run_record: dict[str, Any] | None = None
+
+    kind: ClassVar[str] = ""  # "run", "sweep" or "tune": for people (messages), never compared
+    hints_resume: ClassVar[bool] = False  # status names `resume DIR` for its failed points (a sweep's, a tune's)
+    right_sizes: ClassVar[bool] = True  # status, collect and report suggest resources once it has ended
+
+    @classmethod
+    def load(cls, path: Path) -> Target:
+        """Return the target at ``path``, read as this class (the dir's kind is already known)."""
+        raise NotImplementedError
+
+    def reload(self) -> Target:
+        """Return this target read again from its dir (tasks, workers and top-ups change the record)."""
+        return type(self).load(self.path)
+
+    def title(self, count: int) -> str:
+        """Return what this is, for the head of the status table (``count`` points)."""
+        raise NotImplementedError
+
+    def pending_retries(self, states: list[tracking.PointState]) -> set[int]:
+        """Return the failed points the next top-up sends again (a sweep's --retry rules; none elsewhere)."""
+        return set()
 
     @property
     def param_ids(self) -> list[str]:
@@ -63,9 +89,7 @@ class Target:
         if self.record is not None:
             return executor_for(profile_from_record(self.record))
         cluster = ((self.run_record or {}).get("job") or {}).get("cluster")
-        recorded = cluster if isinstance(cluster, dict) else {}
-        return executor_for(ClusterProfile(str(recorded.get("profile") or "recorded"), [],
-                                           dict(recorded.get("settings") or {})))
+        return executor_for(ClusterProfile.from_record(cluster if isinstance(cluster, dict) else {}))
 
     def states(self) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
         """Return every point's state from one scheduler call, with the cause of each failed one.
@@ -73,53 +97,39 @@ class Target:
         Read-only: nothing is written. A tune's trials that no worker has claimed yet wait for one: PENDING
         while one of its workers is queued or running, NOT-STARTED once none is (``resume`` starts more)."""
         workers = self._worker_jobs()
-        answer = self.executor().query(
+        executor = self.executor()
+        answer = executor.query(
             [p.get("job_id") for p in self.points] + workers, since=tracking._since(self.submitted_dates())
         )
         shared = self.shared_job_ids()
         packed_sweep = int(((self.record.data.get("pack") if self.record else None) or {}).get("points", 1)) > 1
         packed_sweep = packed_sweep or bool(workers)  # a tune's worker runs trial after trial, like a packed task
         alive = any(tracking.job_alive(answer, w) for w in workers)
-        states = []
-        for p in self.points:
-            if self.record is not None and self.record.is_tune and p.get("trial") is None:
-                states.append(tracking.unclaimed_trial(p, self.run_dir(p), alive))
-            else:
-                states.append(tracking.combine(p, self.run_dir(p), answer,
-                                               packed=packed_sweep or p.get("job_id") in shared))
-        tracking.recheck_requeued(states, answer)
+        states = [self._point_state(p, answer, packed_sweep or p.get("job_id") in shared, alive)
+                  for p in self.points]
+        tracking.recheck_requeued(states, answer, executor)
         tracking.explain_failures(states, self.job_folder)
         return states, answer
 
+    def _point_state(self, point: dict[str, Any], answer: tracking.SchedulerAnswer, packed: bool,
+                     workers_alive: bool) -> tracking.PointState:
+        """Return one point's state from the scheduler's answer and its run record."""
+        return tracking.combine(point, self.run_dir(point), answer, packed=packed)
+
     def _worker_jobs(self) -> list[str]:
         """Return the job ids of a tune's workers (none for a sweep or a run)."""
-        if self.record is None or not self.record.is_tune:
-            return []
-        return [job for s in self.record.submissions() for job in (s.get("workers") or {}).values() if job]
+        return []
 
 
-def _job_id_of_run(rec: dict[str, Any]) -> str | None:
-    job = rec.get("job") or {}
-    if job.get("id"):
-        return str(job["id"])
-    slurm = rec.get("slurm") or {}
-    if slurm.get("SLURM_ARRAY_JOB_ID") and slurm.get("SLURM_ARRAY_TASK_ID"):
-        return f"{slurm['SLURM_ARRAY_JOB_ID']}_{slurm['SLURM_ARRAY_TASK_ID']}"
-    return slurm.get("SLURM_JOB_ID")
+@dataclass
+class RunTarget(Target):
+    """One run dir (run.yaml) submitted with ``hpc-runner submit`` or run here: one point, index 0."""
 
+    kind: ClassVar[str] = "run"
 
-def states_of(path: str | Path) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
-    """Return every point's state of the sweep or run at ``path`` (one scheduler call; the top-up's reader)."""
-    return load_target(path).states()
-
-
-def load_target(path: str | Path) -> Target:
-    """Return the sweep or run at ``path``; raise ClusterError when it is neither."""
-    path = Path(path)
-    if (path / sr.SWEEP_FILE).is_file():
-        record = sr.SweepRecord.load(path)
-        return Target(path, "sweep", record.points, record=record)
-    if (path / RUN_FILE).is_file():
+    @classmethod
+    def load(cls, path: Path) -> RunTarget:
+        """Return the run at ``path`` (its run.yaml), as one point."""
         rec = RunDir(path).record()
         job_id = _job_id_of_run(rec)
         if not job_id and rec.get("status") != sr.NOT_SUBMITTED:
@@ -127,8 +137,99 @@ def load_target(path: str | Path) -> Target:
         point = {"index": 0, "dir": ".", "params": {}, "job_id": job_id}
         if rec.get("status") == sr.NOT_SUBMITTED:
             point["job_id"] = None
-        return Target(path, "run", [point], run_record=rec)
-    raise ClusterError(
+        return cls(path, [point], run_record=rec)
+
+    def title(self, count: int) -> str:
+        """Return ``run``."""
+        return "run"
+
+
+@dataclass
+class SweepTarget(Target):
+    """A sweep dir (sweep.yaml): many points, some of which may wait for a free submit slot."""
+
+    kind: ClassVar[str] = "sweep"
+    hints_resume: ClassVar[bool] = True
+
+    @classmethod
+    def load(cls, path: Path) -> SweepTarget:
+        """Return the sweep at ``path`` (its sweep.yaml)."""
+        return cls.of_record(path, sr.SweepRecord.load(path))
+
+    @classmethod
+    def of_record(cls, path: Path, record: sr.SweepRecord) -> SweepTarget:
+        """Return the sweep at ``path`` from its record, already read."""
+        return cls(path, record.points, record=record)
+
+    def title(self, count: int) -> str:
+        """Return ``sweep of N points``."""
+        return f"sweep of {count} points"
+
+    def pending_retries(self, states: list[tracking.PointState]) -> set[int]:
+        """Return the failed points that the sweep's --retry rules send again at the next top-up."""
+        from hpc_runner.sweep.retry import pending_retries
+
+        return pending_retries(self.record, states)
+
+
+@dataclass
+class TuneTarget(SweepTarget):
+    """A tune dir: a sweep whose trials its workers claim one after another (a worker is like a packed task)."""
+
+    kind: ClassVar[str] = "tune"
+    right_sizes: ClassVar[bool] = False  # each trial asks what the study chose: no one request to right-size
+
+    def pending_retries(self, states: list[tracking.PointState]) -> set[int]:
+        """Return no point: a tune's failed trials are not retried by rules (its workers go on)."""
+        return set()
+
+    def _point_state(self, point: dict[str, Any], answer: tracking.SchedulerAnswer, packed: bool,
+                     workers_alive: bool) -> tracking.PointState:
+        """A trial no worker has claimed yet waits for one (PENDING while a worker is alive, else NOT-STARTED)."""
+        if point.get("trial") is None:
+            return tracking.unclaimed_trial(point, self.run_dir(point), workers_alive)
+        return super()._point_state(point, answer, packed, workers_alive)
+
+    def _worker_jobs(self) -> list[str]:
+        """Return the job ids of the tune's workers, from every submission."""
+        assert self.record is not None  # a tune dir always has its sweep.yaml
+        return [job for s in self.record.submissions() for job in (s.get("workers") or {}).values() if job]
+
+
+def _job_id_of_run(rec: dict[str, Any]) -> str | None:
+    job = rec.get("job") or {}
+    if job.get("id"):
+        return str(job["id"])
+    return own_job_id(rec.get("slurm") or {})  # the job's variables the run recorded (``123_4`` for an array task)
+
+
+def states_of(path: str | Path) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
+    """Return every point's state of the sweep or run at ``path`` (one scheduler call; the top-up's reader)."""
+    return load_target(path).states()
+
+
+class NotATarget(ClusterError):
+    """A dir with neither sweep.yaml nor run.yaml (a command may name what it expected its own way)."""
+
+
+def load_target(
+    path: str | Path,
+    *,
+    run: Callable[[Path], Target] = RunTarget.load,
+    sweep: Callable[[Path, sr.SweepRecord], Target] = SweepTarget.of_record,
+    tune: Callable[[Path, sr.SweepRecord], Target] = TuneTarget.of_record,
+) -> Target:
+    """Return the sweep, tune or run at ``path``; raise NotATarget (a ClusterError) when it is none of these.
+
+    The one place that decides which of the three a dir is; ``run``/``sweep``/``tune`` read each (the commands
+    pass their subclasses' constructors: hpc_runner/cli/targets.py)."""
+    path = Path(path)
+    if (path / sr.SWEEP_FILE).is_file():
+        record = sr.SweepRecord.load(path)
+        return (tune if record.is_tune else sweep)(path, record)
+    if (path / RUN_FILE).is_file():
+        return run(path)
+    raise NotATarget(
         "not a sweep dir or a run dir",
         where=str(path),
         expected=f"a folder with {sr.SWEEP_FILE} (hpc-runner sweep) or {RUN_FILE} (hpc-runner submit/run)",

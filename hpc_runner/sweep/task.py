@@ -10,7 +10,7 @@ Order of events in a task (see docs/packing.md):
    job's id): a point whose run.yaml says completed is skipped (the task was requeued after running
    it), and so is a point that no longer belongs to this job (the task returned it to the sweep, and
    the governor sent it elsewhere). A task never parses the whole sweep.yaml.
-2. Ask SLURM once for the job's end time (slurm/job_clock.py).
+2. Ask the scheduler once for the job's end time (job_env.job_end_time; the clock: scheduler/job_clock.py).
 3. Run the points: sequentially in this process (``parallel=1``: the imports and the data caches are
    paid once), or in P spawned worker processes, each pinned to its share of the job's GPUs and CPUs
    (resources/shares.py) before torch is imported. SIGUSR2/SIGTERM are stop requests for the whole
@@ -51,11 +51,11 @@ def run_sweep_task(
     """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
     from hpc_runner.sweep.job import RunFailed
 
     freeze_at_exit()
-    task = current_job_id()
+    task = own_job_id()
     outcomes: dict[int, str] = {}
     messages: dict[int, str] = {}
     requeued = None
@@ -85,7 +85,7 @@ def run_sweep_task(
             _return_points(sweep_dir, returned, task, clock.why_not(time.time()))
         stopped = [i for i, s in outcomes.items() if s in (PREEMPTED, NOT_STARTED)]
         if stopped:
-            requeued = requeue_current_job()
+            requeued = requeue_job()
             if not requeued:
                 reason = stop_requested() or "a stop request"
                 for i in stopped:
@@ -138,7 +138,8 @@ def _skip_reason(sweep_dir: str, point: dict[str, Any], recorded: dict[str, Any]
 
 def _task_clock(job_record: dict[str, Any] | None, task: str | None) -> Any:
     """The job's end (one scheduler call) and the margin and hint of the profile it was submitted with."""
-    from hpc_runner.scheduler.job_clock import JobClock, job_end_time, stop_margin_s
+    from hpc_runner.scheduler.job_clock import JobClock
+    from hpc_runner.scheduler.job_env import job_end_time, stop_margin_s
 
     settings = (job_record or {}).get("clock") or {}
     margin = stop_margin_s(settings.get("signal_delay_s"))
@@ -235,6 +236,7 @@ def _pin(gpus: list[str], cpus: list[int]) -> None:
     the affinity mask and the CPU count that resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger
     thread counts inherited from the job."""
     from hpc_runner.resources.shares import ASSIGNED_ENV
+    from hpc_runner.scheduler.job_env import grant_cpus
 
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[ASSIGNED_ENV] = ",".join(gpus)
@@ -243,8 +245,7 @@ def _pin(gpus: list[str], cpus: list[int]) -> None:
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
     if cpus:
-        os.environ["SLURM_CPUS_PER_TASK"] = str(len(cpus))
-        os.environ.pop("SLURM_TRES_PER_TASK", None)
+        grant_cpus(len(cpus))  # the slot's share is its grant: what resources/cpus.py reads
         from hpc_runner.resources.threads import THREAD_VARIABLES
 
         for name in THREAD_VARIABLES:

@@ -22,7 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.scheduler.accounting import SchedulerAnswer, parse_duration_s, parse_size_bytes
+from hpc_runner.scheduler.executor import SchedulerAnswer
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
+from hpc_runner.scheduler.units import parse_duration_s, parse_size_bytes
 
 MB = 1024 * 1024
 GPU_SAMPLES_FILE = "gpu_usage.jsonl"  # hpc_runner.resources.gpu_sampler.SAMPLES_FILE, read without importing it
@@ -116,7 +118,7 @@ def from_sacct(info: dict[str, str], steps: dict[str, Any] | None) -> PointUsage
         u.gpu_util_max = tres_max.get("gres/gpuutil")
         mem = tres_max.get("gres/gpumem")
         u.gpu_mem_mb = mem / MB if mem is not None else None
-        u.gpu_source = "sacct"
+        u.gpu_source = FROM_ACCOUNTING  # the scheduler's accounting recorded it
     return u
 
 

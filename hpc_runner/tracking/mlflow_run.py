@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.scheduler.job_env import job_id
 from hpc_runner.tracking.background import BackgroundSender
 from hpc_runner.tracking.settings import (
     LOCK_FILE,
@@ -180,8 +181,8 @@ class MlflowRun:
                         "mlflow.source.name": "hpc-runner"}
                 if self.parent_run_id:
                     tags["mlflow.parentRunId"] = self.parent_run_id
-                if os.environ.get("SLURM_JOB_ID"):
-                    tags["hpcr.slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+                if job := job_id():  # the scheduler's job this run is in
+                    tags["hpcr.slurm_job_id"] = job
                 run = client.create_run(self.experiment_id, run_name=self.run_name, tags=tags)
                 self.run_id = run.info.run_id
                 _write_json(self.run_dir / RUN_FILE, self.describe())

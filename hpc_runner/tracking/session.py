@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.pages.run_report import report_run
 from hpc_runner.tracking.settings import UNSENT_FILE, load_settings
 
 _current: Any = None  # the MlflowRun of the run executing in this process
@@ -161,8 +162,6 @@ def _artefacts(run_dir: Path) -> list[Path]:
     """config.yaml, overrides.yaml, summary.json, MONAI's config_<time>.json, and the report's plots (made now when
     matplotlib is here)."""
     try:
-        from hpc_runner.report.run_report import report_run
-
         report = report_run(run_dir)
         made = [report.html, *report.pngs]
     except Exception:  # no matplotlib, or nothing to plot: the files above are still sent

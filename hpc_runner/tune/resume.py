@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpc_runner.tune.worker import RUNNING
+from hpc_runner.tune.trials import RUNNING
 
 
 @dataclass

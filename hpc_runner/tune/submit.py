@@ -84,7 +84,7 @@ def submit_tune(
 def run_workers_here(directory: Path, executor: Any, out: Any, log: Log) -> None:
     """Run the workers the local executor was given, one after another; count the trials that failed."""
     from hpc_runner.sweep.ledger import SweepRecord
-    from hpc_runner.tune.worker import FAILED
+    from hpc_runner.tune.trials import FAILED
 
     executor.run_pending(log)
     out.ran_here = True
@@ -115,7 +115,7 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
         array = {"job_id": jobs[0].job_id.split("_")[0], "size": len(indices)}
         record.submissions().append({"at": now_iso(), "reason": reason, "profile": executor.profile.to_record(),
                                      "arrays": [array], "workers": {str(i): j.job_id for i, j in zip(indices, jobs)}})
-        ledger.data["state"] = "submitted"
+        ledger.all_submitted()
     out.arrays.append(array)
     for i, job in zip(indices, jobs):
         out.job_ids[int(i)] = job.job_id

@@ -24,9 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-RUNNING, COMPLETED, PRUNED, FAILED = "running", "completed", "pruned", "failed"
+from hpc_runner.tune import trials
+from hpc_runner.tune.trials import COMPLETED, FAILED, FINISHED, PRUNED, RUNNING
+
 PREEMPTED = "preempted"  # the worker's outcome when a stop request checkpointed its trial
-FINISHED = (COMPLETED, PRUNED, FAILED)
 
 
 def run_tune_worker(
@@ -36,7 +37,7 @@ def run_tune_worker(
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.resources.threads import use_cpu_budget
-    from hpc_runner.scheduler.requeue import current_job_id, requeue_current_job
+    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
     from hpc_runner.sweep.ledger import SweepRecord
     from hpc_runner.tune.settings import TuneSettings
     from hpc_runner.tune.space import parse_space
@@ -48,7 +49,7 @@ def run_tune_worker(
     settings = TuneSettings.from_record(record.data.get("tune"), str(record.file))
     space = parse_space(settings.space)
     entry = record.data.get("entry")
-    task = current_job_id()
+    task = own_job_id()
     # its own random stream per worker and per start (a requeued worker must not replay its first asks)
     study = open_study(sweep_dir, settings.direction, settings.sampler, settings.pruner, settings.seed,
                        pruner_options=settings.pruner_options,
@@ -77,7 +78,7 @@ def run_tune_worker(
     out: dict[str, Any] = {"status": COMPLETED, "worker": worker_index, "trials": counts}
     if stopped:
         out["status"] = PREEMPTED
-        requeued = requeue_current_job() if task else None
+        requeued = requeue_job() if task else None
         if requeued:
             out["requeued"] = requeued
     print(f"hpc-runner: tune worker {worker_index} {out['status']}: {counts[COMPLETED]} completed, "
@@ -94,9 +95,7 @@ def _claim_trial(
     sweep_dir: str, study: Any, space: Any, budget: int, worker_index: int, task: str | None
 ) -> dict[str, Any] | None:
     """Return the trial this worker must run next (its unfinished one first), or None when the budget is spent."""
-    from hpc_runner.sweep import ledger as sr
-
-    with sr.locked(sweep_dir) as ledger:
+    with trials.locked(sweep_dir) as ledger:
         for p in ledger.points:
             if p.get("worker") == worker_index and p.get("state") == RUNNING:
                 return dict(ledger.resume_trial(p["index"], task))
@@ -159,8 +158,8 @@ def _run_trial(
 
     from hpc_runner.engine import validation_hooks
     from hpc_runner.engine.stop import Pruned
-    from hpc_runner.records.environment import device_binding
     from hpc_runner.records.rundir import LOG_FILE, RunDir
+    from hpc_runner.resources.shares import device_binding
     from hpc_runner.sweep.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
 
     trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
@@ -215,14 +214,12 @@ def _tell(study: Any, number: int, state: str, value: float | None) -> None:
 def _record(sweep_dir: str, point: dict[str, Any], state: str, value: float | None, epochs: int | None,
             error: str | None) -> None:
     """Write the trial's end into its point (the ledger's transition)."""
-    from hpc_runner.sweep import ledger as sr
-
-    with sr.locked(sweep_dir) as ledger:
+    with trials.locked(sweep_dir) as ledger:
         ledger.finish_trial(point["index"], state, value, epochs, error)
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    from hpc_runner.engine.metrics_log import read_metrics
+    from hpc_runner.records.metrics_log import read_metrics
     from hpc_runner.records.rundir import METRICS_FILE
 
     return read_metrics(run_dir / METRICS_FILE)

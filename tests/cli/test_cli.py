@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from hpc_runner.cli import COMMANDS, build_parser
-from hpc_runner.cli.argv import split_overrides
+from hpc_runner.config.argv import split_overrides
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "bundles" / "synthetic_seg"
 

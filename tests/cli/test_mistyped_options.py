@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpc_runner.cli import build_parser
-from hpc_runner.cli.argv import near_option, option_typos
+from hpc_runner.config.argv import near_option, option_typos
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = str(ROOT / "bundles" / "synthetic_seg")

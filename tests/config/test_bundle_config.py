@@ -60,7 +60,7 @@ def test_free_form_metadata_as_monai_tests_write_it_loads_with_one_warning(bundl
 
 
 def test_verify_still_refuses_what_run_only_warns_about(bundle: Path) -> None:
-    from hpc_runner.registry.verify import verify_bundle
+    from hpc_runner.config.verify import verify_bundle
 
     meta_path = bundle / "configs" / "metadata.json"
     meta_path.write_text(json.dumps({"version": "0.1.0"}))

@@ -13,7 +13,7 @@ from monai.transforms import RandFlipd, Resized, ScaleIntensityd
 from hpc_runner.data import ThreadDataLoader
 from hpc_runner.data.cached import CachedDataset
 from hpc_runner.engine import Trainer
-from hpc_runner.engine.bottleneck import analyse
+from hpc_runner.pages.bottleneck import analyse
 
 COMPUTE_BOUND = ([0.1] + [0.001] * 20, [0.1] * 21)
 DATA_BOUND = ([0.1] + [0.2] * 20, [0.1] * 21)

@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from hpc_runner.engine.metrics_log import read_metrics
+from hpc_runner.records.metrics_log import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"

@@ -17,7 +17,6 @@ from hpc_runner.engine.distributed import (
     bundle_makes_process_group,
     collective_device_type,
     device_remap_line,
-    first_host,
     local_rank,
     master_port,
     rank_device,
@@ -26,6 +25,7 @@ from hpc_runner.engine.distributed import (
 )
 from hpc_runner.engine.trainer import choose_device, ddp_device_ids
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler.slurm.hostlist import first_host
 
 ROOT = Path(__file__).resolve().parents[2]
 

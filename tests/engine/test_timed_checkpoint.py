@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.scheduler.job_clock import CheckpointTimer, checkpoint_due, training_job_end
+from hpc_runner.scheduler.job_clock import CheckpointTimer, checkpoint_due
+from hpc_runner.scheduler.slurm.job_clock import training_job_end
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "tests" / "slurm" / "data" / "usage_point"

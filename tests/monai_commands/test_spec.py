@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_runner.cli import build_parser
-from hpc_runner.cli.argv import split_overrides
+from hpc_runner.config.argv import split_overrides
 from hpc_runner.errors import UserError
 from hpc_runner.monai_cli.commands import keyword_arguments, parse_argv
 from hpc_runner.monai_cli.spec import SPECS, options_from_args

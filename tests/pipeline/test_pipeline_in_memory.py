@@ -24,8 +24,8 @@ from submitit.core.utils import JobPaths
 from hpc_runner.cli import main
 from hpc_runner.config import preflight
 from hpc_runner.pipeline import record as pr
-from hpc_runner.scheduler import cluster_info
-from hpc_runner.scheduler.memory_executor import MemoryCluster
+from hpc_runner.scheduler.memory.executor import MemoryCluster
+from hpc_runner.scheduler.slurm import cluster_info
 from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.sweep.targets import load_target
 

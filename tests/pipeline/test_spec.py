@@ -31,8 +31,8 @@ def refusal(data: dict) -> UserError:
 def test_the_issue_example_parses_into_kinds_inputs_and_submission_order():
     spec = parse_spec(stages_of({"name": "predict", "entry": "inference", "from": "best", "shards": 2}, SEARCH, BEST,
                                 {"name": "test", "entry": "evaluate", "from": "best"}), Path("study.yaml"))
-    assert [(s.name, s.kind) for s in spec.stages] == [("predict", "shards"), ("search", "sweep"),
-                                                        ("best", "select"), ("test", "run")]
+    assert [(s.name, s.kind.name) for s in spec.stages] == [("predict", "shards"), ("search", "sweep"),
+                                                             ("best", "select"), ("test", "run")]
     assert [s.name for s in spec.order()] == ["search", "best", "predict", "test"]  # inputs first, else file order
     assert spec.stage("best").inputs == ["search"] and spec.stage("best").mode == "max"
     assert descendants(spec.stages, "search") == ["best", "predict", "test"]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from registry_helpers import EXAMPLE, TINY, copy_bundle, out
 
+from hpc_runner.config.verify import check_packable
 from hpc_runner.errors import BundleError
 from hpc_runner.registry.archive import pack_bundle
 from hpc_runner.registry.install import install_archive
@@ -79,7 +80,7 @@ def test_pack_refuses_a_bundle_that_does_not_load(tmp_path: Path) -> None:
     bundle = copy_bundle(EXAMPLE, tmp_path / "b")
     (bundle / "configs" / "train.yaml").write_text("a: '@missing'\nrun: []\n")
     with pytest.raises(BundleError, match="'@missing' refers to an id that is not in the config"):
-        pack_bundle(bundle, tmp_path)
+        pack_bundle(bundle, tmp_path, check=check_packable)
 
 
 @pytest.mark.slow

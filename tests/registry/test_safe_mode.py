@@ -10,8 +10,8 @@ import yaml
 from registry_helpers import EXAMPLE, TINY, copy_bundle, out
 
 from hpc_runner.config.bundle_config import load_bundle_config
+from hpc_runner.config.safe_mode import check_safe, policy_for_user, safe_problems
 from hpc_runner.errors import BundleError
-from hpc_runner.registry.safe_mode import check_safe, policy_for_user, safe_problems
 
 UNSAFE = """
 evil:
@@ -228,7 +228,7 @@ _CORPUS = {
 
 @pytest.mark.parametrize("case", sorted(_CORPUS))
 def test_verify_safe_reports_exactly_what_run_safe_refuses(tmp_path: Path, case: str) -> None:
-    from hpc_runner.registry.verify import verify_bundle
+    from hpc_runner.config.verify import verify_bundle
 
     train_extra, meta_extra, logging_conf = _CORPUS[case]
     bundle = _hostile(tmp_path, case, train_extra, meta_extra, logging_conf)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from registry_helpers import TINY, out
 
-from hpc_runner.registry.verify import verify_bundle
+from hpc_runner.config.verify import verify_bundle
 
 
 def test_init_writes_a_bundle_that_verifies(cli, tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from registry_helpers import EXAMPLE, ZOO, copy_bundle, out
 
+from hpc_runner.config.verify import verify_bundle
 from hpc_runner.registry.manifest import compute_manifest, format_manifest
-from hpc_runner.registry.verify import verify_bundle
 
 
 def _edit(path: Path, old: str, new: str) -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from hpc_runner.report.status_table import scheduler_note, states_source
 from hpc_runner.report.sweep_plots import label_digits, short_cell, spans_decades
-from hpc_runner.scheduler.accounting import SchedulerAnswer, query_scheduler
+from hpc_runner.scheduler.executor import SchedulerAnswer
+from hpc_runner.scheduler.slurm.accounting import query_scheduler
 
 
 def test_swept_floats_get_the_digits_that_tell_them_apart() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 from report_helpers import assert_png, hpc_runner
 
-from hpc_runner.engine.bottleneck import analyse
-from hpc_runner.engine.metrics_log import read_metrics
+from hpc_runner.pages.bottleneck import analyse
+from hpc_runner.records.metrics_log import read_metrics
 from hpc_runner.report.build import build_report
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from report_helpers import assert_png
 
-from hpc_runner.report import page
+from hpc_runner.pages import page
+from hpc_runner.pages.rundata import load_run
+from hpc_runner.pages.transforms import CHART_FILE, STAGE_COLORS, transforms_html
 from hpc_runner.report.build import build_report
-from hpc_runner.report.rundata import load_run
-from hpc_runner.report.transforms import CHART_FILE, STAGE_COLORS, transforms_html
 
 ROWS = [
     {"name": "Spacingd", "calls": 160, "total_s": 12.5, "mean_ms": 78.1, "stage": "every epoch",

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.scheduler import accounting, cluster_info
 from hpc_runner.scheduler.executor import JobRequest
-from hpc_runner.scheduler.job_clock import job_end_time
-from hpc_runner.scheduler.memory_executor import MemoryCluster
+from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.scheduler.slurm_executor import SlurmExecutor
+from hpc_runner.scheduler.slurm import accounting, cluster_info
+from hpc_runner.scheduler.slurm.executor import SlurmExecutor
+from hpc_runner.scheduler.slurm.job_clock import job_end_time
 
 GOLDEN = Path(__file__).with_name("golden")
 JOBS = json.loads((GOLDEN / "jobs.json").read_text())
@@ -94,3 +94,21 @@ def test_the_in_memory_cluster_prints_sacct_in_the_recorded_shape() -> None:
     ours = accounting.parse_sacct(text)
     assert {j: i["State"] for j, i in ours.info.items()} == {jobs[0].job_id: "COMPLETED", jobs[1].job_id: "FAILED"}
 
+
+
+# a profile that reaches every part of the job script: options, the array, setup lines, srun arguments, sbatch extras
+SBATCH_SETTINGS = {"executor": "slurm", "partition": "small", "gpus_per_node": 1, "cpus_per_task": 5, "mem_gb": 32,
+                   "time": "24:00:00", "account": "proj-1", "setup": ["module purge", "module load cuda/12.1"],
+                   "env": {"PYTHONUNBUFFERED": "1"}, "signal_delay_s": 120, "array_parallelism": 32,
+                   "python": "/opt/venv/bin/python", "srun_args": ["--cpu-bind=cores"], "sbatch": {"mail_type": "END"}}
+
+
+def test_the_sbatch_script_is_the_recorded_one_byte_for_byte() -> None:
+    """The script sbatch gets (submitit renders it, scheduler/slurm/job_script.py proves it) is unchanged: a
+    submitit upgrade that writes it differently fails here, not only in the proof at submission time."""
+    executor = SlurmExecutor(ClusterProfile("golden", [], SBATCH_SETTINGS))
+    array = JobRequest(job_name="my bundle (v2)", folder=Path("/scratch/sweeps/s1/slurm/%A"),
+                       chdir="/scratch/sweeps/s1", hold=True, exclude="gpu7", dependency="afterok:123")
+    assert executor.script(array, 12) == (GOLDEN / "sbatch_array.sh").read_text()
+    one = JobRequest(job_name="run", folder=Path("/scratch/runs/r1/slurm/%j"))
+    assert executor.script(one, 1) == (GOLDEN / "sbatch_one.sh").read_text()

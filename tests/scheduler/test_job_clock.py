@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hpc_runner.scheduler.job_clock import (
-    SIGNAL_EARLY_S,
-    JobClock,
-    can_start,
-    job_end_time,
-    parse_slurm_time,
-    point_estimate_s,
-    stop_margin_s,
-)
+from hpc_runner.scheduler.job_clock import JobClock, can_start, point_estimate_s
+from hpc_runner.scheduler.slurm.job_clock import SIGNAL_EARLY_S, job_end_time, parse_slurm_time, stop_margin_s
 
 END = 10_000.0
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.scheduler.accounting import SACCT_FIELDS, Attempt
-from hpc_runner.scheduler.executor import JobRequest
-from hpc_runner.scheduler.limits import is_limit_refusal
-from hpc_runner.scheduler.memory_executor import MemoryCluster, MemoryExecutor
+from hpc_runner.scheduler.executor import Attempt, JobRequest
+from hpc_runner.scheduler.memory.executor import MemoryCluster, MemoryExecutor
 from hpc_runner.scheduler.profiles import ClusterProfile, check_settings
 from hpc_runner.scheduler.select import executor_for
+from hpc_runner.scheduler.slurm.accounting import SACCT_FIELDS
+from hpc_runner.scheduler.slurm.limits import is_limit_refusal
 from hpc_runner.sweep.states import PointState
 from hpc_runner.sweep.usage import point_usage
 
@@ -74,6 +74,8 @@ def _limit_is_kept(cluster: MemoryCluster, executor: MemoryExecutor, tmp_path: P
     with pytest.raises(ClusterError) as err:
         submit(executor, tmp_path, 3)
     assert is_limit_refusal(err.value.message) and "QOSMaxSubmitJobPerUserLimit" in err.value.message
+    assert executor.is_limit_refusal(err.value.message)  # the Executor seam reads it as SLURM's executor does
+    assert [j for j, _, _ in executor.queued_jobs(cluster.user)] == ["1_0", "1_1", "1_2"]
     assert cluster.queued() == ["1_0", "1_1", "1_2"] and len(cluster.refused) == 1  # nothing of it was queued
     cluster.finish("1_0")
     assert executor.limits().free_slots == 3 and submit(executor, tmp_path, 3) == ["2_0", "2_1", "2_2"]
@@ -88,7 +90,7 @@ def test_the_profiles_own_bound_is_reported_beside_the_qos_and_an_array_past_max
         assert limits.free_slots == 2 and limits.max_array_size == 4
         with pytest.raises(ClusterError, match="Invalid job array specification") as err:
             submit(executor, tmp_path, 5)
-        assert not is_limit_refusal(err.value.message)
+        assert not is_limit_refusal(err.value.message) and not executor.is_limit_refusal(err.value.message)
 
 
 def test_jobs_start_at_a_scheduling_pass_and_end_as_planned_or_at_their_time_limit(cluster, tmp_path) -> None:

@@ -14,7 +14,7 @@ from hpc_runner.scheduler.profiles import (
     parse_setting_overrides,
     parse_time_minutes,
 )
-from hpc_runner.scheduler.slurm_executor import slurm_parameters
+from hpc_runner.scheduler.slurm.executor import slurm_parameters
 
 
 @pytest.fixture
@@ -126,3 +126,32 @@ def test_time_formats(value, minutes):
 def test_bad_times(value):
     with pytest.raises(ClusterError):
         parse_time_minutes(value)
+
+
+def test_one_registry_names_every_executor_and_the_keys_each_understands():
+    from hpc_runner.scheduler.profile import COMMON_KEYS
+    from hpc_runner.scheduler.profiles import check_settings
+    from hpc_runner.scheduler.select import EXECUTORS, profile_keys
+
+    assert {name: cls.kind for name, cls in EXECUTORS.items()} == {"slurm": "slurm", "local": "local",
+                                                                   "memory": "memory"}
+    keys = profile_keys()
+    assert set(COMMON_KEYS) | {k for cls in EXECUTORS.values() for k in cls.profile_keys} == set(keys)
+    check_settings({"executor": "local", "time": 5, "partition": "gpu"}, "p.yaml")  # any executor's key is known
+    with pytest.raises(ClusterError, match="executor: 'pbs' is not known") as err:
+        check_settings({"executor": "pbs"}, "p.yaml")
+    assert err.value.expected == "slurm or local or memory"
+    with pytest.raises(ClusterError, match="partition"):  # SLURM's own check of its keys' values
+        check_settings({"executor": "local", "partition": "a;b"}, "p.yaml")
+
+
+def test_a_recorded_profile_comes_back_as_it_was_recorded(env):
+    from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
+
+    jade = load_profile("jade", environ=env)
+    back = checked_from_record(jade.to_record(), "run.yaml")
+    assert (back.name, back.where, back.settings) == (jade.name, jade.where, jade.settings)
+    assert ClusterProfile.from_record(None).name == "recorded"
+    with pytest.raises(ClusterError, match="unknown key"):
+        checked_from_record({"profile": "x", "settings": {"partitoin": "gpu"}}, "sweep.yaml")
+    assert ClusterProfile.from_record({"settings": {"partitoin": "gpu"}}).get("partitoin") == "gpu"  # unchecked

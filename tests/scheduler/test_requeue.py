@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.scheduler.requeue import requeue_current_job
+from hpc_runner.scheduler.slurm.requeue import requeue_current_job
 
 JOB = {"SLURM_JOB_ID": "358", "SLURM_RESTART_COUNT": "0"}
 

@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from hpc_runner.engine.distributed import master_port
-from hpc_runner.engine.metrics_log import read_metrics
+from hpc_runner.records.metrics_log import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

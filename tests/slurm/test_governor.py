@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.scheduler.limits import read_limits
+from hpc_runner.scheduler.slurm.limits import read_limits
 from hpc_runner.sweep.governor import Backoff, group_tasks, outside_the_job, plan_arrays
 from hpc_runner.sweep.submission import top_up
 

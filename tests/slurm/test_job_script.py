@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hpc_runner.errors import ClusterError, UserError
-from hpc_runner.scheduler.job_script import prove_script, safe_job_name
 from hpc_runner.scheduler.profiles import load_profile
-from hpc_runner.scheduler.slurm_executor import sbatch_script, slurm_parameters
+from hpc_runner.scheduler.slurm.executor import sbatch_script, slurm_parameters
+from hpc_runner.scheduler.slurm.job_script import prove_script, safe_job_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"

@@ -8,16 +8,15 @@ import time
 import pytest
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.scheduler.limits import (
-    Limit,
-    SubmitLimits,
+from hpc_runner.scheduler.executor import Limit, SubmitLimits
+from hpc_runner.scheduler.profiles import check_settings
+from hpc_runner.scheduler.slurm.limits import (
     is_limit_refusal,
     parse_associations,
     parse_qos,
     parse_queue,
     read_limits,
 )
-from hpc_runner.scheduler.profiles import check_settings
 
 # captured on the local SLURM 22.05 (scripts/local-slurm.sh) after
 #   sacctmgr -i modify user where name=root account=hpcr set MaxSubmitJobs=40 MaxJobs=6
@@ -94,7 +93,7 @@ def test_read_limits_counts_queued_jobs_per_limit_from_captured_accounting(slurm
 
 
 def test_profile_max_submit_jobs_applies_when_accounting_is_not_enforced(tmp_path, monkeypatch):
-    from hpc_runner.scheduler import cluster_info
+    from hpc_runner.scheduler.slurm import cluster_info
 
     monkeypatch.setitem(cluster_info._CACHE, "", {"MaxArraySize": "7"})  # a cluster without accounting limits
     monkeypatch.setenv("SLURM_CONF", "")

@@ -20,8 +20,8 @@ import pytest
 import torch
 import yaml
 
-from hpc_runner.engine.hostlist import expand_hostlist
-from hpc_runner.engine.metrics_log import read_metrics
+from hpc_runner.records.metrics_log import read_metrics
+from hpc_runner.scheduler.slurm.hostlist import expand_hostlist
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.scheduler.executor import JobRequest
-from hpc_runner.scheduler.memory_executor import MemoryCluster
+from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr

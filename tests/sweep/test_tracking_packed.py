@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.records.rundir import RunDir
-from hpc_runner.scheduler.accounting import SchedulerAnswer, parse_sacct
+from hpc_runner.scheduler.executor import SchedulerAnswer
+from hpc_runner.scheduler.slurm.accounting import parse_sacct
 from hpc_runner.sweep import causes
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.states import (
@@ -27,7 +28,7 @@ from hpc_runner.sweep.states import (
     combine,
     explain_failures,
 )
-from hpc_runner.sweep.targets import Target
+from hpc_runner.sweep.targets import SweepTarget
 
 HEADER = "JobID|State|Elapsed|ExitCode"
 
@@ -149,7 +150,7 @@ def test_points_sharing_a_job_id_are_packed(tmp_path):
     points = [point(0, "47_0"), point(1, "47_0"), point(2, "47_1"), point(3, None), point(4, "local"),
               point(5, "local")]
     record = sr.SweepRecord(tmp_path, {"kind": sr.KIND}, points)
-    assert Target(tmp_path, "sweep", points, record=record).shared_job_ids() == {"47_0"}
+    assert SweepTarget(tmp_path, points, record=record).shared_job_ids() == {"47_0"}
 
 
 @pytest.mark.parametrize(

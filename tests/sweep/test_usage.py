@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.scheduler.accounting import fold_steps, parse_duration_s, parse_sacct, parse_size_bytes, parse_tres
+from hpc_runner.scheduler.slurm.accounting import (
+    fold_steps,
+    parse_duration_s,
+    parse_sacct,
+    parse_size_bytes,
+    parse_tres,
+)
 from hpc_runner.sweep.states import PointState
 from hpc_runner.sweep.usage import MB, cpu_efficiency, mem_request_mb, point_usage, sampled_gpu
 

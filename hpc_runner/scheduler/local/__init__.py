@@ -1,0 +1,1 @@
+"""The local executor: no scheduler, the tasks run here in the foreground."""

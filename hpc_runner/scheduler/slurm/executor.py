@@ -1,0 +1,412 @@
+"""The SLURM executor: a cluster profile turned into submitit's SlurmExecutor and the exact sbatch script it
+submits (proven first, scheduler/slurm/job_script.py); sacct/squeue for states; scancel."""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
+from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+
+EXPORT_BASES = ("ALL", "NONE", "NIL")
+# the profile keys the SLURM executor understands, besides profiles.COMMON_KEYS: key -> (accepted types, what to
+# say when the value is wrong)
+PROFILE_KEYS: dict[str, KeySpec] = {
+    "partition": ((str, type(None)), "a partition name (null: the cluster's default)"),
+    "partitions": ((list,), "a list of the partition names this cluster has"),
+    "nodes": ((int,), "a whole number of nodes"),
+    "ntasks_per_node": ((int, type(None)), "a whole number of tasks per node"),
+    "cpus_per_gpu": ((int, type(None)), "a whole number of CPUs"),
+    "gpus_per_node": ((int, type(None)), "a whole number of GPUs"),
+    "gpus_per_task": ((int, type(None)), "a whole number of GPUs"),
+    "gres": ((str, type(None)), "a generic resource like gpu:1"),
+    "mem_gb": ((int, float, type(None)), "memory per node in GB (a number)"),
+    "mem": ((str, type(None)), "memory per node as SLURM writes it, e.g. 16G"),
+    "mem_per_gpu": ((str, type(None)), "memory per GPU as SLURM writes it, e.g. 32G"),
+    "account": ((str, type(None)), "an account name"),
+    "qos": ((str, type(None)), "a QOS name"),
+    "constraint": ((str, type(None)), "a node feature expression"),
+    "exclude": ((str, type(None)), "a node list"),
+    "job_name": ((str, type(None)), "a job name"),
+    "setup": ((list,), "a list of shell lines run before the job (module load ...)"),
+    "export": ((str,), "ALL, NONE or NIL (the base of sbatch --export)"),
+    "env": ((dict,), "a mapping NAME: value added to sbatch --export"),
+    "signal_delay_s": ((int,), "seconds before the time limit at which USR2 is sent"),
+    "array_parallelism": ((int, type(None)), "how many tasks of an array may run at once"),
+    "max_array_size": ((int, type(None)), "MaxArraySize when scontrol cannot tell"),
+    "max_submit_jobs": ((int, type(None)), "how many jobs (array tasks) this user may have queued at once"),
+    "python": ((str, type(None)), "the command that starts python in the job"),
+    "srun_args": ((list,), "extra srun arguments"),
+    "sbatch": ((dict,), "extra sbatch options, e.g. {reservation: r1, mail-type: END}"),
+}
+
+# profile key -> submitit SlurmExecutor parameter (same meaning, passed through when set)
+_PASS_THROUGH = {
+    "partition": "partition",
+    "nodes": "nodes",
+    "ntasks_per_node": "ntasks_per_node",
+    "cpus_per_task": "cpus_per_task",
+    "cpus_per_gpu": "cpus_per_gpu",
+    "gpus_per_node": "gpus_per_node",
+    "gpus_per_task": "gpus_per_task",
+    "gres": "gres",
+    "mem": "mem",
+    "mem_per_gpu": "mem_per_gpu",
+    "account": "account",
+    "qos": "qos",
+    "constraint": "constraint",
+    "exclude": "exclude",
+    "setup": "setup",
+    "signal_delay_s": "signal_delay_s",
+    "srun_args": "srun_args",
+}
+
+
+def check_profile_values(settings: Mapping[str, Any], where: str) -> None:
+    """ClusterError for a value of a SLURM key that sbatch could not take (the types are checked already), and for
+    any value that must not reach a job script (slurm/job_script.py), named by its key."""
+    if "export" in settings and str(settings["export"]).upper() not in EXPORT_BASES:
+        raise ClusterError(
+            f"export: {settings['export']!r} is not an export base",
+            where=where,
+            expected=f"one of {', '.join(EXPORT_BASES)} (variables go under env:)",
+        )
+    for name, value in (settings.get("env") or {}).items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or "," in str(value):
+            raise ClusterError(
+                f"env: {name}={value!r} cannot be passed with sbatch --export",
+                where=where,
+                expected="NAME: value with a valid variable name and no comma in the value",
+            )
+    _check_script_values(settings, where)
+    for key in ("setup", "srun_args", "partitions"):
+        if key in settings and not all(isinstance(x, str) for x in settings[key]):
+            raise ClusterError(f"{key}: every item must be a string", where=where, expected=PROFILE_KEYS[key][1])
+    for key in ("nodes", "signal_delay_s", "array_parallelism", "max_array_size", "max_submit_jobs", "gpus_per_node"):
+        if isinstance(settings.get(key), int) and settings[key] < (0 if key == "gpus_per_node" else 1):
+            raise ClusterError(f"{key}: {settings[key]} is too small", where=where, expected=PROFILE_KEYS[key][1])
+    mem_gb = settings.get("mem_gb")
+    if isinstance(mem_gb, float) and not math.isfinite(mem_gb):
+        raise ClusterError(f"mem_gb: {mem_gb} is not a finite number", where=where, expected=PROFILE_KEYS["mem_gb"][1])
+    if isinstance(mem_gb, int | float) and mem_gb <= 0:
+        raise ClusterError(f"mem_gb: {mem_gb} is not positive", where=where, expected=PROFILE_KEYS["mem_gb"][1])
+
+
+def _check_script_values(settings: Mapping[str, Any], where: str) -> None:
+    """ClusterError for a value that must not reach a job script (slurm/job_script.py), named by its key."""
+    from hpc_runner.scheduler.slurm.job_script import check_field, check_python_command, check_text
+
+    for key, value in settings.items():
+        if key == "python" and value is not None:
+            check_python_command(value, where)
+        elif key in ("setup", "srun_args", "partitions"):
+            for item in value:
+                check_text(item, f"{key} item", where)
+        elif key in ("env", "sbatch"):
+            for name, item in value.items():
+                check_text(name, f"{key} name", where)
+                check_text(item, f"{key}: {name}", where)
+        elif key in ("description", "job_name", "extends"):
+            check_text(value, key, where)
+        elif isinstance(value, str):
+            check_field(key, value, where)
+
+
+def export_option(profile: ClusterProfile) -> str:
+    """Return the value of ``sbatch --export`` (``ALL`` plus the profile's variables)."""
+    base = str(profile.get("export", "ALL")).upper()
+    env = profile.get("env") or {}
+    return ",".join([base, *(f"{k}={v}" for k, v in env.items())])
+
+
+def _mem(mem_gb: float) -> str:
+    return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
+
+
+def slurm_parameters(
+    profile: ClusterProfile,
+    *,
+    job_name: str,
+    hold: bool = False,
+    array_parallelism: int | None = None,
+    chdir: str | None = None,
+    exclude: str | None = None,
+    dependency: str | None = None,
+) -> dict[str, Any]:
+    """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir;
+    ``exclude``: nodes to avoid besides the profile's own ``exclude``; ``dependency``: SLURM's --dependency,
+    with --kill-on-invalid-dep=yes so that a job whose dependency can never be met is ended by SLURM, not left
+    pending with reason DependencyNeverSatisfied)."""
+    from hpc_runner.scheduler.slurm.job_script import check_parameters, safe_job_name
+
+    # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
+    params: dict[str, Any] = {"job_name": safe_job_name(profile.get("job_name") or job_name),
+                              "time": profile.time_minutes()}
+    for key, name in _PASS_THROUGH.items():
+        value = profile.get(key)
+        if value is not None and value != []:
+            params[name] = value
+    if exclude:
+        params["exclude"] = ",".join(n for n in (params.get("exclude"), exclude) if n)
+    if profile.get("mem_gb") is not None and "mem" not in params:
+        params["mem"] = _mem(float(profile.get("mem_gb")))
+    parallelism = array_parallelism or profile.get("array_parallelism")
+    if parallelism:
+        params["array_parallelism"] = int(parallelism)
+    extra: dict[str, Any] = {"export": export_option(profile)}
+    extra.update({str(k).replace("_", "-"): v for k, v in (profile.get("sbatch") or {}).items()})
+    if hold:
+        extra["hold"] = True
+    if chdir:
+        extra.setdefault("chdir", chdir)
+    if dependency:
+        params["dependency"] = dependency
+        extra["kill-on-invalid-dep"] = "yes"
+    params["additional_parameters"] = extra
+    check_parameters(params, profile.where)
+    return params
+
+
+def python_command(profile: ClusterProfile) -> str:
+    """Return the command that starts python in the job (the profile's, else this interpreter)."""
+    from hpc_runner.scheduler.slurm.job_script import check_python_command
+
+    command = profile.get("python") or shlex.quote(sys.executable)
+    check_python_command(command, profile.where)
+    return command
+
+
+def sbatch_script(
+    profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None
+) -> str:
+    """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven."""
+    from hpc_runner.scheduler.slurm.job_script import checked_script
+
+    try:
+        return checked_script(parameters, folder, python_command(profile), map_count, profile.where)
+    except (TypeError, ValueError) as exc:
+        raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})", where=profile.where) from None
+
+
+def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, Any]) -> Any:
+    """Return a submitit SlurmExecutor writing into ``folder`` (which may hold ``%j``)."""
+    from submitit import SlurmExecutor as SubmititExecutor
+
+    from hpc_runner.scheduler.slurm.job_script import check_path
+
+    check_path(Path(folder).expanduser().absolute(), "the job's log folder", profile.where)
+    try:
+        executor = SubmititExecutor(folder=folder, python=python_command(profile))
+    except RuntimeError as exc:  # no srun on PATH
+        raise ClusterError(
+            f"cannot submit to SLURM from here ({exc})",
+            expected="a machine with the SLURM client commands (sbatch, srun) or --cluster local",
+        ) from None
+    try:
+        executor.update_parameters(**parameters)
+    except ValueError as exc:
+        raise ClusterError(f"submitit refused a parameter of the profile ({exc})", where=profile.where) from None
+    return executor
+
+
+def sbatch_error(exc: BaseException) -> ClusterError:
+    """Return the ClusterError for a failed sbatch call, with sbatch's own message."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    relevant = [ln for ln in lines if "error" in ln.lower()] or lines[:3]
+    message = " ".join(relevant)[:600] or type(exc).__name__
+    return ClusterError(
+        f"sbatch refused the submission: {message}",
+        hint="Check the partition, account, qos and limits in the cluster profile (or --slurm KEY=VALUE)",
+    )
+
+
+def submit_array(executor: Any, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]]) -> list[Any]:
+    """Submit one array through ``executor.map_array``; raise ClusterError with sbatch's message on failure."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    count = len(argument_lists[0]) if argument_lists else 0
+    _prove(executor, count if count > 1 else None)
+    try:
+        return executor.map_array(fn, *argument_lists)
+    except (FailedJobError, FailedSubmissionError, OSError) as exc:
+        raise sbatch_error(exc) from None
+
+
+def submit_one(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Submit one job through ``executor.submit``; raise ClusterError with sbatch's message on failure."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    _prove(executor, None)
+    try:
+        return executor.submit(fn, *args)
+    except (FailedJobError, FailedSubmissionError, OSError) as exc:
+        raise sbatch_error(exc) from None
+
+
+def _prove(executor: Any, map_count: int | None) -> None:
+    """Prove the script the executor is about to hand sbatch (submitit writes it from these same values)."""
+    from hpc_runner.scheduler.slurm.job_script import checked_script
+
+    checked_script(executor.parameters, executor.folder, executor.python, map_count)
+
+
+class SlurmExecutor(Executor):
+    """Jobs submitted to SLURM through submitit: one sbatch per group (an array), sacct for states."""
+
+    kind = "slurm"
+    runs_here = False
+    profile_keys = PROFILE_KEYS
+
+    @classmethod
+    def check_profile(cls, settings: Mapping[str, Any], where: str) -> None:
+        """ClusterError for a value sbatch could not take, or that must not reach a job script."""
+        check_profile_values(settings, where)
+
+    def limits(self) -> SubmitLimits:
+        """Return the user's submit limits and queued jobs (sacctmgr, squeue, scontrol)."""
+        from hpc_runner.scheduler.slurm.limits import read_limits
+
+        return read_limits(self.profile.settings)
+
+    def is_limit_refusal(self, message: str) -> bool:
+        """True when sbatch's message names a submit limit (QOSMaxSubmitJobPerUserLimit...) or a busy controller."""
+        from hpc_runner.scheduler.slurm.limits import is_limit_refusal
+
+        return is_limit_refusal(message)
+
+    def queued_jobs(self, user: str) -> list[tuple[str, str, str]]:
+        """One squeue call: the user's queued jobs, array tasks one by one."""
+        from hpc_runner.scheduler.slurm.limits import queued_jobs
+
+        return queued_jobs(user)
+
+    def check_time(self) -> None:
+        """ClusterError when the stop signal would be due before a job could start anything."""
+        check_time_room(self.profile)
+
+    def parameters(self, request: JobRequest) -> dict[str, Any]:
+        """Return submitit's parameters for ``request`` under this profile (every value checked)."""
+        return slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
+                                array_parallelism=request.array_parallelism, chdir=request.chdir,
+                                exclude=request.exclude, dependency=request.dependency)
+
+    def check_resources(self, request: JobRequest, count: int, what: str) -> None:
+        """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""
+        from hpc_runner.scheduler.slurm.resource_check import check_resources
+
+        parameters = self.parameters(request)
+        script = sbatch_script(self.profile, request.folder, parameters, map_count=count if count > 1 else None)
+        check_resources(self.profile, script, parameters, what=what)
+
+    def script(self, request: JobRequest, count: int) -> str | None:
+        """Return the proven sbatch script of a group of ``count`` tasks."""
+        return sbatch_script(self.profile, request.folder, self.parameters(request),
+                             map_count=count if count > 1 else None)
+
+    def submit(self, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]], request: JobRequest) -> list[Job]:
+        """One sbatch: ``map_array`` for several tasks, ``submit`` for one; the script is proven first."""
+        executor = make_executor(self.profile, request.folder, self.parameters(request))
+        count = len(argument_lists[0]) if argument_lists else 0
+        if count == 1:
+            jobs = [submit_one(executor, fn, *(a[0] for a in argument_lists))]
+        else:
+            jobs = submit_array(executor, fn, argument_lists)
+        out = []
+        for j in jobs:
+            logs = {"stdout": str(j.paths.stdout), "stderr": str(j.paths.stderr)}
+            out.append(Job(j.job_id, j.paths.stdout, j.paths.stderr, logs))
+        return out
+
+    def query(self, job_ids: Sequence[str | None], since: str | None = None) -> SchedulerAnswer:
+        """One sacct call (squeue when sacct does not answer)."""
+        from hpc_runner.scheduler.slurm.accounting import query_scheduler
+
+        return query_scheduler(job_ids, since=since)
+
+    def queue_states(self, job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:
+        """One ``squeue -r`` of the jobs: the state of each task still queued or running; None without an answer."""
+        from hpc_runner.scheduler.slurm.accounting import queued_states
+
+        return queued_states(job_ids, timeout)
+
+    def still_queued(self, job_ids: Sequence[str]) -> set[str]:
+        """The jobs squeue still lists."""
+        from hpc_runner.scheduler.slurm.accounting import still_queued
+
+        return still_queued(job_ids)
+
+    def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        """One scancel of the scheduler's jobs among ``job_ids``."""
+        from hpc_runner.scheduler.slurm.accounting import array_ids, scancel
+
+        ids = array_ids(job_ids)
+        if ids:
+            scancel(ids)
+        return ids
+
+    def set_dependency(self, job_ids: Sequence[str], dependency: str) -> list[str]:
+        """One ``scontrol update JobId=... Dependency=...`` for the pending jobs among ``job_ids``."""
+        from hpc_runner.scheduler.slurm.accounting import array_ids
+        from hpc_runner.scheduler.slurm.job_script import check_field
+
+        check_field("dependency", dependency)
+        ids = array_ids(job_ids)
+        if ids:
+            _scontrol(["update", f"JobId={','.join(ids)}", f"Dependency={dependency}"])
+        return ids
+
+    def pending_reasons(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """One squeue call: the reason of each pending job (array tasks one by one)."""
+        from hpc_runner.scheduler.slurm.accounting import array_ids
+
+        ids = array_ids(job_ids)
+        if not ids:
+            return {}
+        try:
+            res = subprocess.run(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(ids), "-o", "%i|%r"],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        if res.returncode != 0:
+            return {}
+        return dict(line.split("|", 1) for line in res.stdout.split() if "|" in line)
+
+    def follow(self, job_id: str, stdout: Path, stderr: Path, *, since: str | None = None) -> str:
+        """Print the job's log files as they grow, asking sacct now and then, until the job is final."""
+        from hpc_runner.scheduler.slurm.follow import follow_job
+
+        return follow_job(job_id, stdout, stderr, since=since)
+
+
+def _scontrol(args: list[str], timeout: float = 60) -> None:
+    """Run ``scontrol ARGS``; ClusterError with its message when it refuses."""
+    try:
+        res = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ClusterError(f"scontrol {args[0]} failed: {exc}") from None
+    if res.returncode != 0:
+        raise ClusterError(f"scontrol {args[0]} refused: {(res.stderr or res.stdout).strip()[:500]}")
+
+
+def check_time_room(profile: ClusterProfile) -> None:
+    """ClusterError when the profile's time limit is not longer than its stop-signal delay: the stop signal
+    would come before the job could start anything, and a job that only checkpoints and requeues forever
+    floods the scheduler."""
+    limit_s = profile.time_minutes() * 60
+    delay = int(profile.get("signal_delay_s") or 0)
+    if limit_s <= delay:
+        raise ClusterError(
+            f"time limit {profile.time_minutes()} min leaves no room before the stop signal, which SLURM sends "
+            f"signal_delay_s={delay} s before the end",
+            where=profile.where,
+            expected=f"--slurm time longer than {delay // 60 + 1} min, or a smaller signal_delay_s",
+        )

@@ -56,6 +56,8 @@ EPILOG = """examples:
 overrides: --ID VALUE or --ID=VALUE (ids use ::, legacy # accepted), typed as YAML 1.2
 (42, 1e-4, true, null, [8,16], {a: 1}; quote to keep a string); --+ID VALUE adds a new id.
 environment: HPCR__a__b=VALUE overrides id a::b; ${env:NAME,default} in values is expanded.
+exit codes: 0 done, 1 a run failed, 2 bad input (also a folder this user may not write or read, a full or
+read-only filesystem), 3 stopped by a signal after writing a checkpoint, 130 interrupted (Ctrl-C).
 """
 
 
@@ -131,8 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args([*argv[: index + 1], *rest])
     args.override_tokens = overrides
     args.option_typos = option_typos(subparsers[name], overrides)
+    args._argv = argv  # run --safe starts the same command again inside its sandbox (not an option)
     warnings.formatwarning = _format_warning
     try:
+        from hpc_runner.records.environment import check_settings
+
+        check_settings()  # a misspelt HPCR_* setting (HPCR_LOCK=flock) is refused before the command writes anything
         return int(module.main(args) or 0)
     except UserError as exc:
         if getattr(args, "debug", False):
@@ -145,15 +151,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hpc-runner {name}: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:
-        import errno
-
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        paragraph = filesystem_refusal(exc)
+        if paragraph is None:
             raise
         if getattr(args, "debug", False):
             import traceback
 
             traceback.print_exc()
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"hpc-runner {name}: error: {where}the filesystem refused a write ({exc.strerror}). Expected a folder "
-              "on a filesystem with free space that this user may write.", file=sys.stderr)
+        print(f"hpc-runner {name}: error: {paragraph}", file=sys.stderr)
         return 2
+
+
+def filesystem_refusal(exc: OSError) -> str | None:
+    """Return the one paragraph (exit 2, bad input) for an OSError that is the filesystem saying no: full, over
+    quota, read-only, or not this user's to write or read (PermissionError); None for any other OSError."""
+    import errno
+    import os
+
+    where = f"{exc.filename}: " if exc.filename else ""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        folder = os.path.dirname(str(exc.filename or ""))
+        if exc.filename and not os.path.lexists(exc.filename) and os.path.isdir(folder):
+            where = f"{folder}: "  # a file or folder that could not be made there (an atomic write's temp file)
+        return (f"{where}this user may not write or read there ({exc.strerror}). Expected a folder this user may "
+                "read and write (`collect --out DIR` writes the tables elsewhere).")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return (f"{where}the filesystem refused a write ({exc.strerror}). Expected a folder on a filesystem with "
+                "free space that this user may write.")
+    return None

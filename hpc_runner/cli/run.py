@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-requeue", action="store_true", help="under SLURM, do not requeue the job after a stop signal"
     )
+    parser.add_argument(
+        "--writable", action="append", metavar="DIR",
+        help="with --safe: the sandbox lets the run write DIR too (a dataset or cache folder you chose; the run dir "
+        "and --cache_dir always); repeatable",
+    )
     add_preflight_argument(parser)
     add_profile_arguments(parser)
     add_cpus_argument(parser, submits=False)
@@ -63,8 +68,19 @@ def main(args: argparse.Namespace) -> int:
     limit, a requeue); USR2's default action would kill the job without a checkpoint or a requeue. Taken
     as a stop request instead, the trainer checkpoints after its first step and the job is requeued.
     """
+    from hpc_runner.engine.sandbox import inside_sandbox
     from hpc_runner.engine.stop import install_stop_handlers
 
+    if args.safe and not inside_sandbox():  # the bundle's code runs only inside the sandbox (docs/security.md)
+        from hpc_runner.cli.sandbox_run import run_in_sandbox
+
+        with profile_request(args):
+            return run_in_sandbox(args)
+    if args.writable and not args.safe:
+        from hpc_runner.errors import UserError
+
+        raise UserError("--writable names what the --safe sandbox may write; without --safe every folder is",
+                        expected="--safe --writable DIR, or neither")
     restore = install_stop_handlers()
     try:
         with profile_request(args):
@@ -116,6 +132,10 @@ def _run(args: argparse.Namespace) -> int:
     if output_dir is None:
         output_dir = str(default_run_dir(cfg.name))
     fresh = not args.resume and not os.path.exists(output_dir)  # made by this command: removed if input is bad
+    if args.safe and not args.resume:
+        from hpc_runner.engine.sandbox import FRESH_ENV
+
+        fresh = fresh or os.environ.get(FRESH_ENV) == "1"  # made outside the sandbox, for this run
     run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
     if not args.resume:  # MONAI's warning that a config runs code: once per run started here, unless --trust
         from hpc_runner.config.monai_bridge import warn_code_once
@@ -173,6 +193,12 @@ def execute_and_report(
         if rank != 0:  # rank 0 writes the checkpoint and speaks for the job
             print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}; checkpoint written by rank 0",
                   file=sys.stderr)
+            return EXIT_PREEMPTED
+        from hpc_runner.engine.sandbox import inside_sandbox
+
+        if requeue and own_job_id() and inside_sandbox():  # no network in run --safe's sandbox: asked from outside
+            print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; the requeue is asked from "
+                  "outside the sandbox", file=sys.stderr)
             return EXIT_PREEMPTED
         job = requeue_job() if requeue else None
         if job:

@@ -18,7 +18,8 @@ EPILOG = """examples:
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner status runs/synthetic_seg/sweep-2026-11-21_10-00-00 --all
   hpc-runner status runs/synthetic_seg/2026-11-21_10-00-00 --wait
-exit codes: 0 (with --wait: every point completed), 1 some point failed (--wait), 2 not a sweep/run dir"""
+exit codes: 0 (with --wait: every point completed), 1 some point failed (--wait), 2 not a sweep/run dir,
+130 interrupted (Ctrl-C)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

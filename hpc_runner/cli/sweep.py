@@ -84,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, default=None,
                    metavar="N", help="a failed point is resubmitted (by resume or a --retry rule) at most N times "
                    "(default 3)")
+    g.add_argument("--max-submit-calls", "--max_submit_calls", dest="max_submit_calls", type=positive_int,
+                   default=None, metavar="N", help="the sweep makes at most N sbatch calls in all, refused and failed "
+                   "ones included (default: points x (1 + max-returns + max-retries)); then it submits nothing more")
     add_right_size_arguments(g)
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
@@ -144,8 +147,8 @@ def _main(args: argparse.Namespace) -> int:
         preflight=not args.no_preflight,
         pack=args.pack,
         pack_parallel=args.pack_parallel,
-        bounds={k: v for k, v in (("max_returns", args.max_returns), ("max_retries", args.max_retries))
-                if v is not None},
+        bounds={k: v for k, v in (("max_returns", args.max_returns), ("max_retries", args.max_retries),
+                                  ("max_submit_calls", args.max_submit_calls)) if v is not None},
         record_extra={"retry": rules} if rules else None,
     )
     return report_submitted(res, profile, args.pack, args.hold)

@@ -281,13 +281,13 @@ def load_bundle_config(
     meta_paths = split_config_files(meta_file) if meta_file else []
     if not meta_paths:
         default_meta = (bundle_dir / "configs" / "metadata.json") if bundle_dir else files[0].parent / "metadata.json"
-        if default_meta.is_file():
+        if default_meta.exists():  # a named pipe or device there is refused by the loader, naming it
             meta_paths = [default_meta]
         else:  # MONAI logs an error and runs without metadata
             warnings.warn(f"no metadata file at {default_meta}; running without metadata", stacklevel=2)
     if bundle_dir is not None:
         meta_paths = [p if p.is_file() or p.is_absolute() else bundle_dir / p for p in meta_paths]
-    missing = [p for p in meta_paths if not p.is_file()]
+    missing = [p for p in meta_paths if not p.exists()]
     if missing:  # MONAI logs an error and runs without any of the metadata files
         warnings.warn(f"metadata file {missing[0]} not found; running without metadata", stacklevel=2)
         meta_paths = []

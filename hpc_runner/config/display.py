@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.config.ids import get_by_id
-from hpc_runner.config.pure_eval import NotPure, evaluate_pure
+from hpc_runner.config.pure_eval import NotPure, Sizes, evaluate_pure
 from hpc_runner.config.references import _REF_PATTERN, EXPR_KEY, REF_KEY
+from hpc_runner.errors import ConfigError
 
 UNRESOLVED = object()
+# the most characters the resolved config may take: references repeat values without copying them, so 20,000
+# `@a` of a 99 KB `a` are cheap to hold and 2 GB to print (a config file itself is at most 16 MiB)
+MAX_RESOLVED_CHARS = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,16 @@ def resolve_with_notes(config: dict) -> tuple[dict, list[Unevaluated]]:
     """Return ``config`` with references substituted and pure expressions evaluated, and what was not."""
     r = _Resolver(config)
     out = {}
+    size, total = Sizes(MAX_RESOLVED_CHARS), 0
     for key, raw in config.items():
         value = r.ref(str(key), ())
         out[key] = raw if value is UNRESOLVED else value
+        total += size(out[key])  # bounded before anything is printed
+        if total > MAX_RESOLVED_CHARS:
+            raise ConfigError(f"the resolved config would take over {MAX_RESOLVED_CHARS >> 20} MiB to print: its "
+                              "references repeat large values", id_path=str(key),
+                              expected="references that repeat values of a sensible size; 'config' without "
+                              "--resolve prints the references as written")
     return out, sorted(r.notes.values(), key=lambda n: n.id_path)
 
 

@@ -18,6 +18,11 @@ def normalize_id(id_path: str) -> str:
     return id_path.replace(LEGACY_SEP, SEP)
 
 
+def has_empty_key(id_path: str) -> bool:
+    """Return True when an id is empty or has an empty key (``a::::b``, ``::a``, ``a::``, ``a#``)."""
+    return "" in normalize_id(id_path).split(SEP)
+
+
 def split_id(id_path: str) -> list[str]:
     """Split an id path into its keys (``"a::b#c"`` -> ``["a", "b", "c"]``)."""
     return normalize_id(id_path).split(SEP) if id_path else []

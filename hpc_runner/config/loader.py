@@ -12,7 +12,8 @@ import yaml
 
 from hpc_runner.config.ids import join_id, normalize_id
 from hpc_runner.errors import ConfigError
-from hpc_runner.records.shape import check_json_depth, compose_checked
+from hpc_runner.records.read import read_record_text
+from hpc_runner.records.shape import MAX_CONFIG_NODES, check_json_depth, check_yaml_shape, compose_checked
 
 try:  # libyaml is ~10x faster and keeps the same marks
     _YamlLoader: type = yaml.CSafeLoader
@@ -20,6 +21,9 @@ except AttributeError:  # pragma: no cover - pure-Python PyYAML
     _YamlLoader = yaml.SafeLoader
 
 SUFFIXES = (".json", ".yaml", ".yml")
+# The largest config, metadata or macro file read (real ones are under 100 KB; a 16 MiB file of few values
+# loads in ~2.5 s and 250 MB, and MAX_CONFIG_NODES bounds one of many small values).
+MAX_CONFIG_BYTES = 16 << 20
 
 
 @dataclass
@@ -164,17 +168,21 @@ def load_file(path: str | Path, *, mapping: bool = True) -> LoadedFile:
             where=str(path),
             expected="a .json, .yaml or .yml file",
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("config file not found", where=str(path), expected="an existing file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file ({exc.__class__.__name__})", where=str(path)) from None
+    # bounded, a regular file only: /dev/zero or a named pipe (a %fifo.json macro) is refused before it is opened
+    text = read_record_text(path, "config file", MAX_CONFIG_BYTES, error=ConfigError)
+    if text is None:
+        raise ConfigError("config file not found", where=str(path), expected="an existing file")
 
     if path.suffix.lower() == ".json":
         if not text.strip():
             raise _empty(path)
         check_json_depth(text, path)
+        try:  # JSON is YAML flow syntax: the event stream counts its values before anything is built
+            check_yaml_shape(_YamlLoader(text), path, MAX_CONFIG_NODES)
+        except yaml.YAMLError:  # rare: valid JSON the YAML parser refuses; commas bound its values instead
+            if text.count(",") > MAX_CONFIG_NODES:
+                raise ConfigError(f"the file holds more than {MAX_CONFIG_NODES:,} values", where=str(path),
+                                  expected="a config of at most that many values") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -187,7 +195,7 @@ def load_file(path: str | Path, *, mapping: bool = True) -> LoadedFile:
             lines, duplicates = {}, [Duplicate(k, 1, 1) for k in _json_duplicates(text)]
     else:
         try:
-            node, data = compose_checked(_YamlLoader, text, path)
+            node, data = compose_checked(_YamlLoader, text, path, MAX_CONFIG_NODES)
         except yaml.MarkedYAMLError as exc:
             raise _syntax_error(path, exc) from None
         except yaml.YAMLError as exc:

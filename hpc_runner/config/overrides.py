@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from hpc_runner.config.env import env_override_vars, env_var_to_id
-from hpc_runner.config.ids import get_by_id, has_id, iter_ids, normalize_id, set_by_id
+from hpc_runner.config.ids import get_by_id, has_empty_key, has_id, iter_ids, normalize_id, set_by_id
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
 from hpc_runner.errors import ConfigError
 from hpc_runner.records.shape import compose_checked
@@ -45,6 +45,9 @@ def _split_key(key: str, origin: str) -> tuple[str, bool]:
     key = normalize_id(key[1:] if add else key)
     if not key or key.startswith("::") or key.endswith("::"):
         raise ConfigError(f"override {origin!r} has an empty id", expected="--ID VALUE, e.g. --optimizer::lr 1e-3")
+    if has_empty_key(key):  # --+x::::y would add an id with an empty key
+        raise ConfigError(f"override {origin!r} has an empty key in its id {key!r}",
+                          expected="keys separated by a single '::', e.g. --optimizer::lr 1e-3")
     return key, add
 
 

@@ -103,6 +103,10 @@ def substitute_refs(source: str) -> str:
     return source
 
 
+# the longest `$` expression pre-flight parses: real ones are under 1,000 characters; MONAI would eval() longer
+MAX_EXPRESSION_CHARS = 100_000
+
+
 def expression_problem(value: str, cache: PreflightCache | None = None) -> str | None:
     """Return why a ``$`` expression cannot be evaluated by MONAI (it is not valid Python), else None."""
     cache = cache if cache is not None else PreflightCache()
@@ -111,10 +115,18 @@ def expression_problem(value: str, cache: PreflightCache | None = None) -> str |
         return cache.expressions[code]
     problem = None
     source = substitute_refs(code)  # MONAI rewrites the references before it parses the line
+    if len(source) > MAX_EXPRESSION_CHARS:  # its AST alone would take gigabytes (a 10 MB list literal)
+        problem = (f"'$' expression is {len(source):,} characters long; pre-flight checks at most "
+                   f"{MAX_EXPRESSION_CHARS:,} ({_shown(value)})")
+        cache.expressions[code] = problem
+        return problem
     try:
         tree = ast.parse(source)  # first looking for an import statement, as ConfigExpression.evaluate
     except SyntaxError as exc:
         problem = f"'$' expression is not valid Python: {exc.msg} ({_shown(value)})"
+    except (RecursionError, MemoryError, ValueError) as exc:  # 400 KB of 1+1+...: Python cannot parse it either
+        why = "a NUL character" if isinstance(exc, ValueError) else "it nests too deeply"
+        problem = f"'$' expression cannot be parsed by Python: {why} ({_shown(value)})"
     else:
         node = tree.body[0] if tree.body else None
         # an import line is fine once it parses: MONAI's optional_import fails only when the module is used
@@ -123,6 +135,8 @@ def expression_problem(value: str, cache: PreflightCache | None = None) -> str |
                 compile(source, "<$ expression>", "eval")
             except SyntaxError as exc:
                 problem = f"'$' expression is not a Python expression: {exc.msg} ({_shown(value)})"
+            except (RecursionError, MemoryError):
+                problem = f"'$' expression cannot be compiled by Python: it nests too deeply ({_shown(value)})"
     cache.expressions[code] = problem
     return problem
 

@@ -12,23 +12,32 @@ here its spatial shape is checked too when the metadata gives one without ``*``.
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.config.ids import has_id
+from hpc_runner.errors import ConfigError
+from hpc_runner.records.shape import parse_expression
 from hpc_runner.registry.problems import Problem
 
 NDF = "network_data_format"
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Pow: operator.pow,
         ast.FloorDiv: operator.floordiv, ast.Div: lambda a, b: int(a / b)}  # MONAI: int() of numpy's result
+# bounds checked before anything is computed or allocated: a pattern's every value (``(9**16)**16...`` would
+# take minutes and gigabytes), and the dummy input's elements (128 MiB of float32; 256**3 is 16.8 million)
+MAX_SHAPE_VALUE = 1 << 20
+MAX_INPUT_ELEMENTS = 1 << 25
 
 
 def shape_value(item: int | str, n: int = 1, p: int = 1) -> int | None:
     """Return one spatial size from a metadata pattern (``32``, ``"16*n"``, ``"2**p"``); None for ``"*"``."""
+    if isinstance(item, bool) or not isinstance(item, int | str):
+        raise ValueError(f"{item!r} is not a size or a shape pattern")
     if isinstance(item, int):
-        return item
+        return _bounded(item, item)
     if item.strip() == "*":
         return None
 
@@ -43,10 +52,21 @@ def shape_value(item: int | str, n: int = 1, p: int = 1) -> int | None:
             right = ev(node.right)
             if isinstance(node.op, ast.Pow) and right > 16:
                 raise ValueError("exponent too large")
-            return _OPS[type(node.op)](ev(node.left), right)
+            left = ev(node.left)  # both at most MAX_SHAPE_VALUE, so left ** 16 has at most 336 bits
+            return _bounded(_OPS[type(node.op)](left, right), item)
         raise ValueError(f"unsupported shape pattern {item!r}")
 
-    return int(ev(ast.parse(item, mode="eval")))
+    try:
+        tree = parse_expression(item, mode="eval")
+    except ConfigError as err:
+        raise ValueError(f"shape pattern {item[:40]!r}: {err.message}") from None
+    return int(ev(tree))
+
+
+def _bounded(value: int, item: int | str) -> int:
+    if abs(value) > MAX_SHAPE_VALUE:
+        raise ValueError(f"{str(item)[:40]!r} makes a size over {MAX_SHAPE_VALUE:,}")
+    return value
 
 
 def _pick(section: Mapping[str, Any], preferred: str) -> tuple[str, Mapping[str, Any]] | None:
@@ -70,8 +90,14 @@ def net_problems(cfg: BundleConfig, net_id: str = "network_def") -> tuple[list[P
     try:
         in_shape = [shape_value(s) or 1 for s in inp.get("spatial_shape", [])]
         out_shape = [shape_value(s) for s in out.get("spatial_shape", [])]
-    except (ValueError, SyntaxError) as exc:
+        channels = shape_value(inp.get("num_channels", 1)) or 1
+    except (ValueError, SyntaxError, TypeError, ZeroDivisionError) as exc:
         return [Problem(meta_where, NDF, f"bad spatial_shape: {exc}")], None
+    elements = math.prod([channels, *in_shape])
+    if elements > MAX_INPUT_ELEMENTS or min([channels, *in_shape]) < 1:
+        return [Problem(meta_where, NDF, f"the dummy input (1, {channels}, {', '.join(map(str, in_shape))}) has "
+                        f"{elements:,} elements; verify --net builds at most {MAX_INPUT_ELEMENTS:,}, each size "
+                        "at least 1")], None
 
     import torch
     from monai.utils import get_equivalent_dtype
@@ -95,7 +121,7 @@ def net_problems(cfg: BundleConfig, net_id: str = "network_def") -> tuple[list[P
         if not isinstance(net, torch.nn.Module):
             what = type(net).__name__
             return [Problem(net_where, net_id, f"'{net_id}' builds a {what}, not a torch.nn.Module")], None
-        x = torch.rand(1, int(inp.get("num_channels", 1)), *in_shape, dtype=in_dtype)
+        x = torch.rand(1, channels, *in_shape, dtype=in_dtype)
         net.eval()
         try:
             with torch.no_grad():

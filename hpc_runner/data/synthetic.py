@@ -64,7 +64,9 @@ def _publish_once(path: Path, text: str) -> bool:
 def _check_params(folder: Path, params: dict) -> None:
     """Record the generation parameters once; refuse a folder that holds volumes made differently."""
     path = folder / PARAMS_FILE
-    if _publish_once(path, json.dumps(params)):  # the first job to get here writes it, others compare
+    # the first job to get here writes it, others compare (reading only: a dataset made before may be read-only,
+    # as inside run --safe's sandbox)
+    if not path.exists() and _publish_once(path, json.dumps(params)):
         return
     for _ in range(50):  # without hard links, another job may be between creating and writing the file
         try:

@@ -16,7 +16,6 @@ without ``use_thread_workers``) are timed in those processes and not reported.
 from __future__ import annotations
 
 import copy
-import os
 import re
 import threading
 import time
@@ -27,6 +26,8 @@ from monai.transforms import Compose
 from monai.transforms.traits import RandomizableTrait
 from monai.transforms.transform import Transform
 
+from hpc_runner.records.environment import switch
+
 ENV = "HPCR_TRANSFORM_TIMING"
 CACHED, EVERY_EPOCH = "cached", "every epoch"
 RANDOM, DETERMINISTIC, CALLABLE = "random", "deterministic", "callable"
@@ -34,8 +35,9 @@ _LAST_NUMBER = re.compile(r"\d+")
 
 
 def enabled() -> bool:
-    """Whether transform timing is on (``HPCR_TRANSFORM_TIMING`` unset, or anything but 0/false/no/off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """Whether transform timing is on (``HPCR_TRANSFORM_TIMING`` unset or 1/true/yes/on; 0/false/no/off turn it
+    off; any other value is refused, naming it)."""
+    return switch(ENV, default=True)
 
 
 def kind_of(transform: Any) -> str:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.environment import switch
 
 ASSIGNED_ENV = "HPCR_ASSIGNED_GPUS"
 
@@ -37,7 +38,7 @@ FAKE_GPUS_ENV = "HPCR_FAKE_GPUS"  # the cluster's GPUs are stand-ins (the local 
 def check_assigned_gpus(environ: Mapping[str, str] | None = None) -> None:
     """Raise ClusterError when this process was given GPUs and ``torch.cuda.device_count()`` is 0."""
     environ = os.environ if environ is None else environ
-    if not assigned_gpus(environ) or environ.get(FAKE_GPUS_ENV) == "1":
+    if not assigned_gpus(environ) or switch(FAKE_GPUS_ENV, default=False, environ=environ):
         return
     import torch
 

@@ -530,6 +530,14 @@ def bad_input_in(outcome: RunOutcome) -> Any:
     refused = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # the filesystem, not the run, said no
     full = next((e for e in chain if isinstance(e, OSError) and e.errno in refused), None)
     if full is not None:
+        from hpc_runner.engine.sandbox import inside_sandbox
+
+        if full.errno == errno.EROFS and inside_sandbox():  # run --safe: only the folders the user named are writable
+            return UserError(f"the run's filesystem refused a write ({full.strerror}): inside --safe's sandbox only "
+                             "the run dir, --cache_dir and the --writable folders may be written",
+                             where=full.filename or str(outcome.run_dir),
+                             expected="--writable DIR for a folder the run must write (a dataset it generates), "
+                             "or data made before the run")
         return UserError(f"the run's filesystem refused a write ({full.strerror})",
                          where=full.filename or str(outcome.run_dir),
                          expected="--output_dir (and the data folders) on a filesystem with free space that this "

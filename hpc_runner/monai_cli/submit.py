@@ -119,7 +119,8 @@ def command_argv(args: Any, submit_only: set[str]) -> list[str]:
     submit's parser took but belong to the command (``--config_file``, ``--meta_file``, ...), the overrides."""
     argv = list(getattr(args, "command_args", None) or [])
     for dest, value in vars(args).items():
-        if dest in submit_only or dest in ("command", "entry", "command_args", "override_tokens") or value is None:
+        if dest in submit_only or dest in ("command", "entry", "command_args", "override_tokens") or value is None \
+                or dest.startswith("_"):  # the CLI's own notes on the namespace (the argv it was given), not options
             continue
         if value is False:
             continue

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.read import RecordError, read_json_record
 from hpc_runner.records.rundir import METRICS_FILE, OVERRIDES_FILE, RUN_FILE, SUMMARY_FILE, RunDir
 
 RECORD_KEYS = ("kind", "step", "epoch", "batch")
@@ -106,11 +106,10 @@ class RunData:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # bounded, a regular file only (a named pipe would block the report)
+        return read_json_record(path, path.name) or {}
+    except RecordError:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _read_yaml(rd: RunDir, name: str) -> Any:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.confine import inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError  # noqa: F401 - callers catch it here
 from hpc_runner.records.rundir import now_iso
 
@@ -82,6 +83,12 @@ class PipelineRecord(LedgerRecord):
             raise ClusterError(f"stage {n} of the pipeline record is not one hpc-runner wrote", where=str(file),
                                expected=f"the {PIPELINE_FILE} hpc-runner wrote")
 
+    def check_folders(self) -> None:
+        """ClusterError unless each stage's folder resolves inside the pipeline dir (records/confine.py): a record
+        that named another folder (another sweep) would have ``collect`` and ``resume`` write there."""
+        for n, s in enumerate(self.stages):
+            inside(self.path, s.get("dir", s["name"]), f"stage {n} ('{str(s['name'])[:80]}') dir", self.file)
+
     def stage(self, name: str) -> dict[str, Any]:
         """Return the entry of stage ``name``; ClusterError when the pipeline has none."""
         for s in self.stages:
@@ -108,9 +115,13 @@ class PipelineRecord(LedgerRecord):
         return out
 
     def choice(self, name: str) -> dict[str, Any] | None:
-        """Return the choice of select stage ``name`` (None until it has chosen)."""
+        """Return the choice of select stage ``name`` (None until it has chosen); ClusterError when the run dir it
+        chose (whose weights the later stages load) is not inside the pipeline dir."""
         s = self.stage(name)
-        return s.get("chosen") if s.get("state") == DONE else None
+        chosen = s.get("chosen") if s.get("state") == DONE else None
+        if isinstance(chosen, dict) and "run_dir" in chosen:
+            inside(self.path, chosen["run_dir"], f"the run_dir chosen by stage '{name}'", self.file)
+        return chosen
 
 
 def is_pipeline_dir(path: str | Path) -> bool:

@@ -158,7 +158,8 @@ def _configs(record: pr.PipelineRecord, profile: ClusterProfile, directory: Path
     from hpc_runner.pipeline.spec import parse_spec
 
     spec = parse_spec(record.data["pipeline"], Path(record.data.get("file") or record.file))
-    choices = {s["name"]: s["chosen"] for s in record.stages if s.get("state") == pr.DONE and s.get("chosen")}
+    choices = {s["name"]: record.choice(s["name"]) for s in record.stages  # the chosen run dir is checked
+               if s.get("state") == pr.DONE and s.get("chosen")}
     return build_configs(spec, profile, directory, choices)
 
 

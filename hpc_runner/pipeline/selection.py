@@ -13,11 +13,12 @@ as in ``hpc-runner collect``'s table.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hpc_runner.records.read import RecordError, read_json_record
 
 MAX_LISTED = 8  # points named in a "nothing can be chosen" message
 
@@ -87,11 +88,10 @@ def metric_value(summary: dict[str, Any], metric: str | None) -> float | None:
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """Return a run dir's summary.json (empty when absent or unreadable)."""
-    try:
-        data = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # bounded, a regular file only: a point's summary.json may be anything in a shared folder
+        return read_json_record(Path(run_dir) / "summary.json", "run summary") or {}
+    except RecordError:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def has_weights(run_dir: Path) -> bool:

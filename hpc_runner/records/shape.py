@@ -6,10 +6,15 @@ describe billions of nodes once anything walks them as a tree (deepcopy, MONAI's
 walks). Both are refused here: the JSON check counts brackets outside strings, the YAML check reads
 the parser's event stream (a loop, no recursion) and stops at the first event over a limit, so it
 costs microseconds for a bad file and one extra parse for a good one.
+
+A ``$`` expression (or a shape pattern of metadata) is Python text: ``parse_expression`` bounds its
+length before parsing and its depth after (a 200 KB ``---...1`` overflows the parser, a 400 KB
+``1+1+...`` the AST's construction), so whoever reads one gets a ConfigError, never a RecursionError.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,18 @@ MAX_DEPTH = 100
 # `hpc-runner config` on 850,000 such nodes takes 7 s and 420 MB, on 80,000 0.7 s and 56 MB; real configs
 # hold a few thousand nodes in all, and the classic alias bomb expands to ~390 million.
 MAX_ALIAS_NODES = 100_000
+# The nodes a config file may hold as written (configs, metadata, macros' files, args files; records are not
+# bounded so). Real configs hold a few thousand; a 4 MiB file of `[0,0,...]` (2 million nodes) takes 28 s
+# and 850 MB to load, 200,000 nodes ~3 s.
+MAX_CONFIG_NODES = 200_000
+# The characters of scalars YAML aliases may add once expanded: 2,000 aliases of a 1 MB string are 2,000 nodes
+# and 2 GB to print or copy (the size a config file itself may have)
+MAX_ALIAS_CHARS = 16 << 20
+
+# `$` expressions of real bundles are under 500 characters and nest under 20 levels; at 4,000 characters
+# Python's parser (stack of 6,000) cannot overflow, and its RecursionError at ~1,000 levels is caught.
+MAX_EXPRESSION_CHARS = 4_000
+MAX_EXPRESSION_DEPTH = 100
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
@@ -54,48 +71,67 @@ def check_json_depth(text: str, path: str | Path) -> None:
             depth -= 1
 
 
-def check_yaml_shape(loader: Any, path: str | Path) -> None:
+def check_yaml_shape(loader: Any, path: str | Path, max_nodes: int | None = None) -> None:
     """Read ``loader``'s events; raise ConfigError for nesting over MAX_DEPTH, aliases adding over
-    MAX_ALIAS_NODES nodes, or an alias inside its own anchor (a cycle). Disposes of ``loader``.
+    MAX_ALIAS_NODES nodes, an alias inside its own anchor (a cycle), or (``max_nodes``) more nodes as
+    written than that. Disposes of ``loader``.
 
     ``loader`` is a fresh PyYAML loader instance (C or Python); YAML syntax errors propagate as
     ``yaml.YAMLError`` for the caller to report as it does for the composer's.
     """
-    # per open collection: [anchor, total when it started, line, height]; height 1 = no nested collection
+    # per open collection: [anchor, total when it started, line, height, text when it started]; height 1 = no
+    # nested collection
     stack: list[list[Any]] = []
     size: dict[str, int] = {}  # anchor -> nodes it stands for, expanded
     height: dict[str, int] = {}  # anchor -> collection levels it adds where an alias repeats it
     line: dict[str, int] = {}  # anchor -> line it is defined on
     total = 0  # nodes of the document so far, every alias expanded
     added = 0  # of which aliases stand for
+    chars: dict[str, int] = {}  # anchor -> characters of the scalars it stands for, expanded
+    text = added_text = 0  # characters of scalars so far, every alias expanded; of which aliases add
     try:
         while loader.check_event():
             event = loader.get_event()
+            if max_nodes is not None and total - added > max_nodes:
+                raise ConfigError(f"the file holds more than {max_nodes:,} values", where=str(path),
+                                  expected=f"a config of at most {max_nodes:,} values (real ones hold a few thousand)")
             if isinstance(event, _OPEN):
                 total += 1
-                stack.append([event.anchor, total, event.start_mark.line + 1, 1])
+                stack.append([event.anchor, total, event.start_mark.line + 1, 1, text])
                 if len(stack) > MAX_DEPTH:
                     raise _too_deep(f"{path}:{event.start_mark.line + 1}")
             elif isinstance(event, _CLOSE):
-                anchor, start, at, levels = stack.pop()
+                anchor, start, at, levels, text_start = stack.pop()
                 if stack:
                     stack[-1][3] = max(stack[-1][3], levels + 1)
                 if anchor is not None:
                     size[anchor], height[anchor], line[anchor] = total - start + 1, levels, at
+                    chars[anchor] = text - text_start
             elif isinstance(event, yaml.ScalarEvent):
                 total += 1
+                text += len(event.value)
                 if event.anchor is not None:
-                    size[event.anchor], height[event.anchor] = 1, 0
+                    size[event.anchor], height[event.anchor], chars[event.anchor] = 1, 0, len(event.value)
                     line[event.anchor] = event.start_mark.line + 1
             elif isinstance(event, yaml.AliasEvent):
                 _check_alias(event, stack, size, height, line, added, path)
                 if event.anchor in size:  # an undefined alias is the composer's error to report
                     total += size[event.anchor]
                     added += size[event.anchor]
+                    text += chars[event.anchor]
+                    added_text += chars[event.anchor]
+                    if added_text > MAX_ALIAS_CHARS:
+                        raise ConfigError(
+                            f"alias *{event.anchor} (anchor &{event.anchor} at line {line[event.anchor]}) brings the "
+                            f"text that YAML aliases add to more than {MAX_ALIAS_CHARS >> 20} MiB",
+                            where=f"{path}:{event.start_mark.line + 1}",
+                            expected=f"aliases that add at most {MAX_ALIAS_CHARS >> 20} MiB of text in all once "
+                            "expanded")
                     if stack:
                         stack[-1][3] = max(stack[-1][3], height[event.anchor] + 1)
             elif isinstance(event, yaml.DocumentStartEvent):
                 stack, size, height, line, total, added = [], {}, {}, {}, 0, 0
+                chars, text, added_text = {}, 0, 0
     except yaml.MarkedYAMLError as error:
         # libyaml 0.2.6+ (PyYAML 6.0.3+ wheels) stops at 1,000 flow levels in its scanner, which reads
         # ahead of the events for possible keys, so a deep flow collection ends here, not at level 101
@@ -117,7 +153,7 @@ def _check_alias(
 ) -> None:
     anchor = event.anchor
     where = f"{path}:{event.start_mark.line + 1}"
-    for open_anchor, _, at, _ in stack:
+    for open_anchor, _, at, *_ in stack:
         if open_anchor == anchor:
             raise ConfigError(
                 f"alias *{anchor} is inside the node it refers to (anchor &{anchor} at line {at}), "
@@ -138,15 +174,38 @@ def _check_alias(
         )
 
 
-def compose_checked(loader_class: type, text: str, path: str | Path) -> tuple[Any, Any]:
+def compose_checked(loader_class: type, text: str, path: str | Path, max_nodes: int | None = None) -> tuple[Any, Any]:
     """Return (node, data) of the single YAML document in ``text``, its shape checked before it is built.
 
     YAML syntax errors propagate as ``yaml.YAMLError`` (from the check or the composer), with their marks.
     """
-    check_yaml_shape(loader_class(text), path)  # before the composer, which recurses
+    check_yaml_shape(loader_class(text), path, max_nodes)  # before the composer, which recurses
     loader = loader_class(text)
     try:
         node = loader.get_single_node()
         return node, (loader.construct_document(node) if node is not None else None)
     finally:
         loader.dispose()
+
+
+def parse_expression(text: str, mode: str = "eval", where: str | None = None) -> ast.AST:
+    """Return the AST of Python ``text``, bounded: ConfigError when it is longer than MAX_EXPRESSION_CHARS,
+    nests deeper than MAX_EXPRESSION_DEPTH, or is not Python (the message says which)."""
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ConfigError(f"the expression is {len(text):,} characters long, too long to read", where=where,
+                          expected=f"an expression of at most {MAX_EXPRESSION_CHARS:,} characters")
+    try:
+        tree = ast.parse(text.strip(), mode=mode)
+    except SyntaxError as exc:
+        raise ConfigError(f"not a Python expression ({exc.msg})", where=where) from None
+    except (RecursionError, MemoryError, ValueError) as exc:  # nesting the parser refuses; a NUL character
+        problem = "nested too deeply" if not isinstance(exc, ValueError) else str(exc)
+        raise ConfigError(f"not a Python expression ({problem})", where=where) from None
+    stack = [(tree, 1)]
+    while stack:  # a loop: the tree may be deeper than the interpreter's recursion limit
+        node, depth = stack.pop()
+        if depth > MAX_EXPRESSION_DEPTH:
+            raise ConfigError(f"the expression nests more than {MAX_EXPRESSION_DEPTH} levels deep", where=where,
+                              expected=f"at most {MAX_EXPRESSION_DEPTH} levels of nesting")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return tree

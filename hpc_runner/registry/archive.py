@@ -72,6 +72,7 @@ def pack_bundle(
     ``config/verify.check_packable``: the bundle must load; the config layer sits above this one).
     """
     bundle_dir = Path(bundle_dir)
+    check_out_dir(Path(out_dir or "."))  # before anything is read or written
     name, version, _ = bundle_identity(bundle_dir)
     if check is not None:
         check(bundle_dir)
@@ -84,6 +85,27 @@ def pack_bundle(
     manifest = compute_manifest(bundle_dir)
     top = install_dir_name(name, version)
     archive = Path(out_dir or ".") / f"{top}{ARCHIVE_SUFFIX}"
+    try:
+        _write_archive(archive, bundle_dir, manifest, top)
+    except (PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+        raise BundleError(f"cannot write the archive ({exc.strerror or exc}: {exc.filename or archive})",
+                          where=str(archive), expected="--out naming a folder this user may write") from None
+    return PackResult(archive, name, version, len(manifest))
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """BundleError when ``out_dir`` (pack's ``--out``), or a folder it would be made in, is a file."""
+    for part in (out_dir, *out_dir.parents):
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():  # a file, or a dangling link mkdir cannot replace
+            inside = "" if part == out_dir else f" would be made inside {part}, which"
+            raise BundleError(f"--out {out_dir}{inside} {'is' if inside else 'names'} an existing file, not a folder",
+                              expected="--out naming a folder (the archive NAME-VERSION.tar.gz is written into it), "
+                              "or a path where a folder can be made")
+
+
+def _write_archive(archive: Path, bundle_dir: Path, manifest: dict[str, str], top: str) -> None:
     dirs = sorted({str(parent) for rel in manifest for parent in PurePosixPath(rel).parents if str(parent) != "."})
     with atomic_open(archive, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -102,7 +124,6 @@ def pack_bundle(
                     tar.addfile(_tarinfo(f"{top}/{rel}", path.stat().st_size, _executable(path)), f)
         text = format_manifest(manifest).encode()
         tar.addfile(_tarinfo(f"{top}/{MANIFEST_NAME}", len(text)), io.BytesIO(text))
-    return PackResult(archive, name, version, len(manifest))
 
 
 def _executable(path: Path) -> bool:

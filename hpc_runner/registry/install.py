@@ -13,7 +13,6 @@ there is left alone: identical content is a no-op, different content is refused.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tarfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_runner.errors import BundleError
+from hpc_runner.records.read import parse_json_text
 from hpc_runner.registry.manifest import (
     MANIFEST_NAME,
     check_member_name,
@@ -121,10 +121,7 @@ def _identity(meta_text: bytes | None, where: str) -> tuple[str, str]:
     """The bundle's name and version from its metadata, under the rules ``pack`` applies to them."""
     if meta_text is None:
         raise BundleError(f"the archive has no {META_RELPATH}", where=where, expected="a bundle archive")
-    try:
-        meta = json.loads(meta_text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleError(f"the archive's {META_RELPATH} is not JSON ({exc})", where=where) from None
+    meta = parse_json_text(meta_text, where, f"archive's {META_RELPATH}", BundleError)
     if not isinstance(meta, dict) or not isinstance(meta.get("version"), str):
         raise BundleError(f"the archive's {META_RELPATH} has no version", where=where,
                           expected="metadata with a 'name' and a 'version'")

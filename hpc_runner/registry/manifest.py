@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from hpc_runner.errors import BundleError
+from hpc_runner.records.read import open_regular, read_record_text
 
 MANIFEST_NAME = "MANIFEST"
 # anywhere in the tree: caches and version-control folders
@@ -27,6 +28,7 @@ EXCLUDED_NAMES = frozenset({".DS_Store"})  # anywhere
 EXCLUDED_SUFFIXES = (".pyc", ".pyo")
 _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 _CHUNK = 1 << 20
+MAX_MANIFEST_BYTES = 32 << 20  # 200,000 files; a MANIFEST linked to /dev/zero is refused, not read
 
 
 @dataclass
@@ -101,7 +103,10 @@ def scan_bundle(root: Path) -> BundleFiles:
 def sha256_file(path: Path) -> str:
     """Return the hex sha256 of a file's content."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = open_regular(path, "bundle file", error=BundleError)  # a named pipe in a bundle would block the read
+    if fd is None:
+        raise BundleError("the file disappeared while it was read", where=str(path))
+    with os.fdopen(fd, "rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -164,13 +169,8 @@ def parse_manifest(text: str, where: str) -> dict[str, str]:
 def read_manifest(root: Path) -> dict[str, str] | None:
     """Return the parsed MANIFEST of a bundle folder, or None when it has none."""
     path = root / MANIFEST_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"cannot read the MANIFEST ({exc.__class__.__name__})", where=str(path)) from None
-    return parse_manifest(text, str(path))
+    text = read_record_text(path, "MANIFEST", MAX_MANIFEST_BYTES, error=BundleError)
+    return None if text is None else parse_manifest(text, str(path))
 
 
 def diff_manifest(root: Path, manifest: dict[str, str]) -> ManifestDiff:

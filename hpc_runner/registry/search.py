@@ -8,14 +8,14 @@ on the search path wins (like ``$PATH``), then the newest version within that di
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc_runner.errors import BundleError
+from hpc_runner.errors import BundleError, UserError
+from hpc_runner.records.read import parse_json_text, read_record_text
 
 PATH_VAR = "HPCR_BUNDLE_PATH"
 DEFAULT_DIR = Path("bundles")
@@ -110,9 +110,11 @@ def name_from_dir(bundle_dir: Path, version: str) -> str:
 
 def read_entry(bundle_dir: Path, search_dir: Path, rank: int) -> BundleEntry | None:
     """Return the entry for ``bundle_dir``, or None when it has no readable metadata."""
-    try:
-        meta = json.loads((bundle_dir / META_RELPATH).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    path = bundle_dir / META_RELPATH
+    try:  # bounded: a metadata.json linked to /dev/zero or a named pipe is no bundle, not a hang
+        text = read_record_text(path, "metadata", 1 << 20)
+        meta = parse_json_text(text, path, "metadata") if text is not None else None
+    except UserError:
         return None
     if not isinstance(meta, dict):
         return None

@@ -14,6 +14,9 @@ import pydoc
 from functools import lru_cache
 from typing import Any
 
+from hpc_runner.errors import ConfigError
+from hpc_runner.records.shape import parse_expression
+
 
 class TargetError(Exception):
     """A ``_target_`` that cannot be located; the message says why."""
@@ -69,10 +72,11 @@ def object_path(obj: Any) -> str | None:
 
 
 def import_statement_modules(expr: str) -> list[str] | None:
-    """Return the modules an ``import``/``from ... import`` statement imports, or None when it is not one."""
+    """Return the modules an ``import``/``from ... import`` statement imports, or None when it is not one
+    (nor any Python that ``parse_expression`` reads within its length and depth bounds)."""
     try:
-        tree = ast.parse(expr.strip())
-    except SyntaxError:
+        tree = parse_expression(expr, mode="exec")
+    except ConfigError:
         return None
     if len(tree.body) != 1:
         return None

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hpc_runner.errors import BundleError
-from hpc_runner.registry.manifest import MANIFEST_NAME, ManifestDiff, diff_manifest, read_manifest
+from hpc_runner.records.read import read_record_bytes
+from hpc_runner.registry.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, ManifestDiff, diff_manifest, read_manifest
 from hpc_runner.registry.search import PATH_VAR
 
 
@@ -61,8 +62,9 @@ def manifest_record(bundle_dir: Path | None) -> dict | None:
     if bundle_dir is None or not (bundle_dir / MANIFEST_NAME).is_file():
         return None
     diff = manifest_status(bundle_dir)
+    data = read_record_bytes(bundle_dir / MANIFEST_NAME, MANIFEST_NAME, MAX_MANIFEST_BYTES, error=BundleError) or b""
     return {
-        "sha256": hashlib.sha256((bundle_dir / MANIFEST_NAME).read_bytes()).hexdigest(),
+        "sha256": hashlib.sha256(data).hexdigest(),
         "matches": bool(diff and diff.ok),
         "differences": None if diff is None or diff.ok else diff.describe(),
     }

@@ -66,6 +66,12 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     note = scheduler_note(answer)
     if note:
         lines.append(f"  note: {note}")
+    if target.record is not None and not target.record.submit_calls_left():  # sweep/ledger.py: its sbatch budget
+        from hpc_runner.sweep.governor import waiting_indices
+
+        waiting = len(waiting_indices(target.record))
+        lines.append(f"  stopped submitting: {target.record.budget_note()}"
+                     + (f"; {waiting} point(s) wait" if waiting else ""))
     lines.append("  " + "  ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))))
     by_cause = cause_counts(states)
     if by_cause:

@@ -13,9 +13,10 @@ import contextlib
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler.slurm.requeue import job_to_requeue, requeue_current_job
 from hpc_runner.scheduler.slurm.variables import (
     end_time,
     env_int,
@@ -265,13 +266,38 @@ def memory_grant_mb(environ: Mapping[str, str] | None = None) -> int | None:
     return None
 
 
+# The scheduler whose job runs in this very process (the in-memory cluster's ``run``): its job's requeue goes to
+# it, not to the scheduler's command. Empty in a real job.
+_IN_PROCESS: list[Callable[[str], bool]] = []
+
+
+@contextlib.contextmanager
+def in_process_job(variables: Mapping[str, str], requeue: Callable[[str], bool]) -> Iterator[None]:
+    """Run the block as a job of a scheduler that runs it in this process: the job's ``variables`` (the ones its
+    scheduler sets in a job) in ``os.environ``, put back after, and ``requeue(job_id)`` asked instead of the
+    scheduler's requeue command."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    _IN_PROCESS.append(requeue)
+    try:
+        yield
+    finally:
+        _IN_PROCESS.pop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def requeue_job(environ: Mapping[str, str] | None = None) -> str | None:
     """Ask the scheduler to requeue this job so it continues from its checkpoint; return its id when accepted.
 
     None outside a job, on a rank other than 0, past ``HPCR_MAX_REQUEUES``, or when the scheduler refuses.
     """
-    from hpc_runner.scheduler.slurm.requeue import requeue_current_job
-
+    if _IN_PROCESS:
+        job = job_to_requeue(environ)
+        return job if job is not None and _IN_PROCESS[-1](job) else None
     return requeue_current_job(environ)
 
 

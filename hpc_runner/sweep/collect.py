@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.read import RecordError, read_json_record
 from hpc_runner.records.rundir import SUMMARY_FILE
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.spec import format_cell
@@ -20,11 +20,10 @@ SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # bounded, a regular file only: a point's summary.json may be anything in a shared sweep folder
+        return read_json_record(run_dir / SUMMARY_FILE, "run summary") or {}
+    except RecordError:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 # what each point's job used (sweep/usage.py), when the scheduler's answer is given

@@ -20,9 +20,13 @@ Waiting points are submitted later with no process of ours left on the login nod
   last tasks may have found no free slot, e.g. when other jobs of the user filled the queue).
 
 Every loop here is bounded: at most ``len(DEFAULT_BACKOFF)`` retries of a refused sbatch, at most one
-array per MaxArraySize tasks, and every task runs at least its first point (sweep/task.py), so the
-number of sbatch calls of a sweep is at most its points times (1 + the ledger's bounds on returns
-and retries).
+array per MaxArraySize tasks, and every task runs at least its first point (sweep/task.py). Over the
+sweep's whole life, every sbatch call, whatever its outcome (queued, refused by a limit and retried,
+failed), is counted in sweep.yaml before it is made (``Ledger.count_submit_call``), against one budget:
+``max_submit_calls``, by default its points times (1 + the ledger's bounds on returns and retries). A
+sweep whose budget is spent submits nothing more: its top-ups return at once (no lock, no scheduler
+call), its waiting points keep waiting, ``status`` says so, and ``resume --max-submit-calls N`` raises it.
+A tune's workers (tune/submit.py) count in the same budget.
 
 A point that failed twice on one node (its jobs' attempts ended NODE_FAIL or BOOT_FAIL there, as sacct
 records them) excludes that node on its next submission: ``exclude_failing_nodes`` (called by ``resume``)
@@ -257,6 +261,11 @@ def send_points(
             break
         batch = [task for _, task in pending[:n]]
         idx = [i for t in batch for i in t]
+        if ledger.submit_calls_left() <= 0:  # the sweep's budget of sbatch calls of any outcome (sweep/ledger.py)
+            submission["budget"] = ledger.record.budget_note()
+            log(f"hpc-runner: {len(pending)} task(s) keep waiting: {submission['budget']}")
+            break
+        ledger.count_submit_call()
         sbatch_calls += 1
         try:
             jobs = _sbatch(executor_with(executor, key), task_fn, dataclasses.replace(request, exclude=exclude or None),
@@ -411,6 +420,12 @@ def top_up(
 
     path = Path(sweep_dir)
     if not (path / sr.SWEEP_FILE).is_file():
+        return 0
+    recorded = sr.SweepRecord.load(path)
+    if not recorded.submit_calls_left():  # its budget of sbatch calls is spent: no retry, no lock, no scheduler call
+        if waiting_indices(recorded):
+            log(f"hpc-runner: {len(waiting_indices(recorded))} waiting point(s) not submitted: "
+                f"{recorded.budget_note()}")
         return 0
     if states_reader is not None:
         retry_failed(path, states_reader, log, throttle_s=RETRY_CHECK_S if leaving else 0.0)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.confine import inside, links_inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
 from hpc_runner.records.rundir import now_iso
 
@@ -95,6 +96,8 @@ SWEEP_TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
 }
 MAX_RETURNS = 3  # a point whose tasks return it unrun this often fails with cause RETURNED
 MAX_RETRIES = 3  # resubmissions of a failed point (resume, automatic retries)
+# sbatch calls of any outcome (queued, refused by a limit, failed) a sweep may make in all: the ``max_submit_calls``
+# bound, by default N x (1 + max_returns + max_retries) (SweepRecord.submit_call_budget; resume raises it)
 
 
 def point_dir_name(index: int, count: int) -> str:
@@ -123,6 +126,8 @@ def _check_point(point: Any, n: int, file: Path) -> None:
         problem = f"has state {point.get('submit')!r}, not one of {', '.join(STATES)}"
     elif not _node_names(point.get("exclude", [])):
         problem = f"has exclude {point.get('exclude')!r}, not a list of node names"
+    elif not _node_names(point.get("attempts", [])) or not all(_is_attempt_dir(a) for a in point.get("attempts", [])):
+        problem = f"has attempts {str(point.get('attempts'))[:200]}, not a list of folders under {ATTEMPTS_DIR}/"
     if problem:
         raise ClusterError(f"point {n} of the sweep record {problem}", where=str(file),
                            expected=f"the {SWEEP_FILE} hpc-runner wrote (hand edits may change params only)")
@@ -135,6 +140,11 @@ def _node_names(value: Any) -> bool:
 def _is_point_dir(text: str) -> bool:
     parts = text.split("/")
     return len(parts) == 2 and parts[0] == POINTS_DIR and parts[1].isdigit()
+
+
+def _is_attempt_dir(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and parts[0] == ATTEMPTS_DIR and parts[1] not in ("", ".", "..")
 
 
 @dataclass
@@ -153,6 +163,16 @@ class SweepRecord(LedgerRecord):
     def check_entry(cls, entry: Any, n: int, file: Path) -> None:
         """ClusterError unless point ``n`` is one hpc-runner could have written (hand edits may change params)."""
         _check_point(entry, n, file)
+
+    def check_folders(self) -> None:
+        """ClusterError unless the job folder, the base config, points/ (and each point's run dir) and attempts/
+        resolve inside the sweep dir (records/confine.py): a record that named another folder would have
+        ``resume`` write job scripts and pickles there, ``collect`` its results."""
+        inside(self.path, self.data.get("job_folder", SWEEP_JOB_FOLDER), "job_folder", self.file)
+        inside(self.path, self.data.get("base", BASE_DIR), "base", self.file)
+        for folder in (POINTS_DIR, ATTEMPTS_DIR):  # each point's dir is points/NNNN (_check_point): its link too
+            links_inside(inside(self.path, folder, f"the folder {folder}/", self.file), self.path,
+                         f"the folder {folder}/, entry", self.file)
 
     @property
     def base_dir(self) -> Path:
@@ -190,6 +210,28 @@ class SweepRecord(LedgerRecord):
         """Return one of the sweep's bounds (``max_returns``, ``max_retries``) as recorded, else the default."""
         value = (self.data.get("bounds") or {}).get(name)
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+    def submit_call_budget(self) -> int:
+        """Return how many sbatch calls, of any outcome, the sweep may make in all: its ``max_submit_calls`` bound
+        as recorded, else N x (1 + max_returns + max_retries) for N points (a tune's workers count in it too)."""
+        per_point = 1 + self.limit("max_returns", MAX_RETURNS) + self.limit("max_retries", MAX_RETRIES)
+        return self.limit("max_submit_calls", max(len(self.points), 1) * per_point)
+
+    def submit_calls(self) -> int:
+        """Return how many sbatch calls the sweep has made so far (``Ledger.count_submit_call``)."""
+        value = self.data.get("submit_calls", 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    def submit_calls_left(self) -> int:
+        """Return how many more sbatch calls the sweep may make (0: it submits nothing more until resume raises
+        ``--max-submit-calls``)."""
+        return max(0, self.submit_call_budget() - self.submit_calls())
+
+    def budget_note(self) -> str:
+        """Return what ``status`` and the top-ups say of a sweep whose sbatch budget is spent."""
+        return (f"the sweep made {self.submit_calls()} of its {self.submit_call_budget()} sbatch calls "
+                f"(max_submit_calls, refused and failed calls included) and submits nothing more; "
+                f"`hpc-runner resume {self.path} --max-submit-calls N` raises the budget")
 
 
 def write_new(record: SweepRecord) -> Path:
@@ -331,8 +373,21 @@ class Ledger(Transactions[SweepRecord]):
         self.events.append(("note_cancel", None))
         return entry
 
+    def count_submit_call(self) -> None:
+        """Count one sbatch call of the sweep before it is made, whatever its outcome (sweep/governor.py's
+        ``send_points``, tune/submit.py's ``send_workers``); ClusterError when the budget is spent."""
+        if self.record.submit_calls_left() <= 0:
+            raise ClusterError(self.record.budget_note(), where=str(self.record.file),
+                               expected=f"at most {self.record.submit_call_budget()} sbatch calls for this sweep")
+        self.data["submit_calls"] = self.record.submit_calls() + 1
+        self.events.append(("count_submit_call", None))
+
+    def submit_calls_left(self) -> int:
+        """Return how many more sbatch calls the sweep may make (its ``max_submit_calls`` budget)."""
+        return self.record.submit_calls_left()
+
     def set_bound(self, name: str, value: int) -> None:
-        """Set one of the sweep's bounds (``max_retries``, ``max_returns``) from now on."""
+        """Set one of the sweep's bounds (``max_retries``, ``max_returns``, ``max_submit_calls``) from now on."""
         self.data.setdefault("bounds", {})[name] = value
         self.events.append(("set_bound", None))
 

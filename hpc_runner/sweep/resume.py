@@ -9,6 +9,7 @@ from typing import Any
 
 from hpc_runner.config.overrides import Override
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.confine import inside
 from hpc_runner.records.rundir import now_iso
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.sweep import ledger as sr
@@ -116,6 +117,9 @@ def resume_sweep(
         target.record, target.points = record, record.points
         if max_retries is not None:
             ledger.set_bound("max_retries", max_retries)
+        if not ledger.submit_calls_left():  # nothing moved yet: the points stay as they are
+            raise ClusterError(record.budget_note(), where=str(record.file),
+                               expected=f"at most {record.submit_call_budget()} sbatch calls for this sweep")
         if retry_rules:
             ledger.add_retry_rules(retry_rules)
         # a point a task submitted since the plan was made (it was waiting) is not sent twice
@@ -151,6 +155,14 @@ def record_retry_rules(path: Path, rules: dict[str, str]) -> None:
     """Record ``--retry`` rules on a sweep (under its lock): later failures are retried by them."""
     with sr.locked(path) as ledger:
         ledger.add_retry_rules(rules)
+
+
+def set_submit_budget(path: Path, calls: int) -> sr.SweepRecord:
+    """Set the sweep's budget of sbatch calls in all (``resume --max-submit-calls N``) under its lock; return the
+    record as written."""
+    with sr.locked(path) as ledger:
+        ledger.set_bound("max_submit_calls", calls)
+        return ledger.record
 
 
 def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:
@@ -190,8 +202,10 @@ def resume_run(
     previous = [p for p in [*(old.get("previous") or []), old.get("id")] if p]
     job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
     name = (rec.get("bundle") or {}).get("name", "run")
-    request = JobRequest(job_name=f"hpcr-run-{name}", folder=target.path / sr.RUN_JOB_FOLDER,
-                         chdir=(rec.get("command") or {}).get("cwd"), hold=hold)
+    # a slurm/ that is a link out of the run dir would get the job script and the pickles the job unpickles
+    folder = inside(target.path, sr.RUN_JOB_FOLDER, f"the job folder {sr.RUN_JOB_FOLDER}/", rd.file("run.yaml"))
+    request = JobRequest(job_name=f"hpcr-run-{name}", folder=folder, chdir=(rec.get("command") or {}).get("cwd"),
+                         hold=hold)
     if preflight:
         executor.check_resources(request, 1, "the resumed job")
     with outside_the_job():

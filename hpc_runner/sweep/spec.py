@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.ids import normalize_id
+from hpc_runner.config.ids import has_empty_key, normalize_id
 from hpc_runner.errors import ClusterError, ConfigError
 
 ADD_PREFIX = "+"
@@ -176,7 +176,7 @@ def _check_id(key: str, what: str) -> str:
     key = key.strip()
     add = key.startswith(ADD_PREFIX)
     body = normalize_id(key[1:] if add else key)
-    if not body or body.startswith("::") or body.endswith("::") or any(c.isspace() for c in body):
+    if not body or has_empty_key(body) or any(c.isspace() for c in body):  # a::::b: an empty key
         raise ClusterError(f"{what} has no valid id before '='", expected="ID=VALUES, e.g. optimizer::lr=1e-3,1e-4")
     return (ADD_PREFIX if add else "") + body
 
@@ -308,7 +308,25 @@ def build_spec(sweeps: Sequence[str] = (), zip_values: bool = False, sweep_file:
                     expected="each id in one --sweep (use --zip or a sweep file to pair ids)",
                 )
             seen[bare] = axis.source
+    for axis in axes:
+        _check_distinct(axis)
     return SweepSpec(axes)
+
+
+def _check_distinct(axis: Axis) -> None:
+    """ClusterError when an axis gives the same value twice: two identical jobs (``--sweep lr=0.1,0.1``)."""
+    import json
+
+    first: dict[str, int] = {}
+    for n, values in enumerate(axis.values):
+        key = json.dumps(list(values), sort_keys=True, default=repr)  # 1 and 1.0 differ, as they do in a config
+        if key in first:
+            point = describe_point(dict(zip(axis.ids, values)))
+            raise ClusterError(
+                f"{axis.source} gives {point} twice (value {first[key] + 1} and value {n + 1}): two identical jobs",
+                expected="each value of a swept id once (each set of values once for zipped ids and points:)",
+            )
+        first[key] = n
 
 
 def describe_point(point: dict[str, Any]) -> str:

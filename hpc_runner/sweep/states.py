@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.errors import UserError
+from hpc_runner.records.read import open_regular, read_record_text
 from hpc_runner.scheduler.executor import DONE, FAILED_STATES, Executor, SchedulerAnswer, is_local_job, is_scheduler_job
 from hpc_runner.scheduler.job_env import recorded_restarts
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
@@ -154,11 +156,11 @@ _STATUS_LINE = re.compile(r"^status: *['\"]?([\w-]+)", re.M)
 
 def run_status(run_dir: Path) -> str | None:
     """Return run.yaml's top-level ``status`` without parsing the whole file (a packed sweep reads them all)."""
-    try:
-        text = (run_dir / "run.yaml").read_text(encoding="utf-8")
-    except OSError:
+    try:  # bounded, a regular file only: a run.yaml linked to /dev/zero or a named pipe has no status
+        text = read_record_text(run_dir / "run.yaml", "run record")
+    except UserError:
         return None
-    m = _STATUS_LINE.search(text)
+    m = _STATUS_LINE.search(text or "")
     return m.group(1) if m else None
 
 
@@ -243,13 +245,16 @@ _MEMORY_KILL = r"^slurmstepd(-\S+)?: error: (Exceeded job memory limit|Detected 
 
 
 def _tail_error(path: Path, limit: int = 65536) -> str | None:
-    try:
-        with path.open("rb") as f:
+    try:  # a job's log: a regular file only (a named pipe would block status), its last ``limit`` bytes
+        fd = open_regular(path, "job log")
+        if fd is None:
+            return None
+        with open(fd, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - limit))
             lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    except OSError:
+    except (OSError, UserError):
         return None
     # the scheduler's own verdict (memory, then time limit or cancel), then the last exception, then any error
     # line; slurmstepd names itself slurmstepd-<node> where one machine runs several slurmd
@@ -263,13 +268,17 @@ def _tail_error(path: Path, limit: int = 65536) -> str | None:
 
 def _first_exception(path: Path) -> str | None:
     """The first exception line of a traceback file: with chained exceptions, the root cause."""
-    try:
-        with path.open("r", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if _EXCEPTION_LINE.match(line):
-                    return line.strip()
-    except OSError:
+    try:  # a regular file only, its first MiB (a traceback file, not a stream)
+        fd = open_regular(path, "error file")
+        if fd is None:
+            return None
+        with open(fd, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "replace")
+    except (OSError, UserError):
         return None
+    for line in text.splitlines():
+        if _EXCEPTION_LINE.match(line):
+            return line.strip()
     return None
 
 

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.errors import UserError
+from hpc_runner.records.read import read_record_bytes
 from hpc_runner.scheduler.executor import SchedulerAnswer
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
 from hpc_runner.scheduler.units import parse_duration_s, parse_size_bytes
@@ -126,10 +128,13 @@ def sampled_gpu(run_dir: Path) -> dict[str, float] | None:
     """Return the mean and peak GPU utilisation (%) and the peak GPU memory (MB) of the run dir's samples
     (``gpu_usage.jsonl``: one JSON line per sample, ``{"t", "gpus": [{"index", "util", "mem_mb"}]}``)."""
     path = Path(run_dir) / GPU_SAMPLES_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+    try:  # bounded, a regular file only: status and report read it from a shared sweep folder
+        data = read_record_bytes(path, "GPU samples")
+    except UserError:
         return None
+    if data is None:
+        return None
+    text = data.decode("utf-8", "replace")
     utils: list[float] = []
     mems: list[float] = []
     for line in text.splitlines():

@@ -289,14 +289,16 @@ def send_unsent(run_dir: str | Path) -> tuple[int, int]:
     if not path.is_file():
         raise UserError("there is nothing unsent in this run dir", where=str(path),
                         expected=f"a run dir with {UNSENT_FILE} (written when MLflow could not be reached)")
-    settings = load_settings(run_dir) or {"kind": "mlflow"}
-    import warnings
-
     from hpc_runner.records.read import read_json_lines
 
-    lines = read_json_lines(path, "unsent MLflow records")
-    if lines.damaged:
-        warnings.warn(lines.describe(path) + "; they are not sent", stacklevel=2)
+    lines = read_json_lines(path, "unsent MLflow records")  # a device, or past the size bound: RecordError (exit 2)
+    if lines.damaged:  # nothing is sent, and the file is kept: the lines it cannot read would be lost
+        shown = ", ".join(map(str, lines.damaged[:10])) + (" ..." if len(lines.damaged) > 10 else "")
+        raise UserError(f"{len(lines.damaged)} line(s) of the unsent MLflow records cannot be read (line {shown}); "
+                        "nothing was sent", where=str(path),
+                        expected=f"one JSON object a line, as hpc-runner writes {UNSENT_FILE} (remove or repair those "
+                        "lines, then send again)")
+    settings = load_settings(run_dir) or {"kind": "mlflow"}
     items = [item for item in lines.records if item.get("kind") != "open"]
     from hpc_runner.records.rundir import RunDir
 

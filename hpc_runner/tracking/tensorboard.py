@@ -8,11 +8,11 @@ optional (the ``tracking`` extra); without it the run says once that TensorBoard
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.environment import switch
 from hpc_runner.tracking.settings import EXTRA, overrides_label, point_overrides
 
 TB_DIR = "tb"
@@ -30,7 +30,7 @@ def event_dir(run_dir: Path) -> Path:
 def open_writer(run_dir: Path, purge_step: int | None = None) -> Any:
     """Return a SummaryWriter for the run (events after ``purge_step`` from before a resume are dropped), or None."""
     global _said_off
-    if os.environ.get(OFF_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not switch(OFF_VAR, default=True):  # a value that is neither on nor off is refused, naming it
         return None
     try:
         from torch.utils.tensorboard import SummaryWriter

@@ -151,3 +151,36 @@ def open_study(
         pruner=make_pruner(pruner, **(pruner_options or {})),
         load_if_exists=True,
     )
+
+
+def read_study(sweep_dir: str | Path) -> Any:
+    """Return the study of ``sweep_dir`` read as its journal is now, or None when it has no study yet.
+
+    For the readers (``status``, ``collect``, ``report``): unlike ``open_study`` it creates nothing, takes no
+    lock and appends nothing (``create_study(load_if_exists=True)`` appends a create-study line under the
+    journal's lock before it finds the study exists), so a read-only command leaves the dir's bytes as they
+    were. Anything that would write to the journal raises."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    class ReadOnlyJournal(JournalFileBackend):
+        """The journal file as it is: no file made, no lock, nothing appended."""
+
+        def __init__(self, file_path: str) -> None:  # the base creates a missing file
+            self._file_path = file_path
+            self._log_number_offset: dict[int, int] = {0: 0}
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            raise RuntimeError(f"{self._file_path} is opened read-only (tune/study.py read_study)")
+
+    path = journal_path(sweep_dir)
+    if not path.is_file():
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = JournalStorage(ReadOnlyJournal(str(path)))
+    try:  # no sampler or pruner state: nothing is asked or pruned through a study read here
+        return optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=optuna.samplers.RandomSampler(),
+                                 pruner=optuna.pruners.NopPruner())
+    except KeyError:  # a journal with no study "tune" in it (yet)
+        return None

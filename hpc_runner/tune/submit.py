@@ -93,7 +93,9 @@ def run_workers_here(directory: Path, executor: Any, out: Any, log: Log) -> None
 
 def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: str, out: Any, hold: bool = False,
                  preflight: bool = True) -> None:
-    """Submit workers ``indices`` of the tune in ``directory`` as one group (one job array); record it."""
+    """Submit workers ``indices`` of the tune in ``directory`` as one group (one job array); record it. The sbatch
+    counts in the tune's budget of sbatch calls as a sweep's do (``Ledger.count_submit_call``: ClusterError, and
+    nothing submitted, once it is spent)."""
     from hpc_runner.records.rundir import now_iso
     from hpc_runner.scheduler.executor import JobRequest
     from hpc_runner.sweep import ledger as sr
@@ -109,6 +111,7 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
         if preflight:
             executor.check_resources(request, len(indices), f"the tune's {len(indices)} worker(s)")
         job_record = {"cluster": executor.name, "sweep": sweep_dir}
+        ledger.count_submit_call()  # in the sweep's budget of sbatch calls (sweep/ledger.py), whatever the outcome
         with outside_the_job():
             jobs = executor.submit(run_tune_worker,
                                    [[sweep_dir] * len(indices), list(indices), [job_record] * len(indices)], request)

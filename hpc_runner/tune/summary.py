@@ -68,7 +68,7 @@ def summarize(sweep_dir: str | Path) -> TuneSummary:
     record = SweepRecord.load(Path(sweep_dir))
     settings = TuneSettings.from_record(record.data.get("tune"), where=str(Path(sweep_dir) / "sweep.yaml"))
     trials = [_trial(p) for p in record.points if p.get("trial") is not None]  # claimed by a worker
-    study = _open(sweep_dir, settings)
+    study = _open(sweep_dir)
     frozen = study.get_trials(deepcopy=False) if study is not None else []
     counts = {s: sum(t.state == s for t in trials) for s in STATES}
     done = [t for t in trials if t.state == "completed" and t.value is not None]
@@ -103,12 +103,10 @@ def _trial(p: dict[str, Any]) -> Trial:
     )
 
 
-def _open(sweep_dir: str | Path, settings: Any) -> Any:
-    from hpc_runner.tune.study import journal_path, open_study
+def _open(sweep_dir: str | Path) -> Any:
+    from hpc_runner.tune.study import read_study
 
-    if not journal_path(sweep_dir).is_file():
-        return None
-    return open_study(sweep_dir, settings.direction, "random", "none")  # reading: no sampler or pruner state
+    return read_study(sweep_dir)  # read-only: no journal line, no lock (status --no-submit writes nothing)
 
 
 def rungs(frozen: list[Any], direction: str) -> list[Rung]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,25 @@ def test_quoted_value_stays_a_string(bundle: Path) -> None:
 def test_override_without_value_is_an_error() -> None:
     with pytest.raises(ConfigError, match="has no value"):
         parse_cli_overrides(["--lr"])
+
+
+@pytest.mark.parametrize("token", ["--+x::::y", "--x::::y", "--+a::#b", "--+x##y"])
+def test_an_id_with_an_empty_key_is_refused_naming_it(token: str) -> None:
+    """Issue 32: `--+x::::y 1` added an id with an empty key (x -> '' -> y)."""
+    with pytest.raises(ConfigError, match=re.escape(f"override '{token}' has an empty key in its id")) as err:
+        parse_cli_overrides([token, "1"])
+    assert "Expected keys separated by a single '::'" in err.value.paragraph()
+
+
+def test_an_env_or_args_file_id_with_an_empty_key_is_refused_too(tmp_path: Path) -> None:
+    from hpc_runner.config.overrides import load_args_file, parse_env_overrides
+
+    with pytest.raises(ConfigError, match="HPCR__x____y' has an empty key"):
+        parse_env_overrides({"HPCR__x____y": "1"})
+    args = tmp_path / "args.yaml"
+    args.write_text("lr: 1\n'+x::::y': 2\n")
+    with pytest.raises(ConfigError, match=r"args.yaml:2' has an empty key in its id 'x::::y'"):
+        load_args_file(args)
 
 
 def test_args_file_errors_name_the_file_and_line(bundle: Path, tmp_path: Path) -> None:

@@ -407,3 +407,87 @@ def test_resume_no_preflight_of_a_pipeline_checks_no_config_of_the_folders_it_re
     code, out, err = cli("resume", str(directory), "--no-preflight")
     assert code == 0 and "4 to queue again" in out, err
     assert preflight_calls == []  # was ["points"]: the flag was read for sweeps, runs and tunes, not pipelines
+
+
+def test_status_no_submit_collect_and_report_leave_a_pipeline_dir_as_it_was(make_cluster, start, cli, example,
+                                                                           tmp_path) -> None:
+    """Read-only for a pipeline dir too (issue 32; the other kinds: tests/cli/test_read_only.py): a stage that
+    can never start (a plain status cancels it: scancel, pipeline.yaml) and a search point waiting for a slot
+    (a plain status tops it up) are left alone, every file's bytes and mtime as they were."""
+    from tests.cli.test_read_only import REPORT, TABLES, changed, snapshot
+
+    cluster = make_cluster(kill_invalid_dep=False, max_submit=5)
+    stages = example()
+    stages[0]["sweep"] = ["learning_rate=1e-3,2e-3,4e-3"]  # 2 of the search's points queued, 1 waits
+    directory = start(stages)
+    jobs = jobs_of(directory)
+    end_search(cluster, directory, {0: 0.5, 1: 0.7})
+    cluster.advance(0)
+    cluster.finish(jobs["best"][0], "NODE_FAIL")  # test and predict: DependencyNeverSatisfied, left pending
+    calls = dict(cluster.calls)
+    before = snapshot(directory)
+    for args in (["status", str(directory), "--no-submit"], ["status", str(directory), "--no-submit", "--all"]):
+        code, _, err = cli(*args)
+        assert code == 0 and changed(before, snapshot(directory)) == [], err
+    assert (cluster.calls["sbatch"], cluster.calls["scancel"]) == (calls.get("sbatch", 0), calls.get("scancel", 0))
+    code, _, err = cli("collect", str(directory), "--out", str(tmp_path / "tables"), "--quiet")
+    assert code == 0 and changed(before, snapshot(directory), TABLES) == [], err  # the search's own table only
+    code, _, err = cli("report", str(directory))
+    assert code == 0 and changed(before, snapshot(directory), (*TABLES, *REPORT)) == [], err
+    assert cluster.calls["scancel"] == calls.get("scancel", 0)
+    code, _, err = cli("status", str(directory))  # plain: the clean-up and the top-up write, as documented
+    assert code == 0 and "pipeline.yaml" in changed(before, snapshot(directory)), err
+
+
+def _files_of(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["path", "link"])
+def test_a_pipeline_record_whose_stage_dir_leads_to_another_sweep_is_refused_and_nothing_is_written_there(
+        make_cluster, start, cli, tmp_path, how) -> None:
+    """Issue 32: a pipeline.yaml stage `dir` naming another sweep (or a stage folder that is a link to it) made
+    `collect` write that sweep's results there; every command now refuses the record, naming the stage and key."""
+    import shutil
+
+    from hpc_runner.records.atomic import write_text_atomic
+
+    cluster = make_cluster()
+    directory = start()
+    end_search(cluster, directory, {0: 0.5, 1: 0.7})
+    assert run_select(cluster, directory)["point"] == 1
+    victim = Path(shutil.copytree(directory / "search", tmp_path / "victim"))
+    record = pr.PipelineRecord.load(directory)
+    if how == "path":
+        record.stage("search")["dir"] = "../victim"
+        write_text_atomic(record.file, record.text())
+    else:
+        shutil.rmtree(directory / "search")
+        (directory / "search").symlink_to(victim)
+    before, record_text = _files_of(victim), record.file.read_text()
+    for command in (["collect", str(directory)], ["status", str(directory)], ["resume", str(directory)],
+                    ["cancel", str(directory)]):
+        code, out, err = cli(*command)
+        assert code == 2, (command, out, err)
+        assert err.count("error:") == 1 and "Traceback" not in err
+        assert f"{record.file}: stage 0 ('search') dir '" in err and "outside the record's folder" in err
+    assert _files_of(victim) == before and record.file.read_text() == record_text
+
+
+def test_a_choice_whose_run_dir_leads_outside_the_pipeline_is_refused_where_it_is_used(
+        make_cluster, start, cli, tmp_path) -> None:
+    """The run dir a select stage chose (whose weights the later stages and the export load) lies inside the
+    pipeline dir: a record edited to name another run dir is refused naming the key."""
+    from hpc_runner.records.atomic import write_text_atomic
+
+    cluster = make_cluster()
+    directory = start()
+    end_search(cluster, directory, {0: 0.5, 1: 0.7})
+    run_select(cluster, directory)
+    record = pr.PipelineRecord.load(directory)
+    assert Path(record.choice("best")["run_dir"]).is_relative_to(directory.resolve())
+    record.stage("best")["chosen"]["run_dir"] = str(tmp_path / "elsewhere" / "points" / "0000")
+    write_text_atomic(record.file, record.text())
+    with pytest.raises(pr.ClusterError, match=r"the run_dir chosen by stage 'best' '.*' resolves to .*, outside"):
+        pr.PipelineRecord.load(directory).choice("best")

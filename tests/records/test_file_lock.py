@@ -54,6 +54,39 @@ def test_hpcr_lock_forces_a_method():
     assert lock_method(Path("/scratch/u"), parse_mounts(MOUNTS), environ={"HPCR_LOCK": "posix"})[0] == "posix"
 
 
+def test_a_misspelt_hpcr_lock_is_refused_naming_it_and_the_values_it_takes(tmp_path, monkeypatch, capsys):
+    """Issue 32: HPCR_LOCK=flock was silently ignored (the mount table chose); it is bad input now, in the lock
+    itself (a job) and before any command writes anything."""
+    from hpc_runner.cli import main
+    from hpc_runner.errors import UserError
+
+    with pytest.raises(UserError, match=r"HPCR_LOCK='flock' in the environment.*one of: posix, lease"):
+        lock_method(Path("/home/u"), parse_mounts(MOUNTS), environ={"HPCR_LOCK": "flock"})
+    assert lock_method(Path("/home/u"), parse_mounts(MOUNTS), environ={"HPCR_LOCK": " Lease "})[0] == "lease"
+    sweep = tmp_path / "sweep"
+    monkeypatch.setenv("HPCR_LOCK", "flock")
+    assert main(["sweep", "--bundle", "nowhere", "--cluster", "local", "--output_dir", str(sweep),
+                 "--sweep", "lr=1,2", "--no-preflight"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "HPCR_LOCK='flock'" in err and "posix, lease" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["HPCR_TENSORBOARD", "HPCR_TRANSFORM_TIMING", "HPCR_FAKE_GPUS"])
+def test_the_other_fixed_set_settings_refuse_a_value_they_do_not_take(name, monkeypatch, capsys):
+    from hpc_runner.cli import main
+    from hpc_runner.errors import UserError
+    from hpc_runner.records.environment import switch
+
+    assert switch(name, True, {name: "OFF"}) is False and switch(name, False, {name: "yes"}) is True
+    assert switch(name, True, {}) is True and switch(name, False, {name: ""}) is False
+    with pytest.raises(UserError, match=f"{name}='of'.*0, false, no, off"):
+        switch(name, True, {name: "of"})
+    monkeypatch.setenv(name, "of")
+    assert main(["status", "nowhere"]) == 2
+    assert f"{name}='of' in the environment is not a value it takes" in capsys.readouterr().err
+
+
 def _count(folder: str, rounds: int, method: str) -> None:
     """Read-modify-write a counter file under the lock ``rounds`` times (a lost update would show)."""
     os.environ["HPCR_LOCK"] = method

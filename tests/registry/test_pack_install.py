@@ -83,6 +83,21 @@ def test_pack_refuses_a_bundle_that_does_not_load(tmp_path: Path) -> None:
         pack_bundle(bundle, tmp_path, check=check_packable)
 
 
+@pytest.mark.parametrize("out_is", ["a file", "inside a file"])
+def test_pack_out_naming_an_existing_file_exits_2_in_one_paragraph_and_writes_nothing(cli, tmp_path: Path,
+                                                                                       out_is: str) -> None:
+    """Issue 32: `pack --out FILE` gave a FileExistsError traceback."""
+    (tmp_path / "notes.txt").write_text("mine")
+    dest = tmp_path / "notes.txt" if out_is == "a file" else tmp_path / "notes.txt" / "dist"
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = cli("pack", EXAMPLE, "--out", dest)
+    assert proc.returncode == 2, out(proc)
+    assert "Traceback" not in out(proc) and out(proc).count("error:") == 1
+    assert f"--out {dest}" in proc.stderr and "existing file, not a folder" in proc.stderr
+    assert "Expected --out naming a folder" in proc.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before and (tmp_path / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.slow
 def test_another_user_runs_it_by_name_with_overrides(cli, shared: dict[str, Path]) -> None:
     user = shared["user"]

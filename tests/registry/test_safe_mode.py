@@ -122,7 +122,7 @@ def test_bundle_modules_that_shadow_installed_ones_are_refused(tmp_path: Path) -
 @pytest.mark.slow
 def test_the_example_runs_with_safe_and_a_zoo_style_entry_is_refused(cli, tmp_path: Path) -> None:
     proc = cli("run", "--safe", "--bundle", EXAMPLE, *TINY, "--dataset_dir", tmp_path / "data",
-               "--output_dir", tmp_path / "run")
+               "--writable", tmp_path / "data", "--output_dir", tmp_path / "run")  # the sandbox: it makes its data
     assert proc.returncode == 0, out(proc)
     assert yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())["status"] == "completed"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

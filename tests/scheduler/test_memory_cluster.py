@@ -238,3 +238,30 @@ def test_a_task_runs_here_only_when_the_test_asks(cluster, tmp_path) -> None:
     bad = executor.submit(lambda x: 1 / x, [[0]], request(tmp_path))[0].job_id
     assert cluster.run(bad) is None and cluster.state(bad) == "FAILED"
     assert isinstance(cluster.job(bad).error, ZeroDivisionError) and cluster.state(ids[0]) == "PENDING"
+
+
+def _what_the_job_sees() -> dict[str, Any]:
+    """A job's function: what the job side (scheduler/job_env.py) tells it, and a requeue asked from inside."""
+    from hpc_runner.scheduler.job_env import JobEnvironment
+
+    env = JobEnvironment()
+    seen = {"job": env.job_id, "array": (env.array_job_id, env.array_task_id), "restarts": env.restarts,
+            "left": env.time_left(), "cpus": env.cpus, "nodes": env.nodes}
+    seen["requeued"] = env.requeue() if env.restarts < 2 else None
+    return seen
+
+
+def test_a_job_run_here_sees_its_job_side_and_requeues_itself_within_the_bound(cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HPCR_MAX_REQUEUES", "1")
+    executor = executor_for(profile(cpus_per_task=3))
+    ids = [j.job_id for j in executor.submit(lambda _: _what_the_job_sees(), [[0, 1]], request(tmp_path))]
+    cluster.advance(120)  # two minutes of its ten: eight left
+    first = cluster.run(ids[1])
+    assert first["job"] == ids[1] and first["array"] == tuple(ids[1].split("_")) and first["restarts"] == 0
+    assert 470 <= first["left"] <= 480 and first["cpus"] == 3
+    assert first["nodes"] == cluster.job(ids[1]).attempts[0].nodes != []
+    assert first["requeued"] == ids[1]  # the job asked, and this cluster (not scontrol) requeued it
+    assert [a.state for a in cluster.job(ids[1]).attempts] == ["REQUEUED", "PENDING"]
+    again = cluster.run(ids[1])
+    assert again["restarts"] == 1 and again["requeued"] is None  # HPCR_MAX_REQUEUES=1: bounded, it ends instead
+    assert cluster.state(ids[1]) == "COMPLETED" and "SLURM_JOB_ID" not in os.environ  # the test's own environment

@@ -82,6 +82,48 @@ def test_a_job_reads_its_own_point_from_its_line(tmp_path: Path):
     assert sr.read_point(sweep, 1234)["job_id"] == "7_1234"
 
 
+@pytest.mark.parametrize(("damage", "culprit"), [
+    ({"job_folder": "/tmp"}, "job_folder '/tmp' resolves to /tmp, outside"),
+    ({"base": "../other/base"}, "base '../other/base' resolves to"),
+    ({"base": ""}, "base is '', not a folder name"),
+    ({"points": "link"}, "the folder points/ 'points' resolves to"),
+    ({"point": "link"}, "the folder points/, entry 0001 'points/0001' resolves to"),
+    ({"attempts": "link"}, "the folder attempts/ 'attempts' resolves to"),
+    ({"attempts": ["../../elsewhere"]}, "point 1 of the sweep record has attempts"),
+])
+def test_a_record_naming_a_folder_outside_its_sweep_dir_is_refused_naming_the_key(tmp_path: Path, damage, culprit):
+    """Issue 32: every folder sweep.yaml names resolves inside the sweep dir (symbolic links and '..' resolved)."""
+    from hpc_runner.records.atomic import write_text_atomic
+
+    sweep, outside = _sweep(tmp_path / "s"), tmp_path / "outside"
+    outside.mkdir()
+    record = sr.SweepRecord.load(sweep)
+    if damage.get("points") == "link":
+        (sweep / sr.POINTS_DIR).symlink_to(outside)
+    elif damage.get("point") == "link":
+        (sweep / sr.POINTS_DIR).mkdir()
+        (sweep / record.points[1]["dir"]).symlink_to(outside)
+    elif damage.get("attempts") == "link":
+        (sweep / sr.ATTEMPTS_DIR).symlink_to(outside)
+    elif "attempts" in damage:
+        record.points[1]["attempts"] = damage["attempts"]
+    else:
+        record.data.update(damage)
+    write_text_atomic(record.file, record.text())
+    with pytest.raises(ClusterError) as err:
+        sr.SweepRecord.load(sweep)
+    assert culprit in err.value.paragraph() and err.value.where == str(sweep / sr.SWEEP_FILE)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_sweep_dir_reached_through_a_link_and_its_own_links_inside_it_are_fine(tmp_path: Path):
+    sweep = _sweep(tmp_path / "s")
+    (tmp_path / "link").symlink_to(sweep)  # runs/ on scratch, reached through a link
+    (sweep / sr.POINTS_DIR).mkdir()
+    (sweep / sr.POINTS_DIR / "0000").symlink_to(sweep / "elsewhere-inside")
+    assert len(sr.SweepRecord.load(tmp_path / "link").points) == 4
+
+
 # ---------------------------------------------------------------- the model-based test
 
 

@@ -245,3 +245,46 @@ def test_300_points_in_60_tasks_under_max_submit_50_all_complete_never_more_than
     subs = record.submissions()
     assert sum(s["sbatch_calls"] for s in subs) == cluster.calls["sbatch"] < 60  # arrays, not a call per task
     assert not [s for s in subs if s.get("refused")]
+
+
+def test_a_sweep_record_whose_job_folder_leads_outside_is_refused_before_a_top_up_submits_there(
+        make_cluster, tmp_path, monkeypatch) -> None:
+    """Issue 32: a sweep.yaml whose job_folder names another folder (or whose slurm/ is a link out of the sweep) made
+    resume and every top-up write the job script and the pickles there, which the job later unpickles."""
+    import pytest
+
+    from hpc_runner.errors import ClusterError
+    from hpc_runner.records.atomic import write_text_atomic
+    from hpc_runner.scheduler.memory.executor import MemoryExecutor
+
+    cluster = make_cluster(max_submit=1)
+    path = new_sweep(tmp_path, 3)  # one point queued, two wait for its slot
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    record = sr.SweepRecord.load(path)
+    record.data["job_folder"] = "../victim"
+    write_text_atomic(record.file, record.text())
+    folders: list[Path] = []
+    submit = MemoryExecutor.submit
+
+    def spy(self: MemoryExecutor, fn: Any, args: Any, request: JobRequest) -> Any:
+        folders.append(request.folder)
+        return submit(self, fn, args, request)
+
+    monkeypatch.setattr(MemoryExecutor, "submit", spy)
+    cluster.advance(0)
+    cluster.finish(record.points[0]["job_id"])
+    before = record.file.read_text()
+    for step in (lambda: top_up(path, log=lambda line: None), lambda: load_target(path)):
+        with pytest.raises(ClusterError) as err:
+            step()
+        text = err.value.paragraph()
+        assert text.startswith(f"{record.file}: job_folder '../victim' resolves to {victim}, outside the record's")
+        assert "Expected job_folder naming a folder inside" in text
+    assert folders == [] and list(victim.iterdir()) == [] and record.file.read_text() == before
+    record.data.pop("job_folder")  # hpc-runner's own record, whose slurm/ is a link out of the sweep: refused too
+    write_text_atomic(record.file, record.text())
+    (path / sr.SWEEP_JOB_FOLDER).symlink_to(victim)
+    with pytest.raises(ClusterError, match=f"job_folder 'slurm' resolves to {victim}, outside"):
+        top_up(path, log=lambda line: None)
+    assert folders == [] and list(victim.iterdir()) == []

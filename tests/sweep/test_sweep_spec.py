@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpc_runner.errors import ClusterError
@@ -76,6 +78,39 @@ def test_bad_specs_say_what_is_wrong(spec, message):
 def test_same_id_twice_is_refused():
     with pytest.raises(ClusterError, match="swept twice"):
         build_spec(["a=1,2", "a=3"])
+
+
+@pytest.mark.parametrize(("sweeps", "zipped", "culprit"), [
+    (["lr=0.1,0.1"], False, "--sweep 'lr=0.1,0.1' gives lr=0.1 twice (value 1 and value 2)"),
+    (["lr=range(3),2"], False, "gives lr=2 twice (value 3 and value 4)"),
+    (["c=[8,16],[8, 16]", "lr=1,2"], False, "gives c=[8, 16] twice"),
+    (["a=1,1", "b=2,2"], True, "--zip --sweep gives a=1 b=2 twice"),
+])
+def test_duplicate_points_are_refused_naming_the_id_and_the_value(sweeps, zipped, culprit):
+    """Issue 32: `--sweep lr=0.1,0.1` was two identical jobs, silently."""
+    with pytest.raises(ClusterError) as err:
+        build_spec(sweeps, zipped)
+    assert culprit in err.value.paragraph() and "two identical jobs" in err.value.paragraph()
+    assert build_spec(["lr=1,1.0,2"]).size() == 3  # an int and a float are different values in a config
+    assert build_spec(["a=1,1", "b=2,3"], True).size() == 2  # zipped: only the same pair twice is a duplicate
+
+
+def test_a_sweep_file_point_given_twice_is_refused(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("points:\n  - {lr: 1, bs: 2}\n  - {bs: 2, lr: 1}\n")
+    with pytest.raises(ClusterError, match=r"points gives lr=1 bs=2 twice"):
+        build_spec(sweep_file=f)
+
+
+def test_the_sweep_command_refuses_duplicate_points_before_anything_is_written(tmp_path, capsys):
+    from hpc_runner.cli import main
+
+    bundle = Path(__file__).resolve().parents[2] / "bundles" / "synthetic_seg"
+    assert main(["sweep", "--bundle", str(bundle), "--cluster", "local", "--output_dir", str(tmp_path / "sw"),
+                 "--sweep", "learning_rate=0.1,0.1", "--dry-run"]) == 2  # was 0: a dry run of two identical jobs
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "learning_rate=0.1 twice" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_no_sweep_at_all():

@@ -76,3 +76,22 @@ def test_help_does_not_import_mlflow_or_tensorboard(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "--tracking mlflow|FILE" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_tracking_send_of_unreadable_lines_exits_2_naming_them_and_sends_and_removes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32: binary garbage in mlflow-unsent.jsonl exited 0, made an MLflow run and removed the file."""
+    from hpc_runner.tracking.__main__ import main
+
+    run = tmp_path / "r"
+    run.mkdir()
+    unsent = run / "mlflow-unsent.jsonl"
+    content = b'{"kind": "param", "key": "a", "value": 1}\n' + bytes(range(256)) * 4
+    unsent.write_bytes(content)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store.db'}")
+    assert main(["send", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert str(unsent) in err and "line 2, 3, 4, 5" in err and "Expected one JSON object a line" in err
+    assert unsent.read_bytes() == content and sorted(p.name for p in tmp_path.rglob("*")) == ["mlflow-unsent.jsonl",
+                                                                                              "r"]

@@ -35,7 +35,19 @@ def resume_tune_dir(args: argparse.Namespace, target: Any) -> int:
     from hpc_runner.sweep.retry import parse_rules
 
     parse_rules(args.retry)  # a bad --retry rule is refused first, as for a sweep dir
-    return _resume_tune(args, target, _recorded_profile(args, target))
+    profile = _recorded_profile(args, target)
+    _set_submit_budget(args, target)
+    return _resume_tune(args, target, profile)
+
+
+def _set_submit_budget(args: argparse.Namespace, target: Any) -> None:
+    """``--max-submit-calls N``: record the sweep's (or tune's) new budget of sbatch calls before anything goes."""
+    if getattr(args, "max_submit_calls", None) is None or args.dry_run:
+        return
+    from hpc_runner.sweep.resume import set_submit_budget
+
+    target.record = set_submit_budget(target.path, args.max_submit_calls)
+    target.points = target.record.points
 
 
 def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
@@ -48,9 +60,10 @@ def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
     from hpc_runner.sweep.resume import plan_resume, resume_sweep
     from hpc_runner.sweep.retry import parse_rules
 
-    record = target.record
     rules = parse_rules(args.retry)
     profile = _recorded_profile(args, target)
+    _set_submit_budget(args, target)
+    record = target.record
     # what this resume sets explicitly replaces the points' own requests (earlier --retry changes)
     chosen = set(parse_setting_overrides(args.slurm)) | (set(profile.settings) if args.cluster else set())
     if args.right_size:

@@ -23,14 +23,17 @@ What it models, as SLURM does it:
   (MaxRSS, TRES with GPU figures). ``query`` renders that text and parses it with the SLURM executor's own
   parser (scheduler/slurm/accounting.py ``parse_sacct``), so the answer has exactly the SLURM executor's shape.
 
-Not modelled: the job side (a task run here sees no ``SLURM_*`` variables, so it cannot requeue itself or read
-its end time), signals before the time limit, partitions, GRES scheduling, other users.
+- the job side: a task the test runs here (``run``) sees the variables SLURM gives a job (ids, restarts, its end
+  time, CPUs, nodes: scheduler/job_env.py reads them), and its requeue comes to this cluster.
+
+Not modelled: signals before the time limit, partitions, GRES scheduling, other users.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ from hpc_runner.scheduler.executor import (
     SubmitLimits,
     array_ids,
 )
+from hpc_runner.scheduler.job_env import in_process_job
 from hpc_runner.scheduler.job_state import FROM_NOWHERE
 from hpc_runner.scheduler.profile import ClusterProfile, parse_time_minutes
 from hpc_runner.scheduler.slurm.accounting import SACCT_FIELDS, parse_sacct
@@ -292,19 +296,49 @@ class MemoryCluster:
         job.reason = "None"
 
     def run(self, job_id: str) -> Any:
-        """Run the job's function here, with its arguments (the task itself, in this process): the job runs for
-        no time and ends COMPLETED, or FAILED (exit 1) when the function raises; return what it returned."""
+        """Run the job's function here, with its arguments (the task itself, in this process), as a job of this
+        cluster: it sees the variables SLURM gives a job (``job_variables``) and its requeue comes here. The job
+        runs for no time and ends COMPLETED, or FAILED (exit 1) when the function raises, unless it requeued
+        itself (then its new attempt waits); return what it returned."""
         job = self.job(job_id)
         if job.state == PENDING:
             self._start(job, job.excluded())
+        attempt = job.current
         try:
-            job.result = job.fn(*job.args)
+            with in_process_job(self.job_variables(job_id), self._requeue_from_job):
+                job.result = job.fn(*job.args)
         except Exception as exc:  # the test reads it from job.error, as sacct would only say FAILED
             job.error = exc
-            self.finish(job_id, "FAILED")
+            if job.current is attempt:
+                self.finish(job_id, "FAILED")
             return None
-        self.finish(job_id, DONE)
+        if job.current is attempt:
+            self.finish(job_id, DONE)
         return job.result
+
+    def job_variables(self, job_id: str) -> dict[str, str]:
+        """Return what SLURM tells the running job ``job_id`` about itself: ids, restarts, end time (its time left
+        on this cluster's clock, from now on the real one), CPUs and nodes."""
+        job = self.job(job_id)
+        started = job.current.started if job.current.started is not None else self.now
+        left = max(0.0, started + job.time_limit_s - self.now)
+        cpus = int(job.settings.get("cpus_per_task") or 1)
+        out = {"SLURM_JOB_ID": job_id if "_" not in job_id else str(self._task_number(job)),
+               "SLURM_RESTART_COUNT": str(len(job.attempts) - 1),
+               "SLURM_JOB_END_TIME": str(int(time.time() + left)), "SLURM_CPUS_PER_TASK": str(cpus),
+               "SLURM_CPUS_ON_NODE": str(cpus), "SLURM_JOB_NODELIST": ",".join(job.current.nodes) or self.nodes[0]}
+        if "_" in job_id:
+            out["SLURM_ARRAY_JOB_ID"], out["SLURM_ARRAY_TASK_ID"] = job_id.split("_", 1)
+        return out
+
+    def _task_number(self, job: MemoryJob) -> int:
+        """An array task's own job number (SLURM gives each task one; its array id stays the first task's)."""
+        return 1_000_000 + list(self.jobs).index(job.job_id)
+
+    def _requeue_from_job(self, job_id: str) -> bool:
+        """``scontrol requeue`` asked by the running job itself (the job side's requeue)."""
+        self.requeue(job_id)
+        return True
 
     # ---------------------------------------------------------------- what the executor asks (the scheduler side)
 

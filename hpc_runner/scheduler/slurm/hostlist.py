@@ -114,27 +114,28 @@ def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
     return list(iter_hostlist(text))
 
 
-def scontrol_hostnames(text: str, timeout: float = 10.0) -> list[str] | None:
-    """Return ``scontrol show hostnames TEXT`` (SLURM's own expansion), or None where scontrol cannot answer."""
+def _scontrol_show(what: str, name: str, timeout: float) -> subprocess.CompletedProcess | None:
+    """Run ``scontrol show WHAT NAME``; None where scontrol is missing or does not answer in time."""
     exe = shutil.which("scontrol")
     if exe is None:
         return None
     try:
-        res = subprocess.run([exe, "show", "hostnames", text], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([exe, "show", what, name], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
-    hosts = res.stdout.split()
-    return hosts if res.returncode == 0 and hosts else None
+
+
+def scontrol_hostnames(text: str, timeout: float = 10.0) -> list[str] | None:
+    """Return ``scontrol show hostnames TEXT`` (SLURM's own expansion), or None where scontrol cannot answer."""
+    res = _scontrol_show("hostnames", text, timeout)
+    hosts = res.stdout.split() if res is not None else []
+    return hosts if res is not None and res.returncode == 0 and hosts else None
 
 
 def node_address(host: str, timeout: float = 10.0) -> str | None:
     """Return the NodeAddr SLURM knows for ``host`` (``scontrol show node``), or None where it cannot say."""
-    exe = shutil.which("scontrol")
-    if exe is None:
-        return None
-    try:
-        res = subprocess.run([exe, "show", "node", host], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
+    res = _scontrol_show("node", host, timeout)
+    if res is None:
         return None
     for token in res.stdout.split():
         if token.startswith("NodeAddr="):

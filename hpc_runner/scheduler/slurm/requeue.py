@@ -20,20 +20,27 @@ def current_job_id(environ: Mapping[str, str] | None = None) -> str | None:
     return own_job_id(environ)
 
 
+def job_to_requeue(environ: Mapping[str, str] | None = None) -> str | None:
+    """Return the id of this job when it may ask to be requeued: inside a job, on rank 0 (it asks once its
+    checkpoint is written), fewer than ``max_requeues`` requeues so far; else None (said when bounded)."""
+    job = current_job_id(environ)
+    if not job or launched_world(environ)[0] != 0:
+        return None
+    if restart_count(environ) >= max_requeues(environ):
+        print(f"hpc-runner: job {job} was requeued {restart_count(environ)} times already ({MAX_REQUEUES_ENV}="
+              f"{max_requeues(environ)}); not requeued again", flush=True)
+        return None
+    return job
+
+
 def requeue_current_job(environ: Mapping[str, str] | None = None) -> str | None:
     """Ask SLURM to requeue this job; return its id when SLURM accepted, else None.
 
     Bounded: a job already requeued ``max_requeues`` times (``HPCR_MAX_REQUEUES``, default 5) is not
     requeued again (a time limit that leaves no room would otherwise requeue it forever); the caller
     then ends it as failed, and its checkpoint stays for ``resume``."""
-    job = current_job_id(environ)
-    if not job or launched_world(environ)[0] != 0:  # rank 0 only: it asks once its checkpoint is written
-        return None
-    if restart_count(environ) >= max_requeues(environ):
-        print(f"hpc-runner: job {job} was requeued {restart_count(environ)} times already ({MAX_REQUEUES_ENV}="
-              f"{max_requeues(environ)}); not requeued again", flush=True)
-        return None
-    if not _still_running(job):
+    job = job_to_requeue(environ)
+    if job is None or not _still_running(job):
         return None
     try:
         subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, text=True, timeout=30)

@@ -33,10 +33,14 @@ from hpc_runner.config.merge import locate
 from hpc_runner.registry.problems import Problem, problems_error
 from hpc_runner.registry.safe_policy import (
     DOWNLOAD_KEYS,
+    FILE_NAME_ARGS,
     NAME_KEYS,
+    RUN_DIR_ARGS,
     RUN_DIR_REF,
     UNSAFE_VALUES,
+    UNSET_ARGS,
     WRITERS,
+    allowed_names,
     allowed_prefixes,
     not_safe_reason,
     under,
@@ -57,6 +61,8 @@ class SafePolicy:
     def __init__(self, extra: Sequence[str] = ()) -> None:
         self.extra = tuple(extra)
         self.allowed = allowed_prefixes(self.extra)
+        self.names = allowed_names()  # hpc-runner's own: exact classes and functions, never a whole module
+        self.verdicts: dict[tuple[str, str], tuple[str | None, str | None]] = {}  # (what, name) -> (real, refusal)
 
     def may_import(self, dotted: str) -> bool:
         """Whether naming ``dotted`` may import its module: only inside packages whose code we run anyway."""
@@ -66,7 +72,7 @@ class SafePolicy:
         """Return why the object at ``real`` (module.qualname) is refused, or None when it is allowed."""
         if under(real, self.extra):
             return None  # the user's own choice
-        if not under(real, self.allowed):
+        if real not in self.names and not under(real, self.allowed):
             return "it is not a network, transform, dataset, loss, optimizer, metric, inferer, handler or " \
                    "hpc-runner's own (the --safe allow-list)"
         return not_safe_reason(real)
@@ -117,32 +123,37 @@ class _Checker:
 
     def dotted_name(self, id_path: str, name: str, what: str) -> str | None:
         """Check a name MONAI will import (``_target_``, reader, writer); return its real path when allowed."""
+        verdicts = self.policy.verdicts  # the same name is judged once per policy (a sweep checks every point)
+        if (what, name) not in verdicts:
+            verdicts[(what, name)] = self._judge_name(name, what)
+        real, refusal = verdicts[(what, name)]
+        if refusal:
+            self.add(id_path, refusal)
+        return real
+
+    def _judge_name(self, name: str, what: str) -> tuple[str | None, str | None]:
+        """Return (real path, None) when ``name`` is allowed, else (None, why it is refused)."""
         from hpc_runner.registry.targets import TargetError, locate_target, target_path
 
         path = target_path(name)
         if "." not in path:
-            self.add(id_path, f"{what} '{name}' is not a MONAI component; MONAI would import it as a top-level "
-                     "Python name (e.g. a builtin)")
-            return None
+            return None, (f"{what} '{name}' is not a MONAI component; MONAI would import it as a top-level "
+                          "Python name (e.g. a builtin)")
         if not self.policy.may_import(path):
-            self.add(id_path, f"{what} '{name}' is refused: it is outside the packages --safe imports "
-                     f"({', '.join((*TRUSTED_PACKAGES, *self.policy.extra))})")
-            return None
+            return None, (f"{what} '{name}' is refused: it is outside the packages --safe imports "
+                          f"({', '.join((*TRUSTED_PACKAGES, *self.policy.extra))})")
         try:
             obj = locate_target(name)
         except TargetError as exc:
-            self.add(id_path, f"{what} '{name}' cannot be imported: {exc}")
-            return None
+            return None, f"{what} '{name}' cannot be imported: {exc}"
         real = _real_path(obj)  # where it really lives: attribute chains can leave the package they start in
         if real is None:
-            self.add(id_path, f"{what} '{name}' is not a class or a module-level function")
-            return None
+            return None, f"{what} '{name}' is not a class or a module-level function"
         why = self.policy.refusal(real)
         if why:
             shown = f"'{name}' resolves to {real}, which" if real != path else f"'{name}'"
-            self.add(id_path, f"{what} {shown} is refused: {why}")
-            return None
-        return real
+            return None, f"{what} {shown} is refused: {why}"
+        return real, None
 
     def component(self, id_path: str, node: dict) -> None:
         target = node["_target_"]
@@ -157,21 +168,59 @@ class _Checker:
         if str(node.get("_mode_", "")).lower() == "debug":
             self.add(join_id(id_path, "_mode_"), "_mode_ 'debug' (pdb) is refused")
         for key, value in node.items():
-            # by truthiness, not identity: the class tests `if allow_pickle:`, so 1, "yes" or "False" unpickle too
-            if key in UNSAFE_VALUES and bool(value) == UNSAFE_VALUES[key][0]:
-                shown = str(value).lower() if isinstance(value, bool) else repr(value)
-                self.add(join_id(id_path, key), f"'{key}: {shown}' is refused: {UNSAFE_VALUES[key][1]}")
+            if key in UNSAFE_VALUES:
+                self.unsafe_value(join_id(id_path, key), key, value)
             elif key in DOWNLOAD_KEYS and value:
                 self.add(join_id(id_path, key), f"'{key}' is refused: it downloads")
         if real in WRITERS:
             self.writer(id_path, node, real)
 
+    def unsafe_value(self, id_path: str, key: str, value: Any) -> None:
+        """Refuse a value that makes the class unpickle or download, by truthiness, through plain references."""
+        bad, why = UNSAFE_VALUES[key]
+        plain = self._plain(value)
+        if plain is _UNKNOWN:  # a component, a list MONAI may shorten (_disabled_), a computed reference
+            self.add(id_path, f"'{key}' is refused: --safe checks it only as a literal value (or a plain reference "
+                     f"to one), and {why} when it is {str(bad).lower()}")
+        # by truthiness, not identity: the class tests `if allow_pickle:`, so 1, "yes" or "False" unpickle too,
+        # and `weights_only: 0` or '' load pickles as `false` does
+        elif bool(plain) == bad:
+            shown = str(value).lower() if isinstance(value, bool) else repr(value)
+            self.add(id_path, f"'{key}: {shown}' is refused: {why}")
+
+    def _plain(self, value: Any, depth: int = 0) -> Any:
+        """Return the literal scalar ``value`` stands for, following plain ``@id`` references; else _UNKNOWN."""
+        if depth > 20:
+            return _UNKNOWN
+        if isinstance(value, str) and value.startswith("@"):
+            text = value.replace("#", "::")
+            if any(c in text for c in " +()[]'\""):
+                return _UNKNOWN
+            try:
+                return self._plain(get_by_id(dict(self.config), text[1:]), depth + 1)
+            except (KeyError, IndexError, TypeError):
+                return _UNKNOWN
+        if isinstance(value, str) and value.startswith(("$", "%")):
+            return _UNKNOWN
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        return _UNKNOWN
+
     def writer(self, id_path: str, node: dict, real: str) -> None:
+        """Check every argument of a writer that decides where it writes (registry/safe_policy.py WRITERS)."""
+        name = real.rsplit(".", 1)[-1]
         for arg in WRITERS[real]:
-            if not self._is_run_dir(node.get(arg)):
-                shown = "not given (its default is a folder of its own)" if arg not in node else repr(node[arg])
-                self.add(join_id(id_path, arg), f"{real.rsplit('.', 1)[-1]} writes files to {arg} {shown}: under "
-                         f"--safe a writer may write only to {RUN_DIR_REF}, the run dir")
+            aid, value = join_id(id_path, arg), node.get(arg)
+            if arg in RUN_DIR_ARGS and not self._is_run_dir(value):
+                shown = "not given (its default is a folder of its own)" if arg not in node else repr(value)
+                self.add(aid, f"{name} writes files to {arg} {shown}: under --safe a writer may write only to "
+                         f"{RUN_DIR_REF}, the run dir")
+            elif arg in FILE_NAME_ARGS and arg in node and not _plain_file_name(self._plain(value)):
+                self.add(aid, f"{name}'s {arg} {value!r} is refused: under --safe it must be a literal file name "
+                         "(no '/', '\\' or '..'), so the files stay in the run dir")
+            elif arg in UNSET_ARGS and self._plain(value) not in (None, ""):
+                self.add(aid, f"{name}'s {arg} {value!r} is refused: it decides where the files go, outside what "
+                         f"--safe checks; leave it unset so the writer writes under {RUN_DIR_REF}")
 
     def _is_run_dir(self, value: Any, depth: int = 0) -> bool:
         """True when ``value`` is ``@output_dir``, directly or through a chain of plain references."""
@@ -197,6 +246,19 @@ class _Checker:
             return
         if importlib.util.find_spec(value) is not None:
             self.add(id_path, f"{key} '{value}' is not a monai.data reader/writer; MONAI would import module '{value}'")
+
+
+_UNKNOWN = object()  # a value --safe cannot reduce to a literal without running the config
+
+
+def _plain_file_name(value: Any) -> bool:
+    """True for a literal part of a file name that cannot leave its folder (None: not given)."""
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return False
+    text = str(value)
+    return "/" not in text and "\\" not in text and "\0" not in text and text not in (".", "..")
 
 
 def _shadowing_problems(bundle_dir: Path) -> list[Problem]:

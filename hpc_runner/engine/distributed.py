@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping
@@ -146,17 +147,20 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     Under srun without torchrun the rendezvous variables are set from SLURM's first (see
     :func:`rendezvous_plan`). A group that already exists is used as it is, and none is started for a
     bundle that calls ``init_process_group`` itself (``bundle_config``): it finds the variables set.
-    The wait for the other ranks is bounded by ``HPCR_RENDEZVOUS_TIMEOUT`` and ends on SIGINT or a
-    stop request (:func:`hpc_runner.engine.rendezvous.connect_store`): ClusterError, exit code 2.
+    The wait for the other ranks is bounded by ``HPCR_RENDEZVOUS_TIMEOUT`` (a few seconds for SLURM variables
+    with no step behind them) and ends on SIGINT or a stop request
+    (:func:`hpc_runner.engine.rendezvous.connect_store`): ClusterError, exit code 2 (130 on SIGINT). Every rank
+    of a group started here then votes once in :func:`start_together`, before any other collective.
     """
-    global _OWN_GROUP
+    global _OWN_GROUP, _VOTE_PENDING
     import torch
     import torch.distributed as dist
 
-    from hpc_runner.engine.rendezvous import choose_gloo_interface, connect_store, rendezvous_timeout
+    from hpc_runner.engine.rendezvous import choose_gloo_interface, connect_store, rendezvous_wait
     from hpc_runner.engine.stop import stop_requested
 
     values, notes = rendezvous_plan()
+    launched = dict(os.environ)  # as the launcher left it: a stale environment is judged and named by it
     os.environ.update(values)
     rank, world = launched_world()
     if world <= 1:
@@ -170,14 +174,15 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     if bundle_config is not None and bundle_makes_process_group(bundle_config):
         _say(f"hpc-runner: rank {rank}: the bundle starts torch.distributed itself")
         return False
-    timeout_s = rendezvous_timeout()  # a bad value is refused before anything waits
+    timeout_s, stale = rendezvous_wait(launched)  # a bad value is refused before anything waits
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     # gloo carries the group (CPU) or the stop votes beside NCCL: its interface must reach the other nodes
     print(f"hpc-runner: rank {rank}: {choose_gloo_interface()}", flush=True)
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         store = None  # torchrun's agent hosts the store and started every rank: torch's env:// rendezvous
     else:
-        store = dist.PrefixStore("default_pg", connect_store(rank, world, timeout_s, stopped=stop_requested))
+        store = dist.PrefixStore("default_pg", connect_store(rank, world, timeout_s, stopped=stop_requested,
+                                                             stale=stale, launched=launched))
     if backend == "nccl":
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
         shared = shared_gpu_problem(local_world, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -189,10 +194,65 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     _OWN_GROUP = True
     log.info("torch.distributed: rank %d of %d (%s)", rank, world, backend)
     _RANKS[:] = gather_rank_records(rank_record(backend))
+    _VOTE_PENDING = True
     return True
 
 
 _OWN_GROUP = False
+_VOTE_PENDING = False  # the group init_distributed started awaits every rank's start_together
+_REFUSAL_BYTES = 1024  # how much of a refusing rank's paragraph the others are told
+
+
+def start_together(refusal: BaseException | None = None) -> None:
+    """Vote, with every other rank, whether the run starts: once per group, after the checks that may refuse.
+
+    A rank that refuses once the group exists (rank 0's run dir holds another config, a GPU check) would
+    leave the others in their next collective until the backend's timeout (30 minutes, a GPU allocation held
+    idle). Every rank of a group :func:`init_distributed` started calls this once, at the same point of the
+    collectives' order (before any other after the start), with its refusal or None: one small all-gather
+    on the CPU (:func:`control_group`) tells each rank every refusal. The refusing rank then raises its own
+    error (the caller does), the others a ClusterError ``rank N refused: ...`` (exit code 2). A no-op without
+    a group started here, or once voted.
+    """
+    global _VOTE_PENDING
+    if not (_VOTE_PENDING and owns_process_group()):
+        return
+    _VOTE_PENDING = False
+    import torch
+    import torch.distributed as dist
+
+    group = control_group()
+    said = b"" if refusal is None else (_refusal_line(refusal).encode("utf-8", "replace") or b"refused")
+    mine = torch.zeros(_REFUSAL_BYTES + 1, dtype=torch.uint8, device=collective_device(group))
+    if said:
+        said = said[:_REFUSAL_BYTES]
+        mine[0] = 1
+        mine[1:1 + len(said)] = torch.frombuffer(bytearray(said), dtype=torch.uint8)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    if refusal is not None:
+        with contextlib.suppress(Exception):  # a peer already gone: the caller's own error is what to say
+            dist.all_gather(every, mine, group=group)
+        return  # the caller raises its own error
+    try:
+        dist.all_gather(every, mine, group=group)
+    except RuntimeError as exc:  # a rank ended without voting (gloo sees its connection close): its output says why
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise ClusterError(f"another rank of this run ended before it started, without saying why here ({first})",
+                           expected="every rank able to start: the other ranks' output says what stopped it") from None
+    for rank, vote in enumerate(every):
+        if int(vote[0]) == 1:
+            text = bytes(vote[1:].cpu().tolist()).rstrip(b"\0").decode("utf-8", "replace")
+            raise ClusterError(f"rank {rank} refused: {text}")  # its paragraph; this rank stops with it
+
+
+def _refusal_line(exc: BaseException) -> str:
+    """Return a refusal as one line: a UserError's paragraph, else the exception's type and its start."""
+    from hpc_runner.errors import UserError
+
+    text = exc.paragraph() if isinstance(exc, UserError) else f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+    return " ".join(text.split())
+
+
 _RANKS: list[dict[str, Any]] = []  # every rank's record (rank_record), gathered when the group started
 
 
@@ -252,12 +312,12 @@ def owns_process_group() -> bool:
 
 def shutdown_distributed() -> None:
     """Destroy the process group if this process started one."""
-    global _OWN_GROUP
+    global _OWN_GROUP, _VOTE_PENDING
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _OWN_GROUP = False
+    _OWN_GROUP = _VOTE_PENDING = False
 
 
 def settle_distributed_threads(pause: float = 0.1) -> None:

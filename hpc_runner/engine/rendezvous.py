@@ -4,7 +4,9 @@ Under srun without torchrun the torch.distributed variables come from SLURM (:fu
 The wait for the other ranks (:func:`connect_store`) is bounded by ``HPCR_RENDEZVOUS_TIMEOUT`` seconds
 and polls in Python, so SIGINT/SIGTERM end it at once: an environment that claims several processes
 with no peer (``SLURM_NTASKS=2`` in a shell, ``RANK``/``WORLD_SIZE`` left set) is one paragraph and
-exit code 2, not a process that waits for torch's 30 minutes and ignores Ctrl-C.
+exit code 2 (130 on Ctrl-C), not a process that waits for torch's 30 minutes and ignores Ctrl-C. SLURM's
+variables without a step behind them (no slurmstepd among this process's parents: left in a shell) get
+``STALE_WAIT_S`` seconds, not the full timeout (:func:`rendezvous_wait`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from hpc_runner.scheduler.job_env import (
     node_address,
     node_count,
     node_name,
+    stale_world_claim,
+    world_claim_names,
     world_claims,
 )
 
 TIMEOUT_ENV = "HPCR_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
+STALE_WAIT_S = 5.0  # how long a rank whose SLURM variables have no step behind them waits (a peer may still come)
 _ARRIVED_KEY = "hpc_runner/ranks_arrived"
 _POLL_S = 0.1
 
@@ -51,6 +56,28 @@ def rendezvous_timeout(environ: Mapping[str, str] | None = None) -> float:
         raise ConfigError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds",
                           expected="a positive number of seconds, e.g. 300")
     return value
+
+
+def rendezvous_wait(environ: Mapping[str, str] | None = None,
+                    stale: Callable[[Mapping[str, str]], str | None] = stale_world_claim) -> tuple[float, str | None]:
+    """Return how long this rank waits for the others, and why its environment looks stale (None when it does not).
+
+    SLURM's variables claim several tasks but this process is no task of a step (``stale``, job_env's
+    :func:`~hpc_runner.scheduler.job_env.stale_world_claim`): :data:`STALE_WAIT_S` seconds, not the default
+    timeout, unless ``HPCR_RENDEZVOUS_TIMEOUT`` is set (a task in a container that hides its parents).
+    """
+    environ = os.environ if environ is None else environ
+    timeout_s = rendezvous_timeout(environ)
+    why = stale(environ)
+    if why is not None and not environ.get(TIMEOUT_ENV, "").strip():
+        timeout_s = min(timeout_s, STALE_WAIT_S)
+    return timeout_s, why
+
+
+class RendezvousInterrupted(ClusterError):
+    """Ctrl-C (SIGINT) while a rank waited for the others: the paragraph, and exit code 130 (an interrupted command)."""
+
+    exit_code = 130
 
 
 def master_port(job_id: str | int) -> int:
@@ -218,14 +245,19 @@ def connect_store(
     timeout_s: float,
     environ: Mapping[str, str] | None = None,
     stopped: Callable[[], str | None] | None = None,
+    stale: str | None = None,
+    launched: Mapping[str, str] | None = None,
 ) -> Any:
     """Return a TCPStore that every one of the ``world`` ranks has joined, waiting at most ``timeout_s``.
 
     Rank 0 listens on MASTER_PORT; the others connect to MASTER_ADDR:MASTER_PORT. Each rank adds one
     to a counter and polls it until it reaches ``world``; the wait (and the wait for rank 0 to listen)
     is a Python loop, so a signal is handled within 0.1 s: SIGINT, or ``stopped()`` naming a stop
-    request (SIGTERM/SIGUSR2 under ``hpc-runner run``), ends it with a ClusterError, as the timeout does.
-    The store's timeout is then torch's default for the process group that uses it.
+    request (SIGTERM/SIGUSR2 under ``hpc-runner run``), ends it with a ClusterError, as the timeout does
+    (SIGINT: its subclass :class:`RendezvousInterrupted`, exit code 130); ``stale`` (why the environment looks
+    left over, :func:`rendezvous_wait`) is said in it, and the variables named are those of ``launched`` (the
+    environment as the launcher left it, before :func:`rendezvous_plan`'s), else ``environ``'s. The store's
+    timeout is then torch's default for the process group that uses it.
     """
     import torch.distributed as dist
 
@@ -242,13 +274,14 @@ def connect_store(
         )
     deadline = time.monotonic() + timeout_s
     where = f"{addr}:{port}"
+    claims = environ if launched is None else launched
 
     def check(arrived: int) -> None:
         reason = stopped() if stopped is not None else None
         if reason is not None:
-            raise _gave_up(rank, world, where, arrived, f"stopped by {reason}", environ, timeout_s)
+            raise _gave_up(rank, world, where, arrived, f"stopped by {reason}", claims, timeout_s, stale)
         if time.monotonic() > deadline:
-            raise _gave_up(rank, world, where, arrived, f"waited {timeout_s:g} s", environ, timeout_s)
+            raise _gave_up(rank, world, where, arrived, f"waited {timeout_s:g} s", claims, timeout_s, stale)
 
     store = None
     try:
@@ -270,7 +303,9 @@ def connect_store(
             check(arrived)
             time.sleep(_POLL_S)
     except KeyboardInterrupt:
-        raise _gave_up(rank, world, where, None, "interrupted (SIGINT)", environ, timeout_s) from None
+        del store  # rank 0 stops listening now, not at exit
+        raise _gave_up(rank, world, where, None, "interrupted (SIGINT)", claims, timeout_s, stale,
+                       kind=RendezvousInterrupted) from None
     except ClusterError:
         del store  # rank 0 stops listening now, not at exit
         raise
@@ -292,15 +327,18 @@ def _wait_until_listening(addr: str, port: int, check: Callable[[int], None]) ->
 
 
 def _gave_up(rank: int, world: int, where: str, arrived: int | None, why: str, environ: Mapping[str, str],
-             timeout_s: float) -> ClusterError:
+             timeout_s: float, stale: str | None = None, kind: type[ClusterError] = ClusterError) -> ClusterError:
     seen = f"; {arrived} of {world} ranks had arrived" if arrived else "; rank 0 was not listening" if rank else ""
-    return ClusterError(
+    left = (f", and this process is no task of a SLURM step: {stale}, so the variables are left from another "
+            "job or shell") if stale else ""
+    hidden = "; a task in a container that hides its parents: set it to wait longer" if stale else ""
+    return kind(
         f"rank {rank} of {world} gave up waiting for the other ranks at {where} ({why}{seen}). The environment "
-        f"says this run has {world} processes ({claimed_by(environ)}), but they did not all start; nothing was "
-        "written",
-        expected=f"{world} processes started together (srun --ntasks={world}, torchrun --nproc-per-node), or those "
-        "variables unset to run one process",
-        hint=f"{TIMEOUT_ENV} sets how long a rank waits (now {timeout_s:g} s)",
+        f"says this run has {world} processes ({claimed_by(environ)}), but they did not all start{left}; nothing "
+        "was written",
+        expected=f"`unset {' '.join(world_claim_names(environ))}` to run one process, or {world} processes started "
+        f"together (`srun --ntasks={world} hpc-runner run ...`, torchrun --nproc-per-node={world})",
+        hint=f"{TIMEOUT_ENV} sets how long a rank waits (now {timeout_s:g} s{hidden})",
     )
 
 

@@ -112,19 +112,27 @@ def prepare_run(
     Several ranks meet first (:func:`hpc_runner.engine.distributed.init_distributed`): a rank whose
     peers never come (a bad environment) gives up after HPCR_RENDEZVOUS_TIMEOUT with nothing written.
     A filesystem that refuses the writes (read-only, full, no permission) is bad input: the folder this
-    call made is removed again and the UserError names it."""
+    call made is removed again and the UserError names it. Rank 0 refusing once the group exists (another
+    config in the run dir, a write) tells the other ranks at once (distributed.start_together), as they
+    wait to vote in :func:`execute_run`."""
+    from hpc_runner.engine.distributed import start_together
+
     target = Path(output_dir) if output_dir is not None else None
     made = target is not None and not target.exists()
     try:
-        return _prepare_run(cfg, entry, output_dir, argv)
-    except OSError as exc:
-        if made and target is not None:
-            import shutil
+        try:
+            return _prepare_run(cfg, entry, output_dir, argv)
+        except OSError as exc:
+            if made and target is not None:
+                import shutil
 
-            shutil.rmtree(target, ignore_errors=True)
-        where = target or exc.filename
-        raise UserError(f"cannot write the run dir {where} ({exc.strerror or exc})",
-                        expected="--output_dir on a filesystem with free space that this user may write") from None
+                shutil.rmtree(target, ignore_errors=True)
+            where = target or exc.filename
+            raise UserError(f"cannot write the run dir {where} ({exc.strerror or exc})",
+                            expected="--output_dir on a filesystem with free space that this user may write") from None
+    except Exception as exc:
+        start_together(exc)  # a no-op unless a group started here awaits this rank's vote
+        raise
 
 
 def _prepare_run(
@@ -278,7 +286,7 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     run_id = entry or RUN_ID
     rank, world = launched_world()
     try:
-        _check_devices(cfg, run_dir, rank)
+        _check_devices(cfg, run_dir, rank)  # then every rank votes: one that refused stops all of them now
         if rank != 0:
             return _execute_worker(cfg, run_dir, expanded, run_id)
         # started by prepare_run, or here (a caller that prepared the run itself); not when the bundle makes its own
@@ -296,15 +304,24 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
 def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:
     """Refuse a run that cannot use its GPUs: given some but sees none, or a torch without kernels for them.
 
-    Rank 0 records the refusal in run.yaml (``status: failed``, ``user_error``) before it is raised.
+    Then every rank of a group votes (:func:`~hpc_runner.engine.distributed.start_together`): a refusal here,
+    or rank 0's in :func:`prepare_run`, stops every rank at once with exit code 2, not after the backend's
+    timeout. Rank 0 records the refusal (its own or another rank's) in run.yaml (``status: failed``,
+    ``user_error``) before it is raised.
     """
     from hpc_runner.engine.assigned_gpus import check_assigned_gpus
     from hpc_runner.engine.cuda_arch import check_cuda_arch
+    from hpc_runner.engine.distributed import start_together
     from hpc_runner.errors import UserError
 
     try:
-        check_assigned_gpus()
-        check_cuda_arch()
+        try:
+            check_assigned_gpus()
+            check_cuda_arch()
+        except Exception as exc:
+            start_together(exc)
+            raise
+        start_together()
     except UserError as exc:
         if rank == 0 and run_dir.file("run.yaml").exists():
             run_dir.update_record(status="failed", ended=now_iso(), error=failure_record(exc, None, cfg))

@@ -72,9 +72,7 @@ class PipelineRecord(LedgerRecord):
     NOUN: ClassVar[str] = "pipeline"  # PIPELINE_FILE, LOCK_FILE and KIND follow from it
     ENTRIES: ClassVar[str] = "stages"
 
-    path: Path
-    data: dict[str, Any]
-    stages: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)  # after the base's path and data
 
     @classmethod
     def check_entry(cls, entry: Any, n: int, file: Path) -> None:

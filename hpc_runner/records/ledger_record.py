@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -34,6 +35,7 @@ def dumps_line(value: Any) -> str:
 R = TypeVar("R", bound="LedgerRecord")
 
 
+@dataclass
 class LedgerRecord:
     """A ledger record in memory: ``data`` holds the top-level keys, ``entries`` the list kept one a line.
 

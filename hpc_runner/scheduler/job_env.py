@@ -138,8 +138,58 @@ def step_id(environ: Mapping[str, str] | None = None) -> str | None:
 def world_claims(environ: Mapping[str, str] | None = None) -> str:
     """Return the variables that say this run has several processes, as ``NAME=value`` words."""
     environ = env_of(environ)
-    names = ("RANK", "WORLD_SIZE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_PROCID", "SLURM_STEP_ID")
-    return " ".join(f"{n}={environ[n]}" for n in names if n in environ)
+    return " ".join(f"{n}={environ[n]}" for n in _CLAIM_NAMES if n in environ)
+
+
+_CLAIM_NAMES = ("RANK", "WORLD_SIZE", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_PROCID", "SLURM_STEP_ID")
+STEP_DAEMON = "slurmstepd"  # the scheduler's process that starts every task of a step, a parent of each task
+
+
+def world_claim_names(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Return the names of the variables set that say this run has several processes (what to ``unset``)."""
+    environ = env_of(environ)
+    return [n for n in _CLAIM_NAMES if n in environ]
+
+
+def parent_commands(pid: int | None = None, limit: int = 64) -> list[str] | None:
+    """Return the command names (``comm``) of the parents of process ``pid`` (this one), nearest first, up to the
+    first process; None where the whole chain cannot be read (no /proc, a parent hidden by ``hidepid``, too long)."""
+    names: list[str] = []
+    current = os.getpid() if pid is None else pid
+    for _ in range(limit):
+        try:
+            with open(f"/proc/{current}/stat", encoding="utf-8", errors="replace") as f:
+                _, _, rest = f.read(4096).rpartition(")")  # the name in parentheses may hold anything
+            fields = rest.split()
+            current = int(fields[1])  # the parent's pid
+            if current == 0:
+                return names
+            with open(f"/proc/{current}/comm", encoding="utf-8", errors="replace") as f:
+                names.append(f.read(256).strip())
+        except (OSError, IndexError, ValueError):
+            return None
+    return None
+
+
+def stale_world_claim(
+    environ: Mapping[str, str] | None = None, parents: Callable[[], list[str] | None] = parent_commands
+) -> str | None:
+    """Return why the scheduler's variables that claim several tasks (an srun step without torchrun) describe no
+    step this process belongs to, or None when they may (or when it cannot be told).
+
+    Every task of a step is started by the step's daemon (slurmstepd), so it is among the task's parents, however
+    many shells or wrappers stand between them. Without it the variables were left in a shell (copied, exported,
+    an ``salloc`` shell) and the step's other tasks will never come. A process whose parents cannot be read (no
+    /proc) is given the benefit of the doubt. Cheap: a few small reads of /proc, no scheduler command.
+    """
+    environ = env_of(environ)
+    if not srun_without_torchrun(environ):
+        return None
+    seen = parents()
+    if seen is None or STEP_DAEMON in seen:
+        return None
+    chain = " < ".join(seen[:6]) + (" < ..." if len(seen) > 6 else "")
+    return f"none of its parent processes ({chain or 'none'}) is {STEP_DAEMON}, which starts every task of a step"
 
 
 # ---------------------------------------------------------------- nodes: where the job runs, how to reach rank 0

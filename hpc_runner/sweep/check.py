@@ -95,13 +95,42 @@ def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
                     except ConfigError as exc:
                         raise _point_error(n, point, exc) from None
                 checked.add(key)
+        check_safe_points(cfg, points)
         return f"{len(checked)} distinct values checked once each"
     for n, point in enumerate(points):
         try:
             cfg.with_overrides([make_override(k, v) for k, v in point.items()])
         except ConfigError as exc:
             raise _point_error(n, point, exc) from None
+    check_safe_points(cfg, points)
     return f"{len(points)} points checked whole (nested ids or references in the values)"
+
+
+def check_safe_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> None:
+    """With ``--safe``, raise ClusterError naming the first point whose config the allow-list refuses.
+
+    The base config was checked when it was loaded; a swept value (a ``$`` expression, a ``_target_``, a
+    writer's folder, a value a reference reaches) is checked here, before anything is written or queued,
+    with the same check each job makes when it starts (config/safe_mode.py). Each distinct point once.
+    """
+    if not cfg.safe:
+        return
+    from hpc_runner.config.safe_mode import EXPECTED, policy_for_user, safe_problems
+    from hpc_runner.registry.problems import problems_error
+
+    policy = policy_for_user()
+    seen: set[str] = set()
+    for n, point in enumerate(points):
+        key = _key(point)
+        if key in seen:
+            continue
+        seen.add(key)
+        new = cfg.with_overrides([make_override(k, v) for k, v in point.items()], check=False)
+        problems = safe_problems(new.expanded(), new.where, policy)
+        if problems:
+            err = problems_error(problems, f"--safe refuses sweep point {n} ({describe_point(point)}), nothing was "
+                                 "submitted", expected=EXPECTED)
+            raise ClusterError(err.message)
 
 
 def check_extra_overrides(cfg: BundleConfig, points: Sequence[dict[str, Any]], extra: Sequence[Override]) -> None:

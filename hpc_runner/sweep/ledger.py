@@ -155,9 +155,7 @@ class SweepRecord(LedgerRecord):
     NOUN: ClassVar[str] = "sweep"  # SWEEP_FILE, LOCK_FILE and KIND follow from it
     ENTRIES: ClassVar[str] = "points"
 
-    path: Path
-    data: dict[str, Any]
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)  # after the base's path and data
 
     @classmethod
     def check_entry(cls, entry: Any, n: int, file: Path) -> None:

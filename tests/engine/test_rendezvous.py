@@ -9,6 +9,8 @@ import time
 import pytest
 
 from hpc_runner.engine.rendezvous import (
+    STALE_WAIT_S,
+    RendezvousInterrupted,
     connect_store,
     gloo_interface,
     interface_addresses,
@@ -16,6 +18,7 @@ from hpc_runner.engine.rendezvous import (
     master_port,
     rendezvous_plan,
     rendezvous_timeout,
+    rendezvous_wait,
     route_source,
 )
 from hpc_runner.errors import ClusterError, ConfigError
@@ -125,6 +128,32 @@ def test_rank_0_alone_gives_up_after_the_timeout_and_stops_listening():
         connect_store(0, 2, 1.0, env)
     assert time.monotonic() - t0 < 10
     with socket.socket() as s:  # the port is free again: nothing left listening
+        s.bind(("127.0.0.1", int(env["MASTER_PORT"])))
+
+
+def test_variables_left_in_a_shell_wait_a_few_seconds_unless_the_timeout_is_set():
+    left = {**SRUN_TASK_2}
+    assert rendezvous_wait(left, stale=lambda env: None) == (300.0, None)
+    assert rendezvous_wait(left, stale=lambda env: "no slurmstepd") == (STALE_WAIT_S, "no slurmstepd")
+    set_by_hand = {**left, "HPCR_RENDEZVOUS_TIMEOUT": "600"}  # a container hiding the parents: the user's word wins
+    assert rendezvous_wait(set_by_hand, stale=lambda env: "no slurmstepd") == (600.0, "no slurmstepd")
+
+
+def test_ctrl_c_ends_the_wait_with_the_paragraph_and_exit_code_130():
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "2"}
+    launched = {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0"}
+
+    def ctrl_c() -> str | None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(RendezvousInterrupted) as caught:
+        connect_store(0, 2, 60.0, env, stopped=ctrl_c, stale="none of its parent processes is slurmstepd",
+                      launched=launched)
+    said = caught.value.paragraph()
+    assert caught.value.exit_code == 130 and "interrupted (SIGINT)" in said and "no task of a SLURM step" in said
+    assert "(SLURM_NTASKS=2 SLURM_PROCID=0 SLURM_STEP_ID=0)" in said and "RANK=0" not in said
+    assert "`unset SLURM_NTASKS SLURM_PROCID SLURM_STEP_ID`" in said and "srun --ntasks=2" in said
+    with socket.socket() as s:  # rank 0 stopped listening
         s.bind(("127.0.0.1", int(env["MASTER_PORT"])))
 
 

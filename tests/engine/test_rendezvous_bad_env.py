@@ -1,5 +1,7 @@
 """A job environment that claims several processes with no peer, or a rank variable that is not a number,
-through the real CLI: exit code 2, one paragraph, no run dir; the wait ends at the timeout or on a signal.
+through the real CLI: exit code 2, one paragraph, no run dir; the wait ends at the timeout or on a signal
+(SIGINT: exit code 130, as any interrupted command). SLURM's variables left in a shell, with no slurmstepd
+among the process's parents, wait a few seconds, not the full timeout.
 
 Imports nothing from hpc_runner, so it runs (and fails) against code that predates the rendezvous module."""
 
@@ -50,24 +52,74 @@ def test_a_job_environment_claiming_two_tasks_without_a_peer_exits_2_after_the_t
     assert not (tmp_path / "run").exists(), "a rank that never started leaves no run dir"
 
 
+def start_reading(proc: subprocess.Popen) -> tuple[list[str], list[str], list[threading.Thread]]:
+    """Drain the process's stdout and stderr as they come (a full pipe would block its exit)."""
+    lines: list[str] = []
+    errors: list[str] = []
+    readers = [threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True),
+               threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
+    return lines, errors, readers
+
+
+def wait_for_rendezvous(proc: subprocess.Popen, lines: list[str]) -> None:
+    """Return once the rank printed its rendezvous line (just before it waits), or ended."""
+    deadline = time.monotonic() + 120
+    while not any("rendezvous" in line for line in lines) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+STALE_SLURM = {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "1"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_ends_the_wait_for_a_missing_peer_at_once(tiny_bundle, tmp_path, cli, signum):
-    env = lone_rank_env(cli, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+def test_slurm_variables_left_in_a_shell_wait_seconds_not_minutes_and_say_what_to_do(tiny_bundle, tmp_path, cli):
+    """No slurmstepd among its parents: no step's other task will come (issue 32: it waited past 20 s)."""
+    env = lone_rank_env(cli, **STALE_SLURM, MASTER_PORT=str(free_port()))
+    env.pop("HPCR_RENDEZVOUS_TIMEOUT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "hpc_runner", "run", "--bundle", str(tiny_bundle),
+                             "--output_dir", str(tmp_path / "run")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines, errors, readers = start_reading(proc)
+        wait_for_rendezvous(proc, lines)
+        t0 = time.monotonic()
+        proc.wait(timeout=60)
+        waited = time.monotonic() - t0
+        for reader in readers:
+            reader.join(timeout=10)
+        err = "".join(errors)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err[-3000:]
+    assert waited < 15, f"waited {waited:.1f} s for a rank that never comes"
+    paragraph = err.strip().splitlines()[-1]
+    assert "rank 0 of 2 gave up waiting for the other ranks" in paragraph and "no task of a SLURM step" in paragraph
+    assert "slurmstepd" in paragraph and "SLURM_NTASKS=2 SLURM_PROCID=0 SLURM_STEP_ID=0" in paragraph
+    assert "`unset SLURM_NTASKS SLURM_PROCID SLURM_STEP_ID`" in paragraph and "srun --ntasks=2" in paragraph
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "claims", "code"), [
+    (signal.SIGINT, "slurm", 130),  # Ctrl-C: exit code 130, as any interrupted command
+    (signal.SIGINT, "torchrun", 130),
+    (signal.SIGTERM, "torchrun", 2),
+])
+def test_a_signal_ends_the_wait_for_a_missing_peer_at_once(tiny_bundle, tmp_path, cli, signum, claims, code):
+    if claims == "slurm":  # left in a shell; the timeout set, so the wait outlasts the signal
+        env = lone_rank_env(cli, **STALE_SLURM, MASTER_PORT=str(free_port()), HPCR_RENDEZVOUS_TIMEOUT="60")
+    else:
+        env = lone_rank_env(cli, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.Popen([sys.executable, "-m", "hpc_runner", "run", "--bundle", str(tiny_bundle),
                              "--output_dir", str(tmp_path / "run")], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_sigint_as_in_a_terminal)
     try:
-        lines: list[str] = []
-        errors: list[str] = []  # drained as it comes: a full stderr pipe would block the process's exit
-        readers = [threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True),
-                   threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)]
-        for reader in readers:
-            reader.start()
-        deadline = time.monotonic() + 120
-        while not any("rendezvous" in line for line in lines) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)  # each rank prints its rendezvous line just before it waits
+        lines, errors, readers = start_reading(proc)
+        wait_for_rendezvous(proc, lines)
         time.sleep(1.0)
         proc.send_signal(signum)
         t0 = time.monotonic()
@@ -79,7 +131,7 @@ def test_a_signal_ends_the_wait_for_a_missing_peer_at_once(tiny_bundle, tmp_path
         if proc.poll() is None:
             proc.kill()
     assert time.monotonic() - t0 < 10
-    assert proc.returncode == 2, err[-3000:]
+    assert proc.returncode == code, err[-3000:]
     assert "rank 0 of 2 gave up waiting" in err and signal.Signals(signum).name in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
 

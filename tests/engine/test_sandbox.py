@@ -228,6 +228,7 @@ class Attack:
                        for p in self.run_dir.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow  # a sandboxed run that imports MONAI: the full suite runs it
 @needs_bwrap
 def test_with_the_allow_list_off_the_sandbox_alone_stops_the_attacks(tmp_path: Path) -> None:
     attack = Attack(tmp_path)

@@ -245,3 +245,118 @@ def test_verify_safe_reports_exactly_what_run_safe_refuses(tmp_path: Path, case:
                 and "evaluate.yaml" not in p.line()}
     assert refused == verified
     assert bool(refused) == (case != "writer_ok")
+
+
+# ------------------------------------------------------------------ issue 32: exact names, every path, truthiness
+
+@pytest.mark.slow  # CLI processes that import MONAI: the full suite runs it
+def test_hpc_runners_own_functions_that_link_or_run_are_refused_by_exact_name(cli, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    shipped = tmp_path / "shipped-run"  # a run folder the attacker ships: its config would run on the victim
+    shipped.mkdir()
+    bundle = _hostile(tmp_path, "own", "plant:\n  _target_: hpc_runner.data.cached.publish_once\n"
+                      "  tmp: '@bundle_root'\n"
+                      f"  final: {home / '.bash_profile'}\n"
+                      f"replay:\n  _target_: hpc_runner.engine.runner.run_recorded\n  run_dir: {shipped}\n")
+    proc = cli("run", "--safe", "--bundle", bundle, *TINY, "--dataset_dir", tmp_path / "data",
+               "--output_dir", tmp_path / "run")
+    assert proc.returncode == 2, out(proc)
+    assert "id 'plant::_target_': _target_ 'hpc_runner.data.cached.publish_once' is refused" in proc.stderr
+    assert "id 'replay::_target_': _target_ 'hpc_runner.engine.runner.run_recorded' is refused" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1  # one paragraph
+    assert list(home.iterdir()) == [] and not (tmp_path / "run").exists()
+    verify = cli("verify", bundle, "--safe", "--no-imports")
+    assert verify.returncode == 2, out(verify)
+    assert "_target_ 'hpc_runner.data.cached.publish_once' is refused" in verify.stdout
+    assert "_target_ 'hpc_runner.engine.runner.run_recorded' is refused" in verify.stdout
+
+
+@pytest.mark.slow  # CLI processes that import MONAI: the full suite runs it
+def test_every_path_argument_of_a_writer_is_checked(cli, tmp_path: Path) -> None:
+    bundle = _hostile(tmp_path, "paths", f"""
+save:
+  _target_: SaveImage
+  output_dir: '@output_dir'
+  data_root_dir: {tmp_path / 'data' / 'a' / 'b' / 'c'}
+save2:
+  _target_: SaveImaged
+  keys: [image]
+  output_dir: '@output_dir'
+  output_postfix: x/../../../../home/.bashrc
+saver:
+  _target_: monai.handlers.CheckpointSaver
+  save_dict: {{}}
+  save_dir: '@output_dir'
+  final_filename: ../escape.pt
+""")
+    proc = cli("run", "--safe", "--bundle", bundle, *TINY, "--dataset_dir", tmp_path / "data",
+               "--output_dir", tmp_path / "run")
+    assert proc.returncode == 2, out(proc)
+    assert "id 'save::data_root_dir': SaveImage's data_root_dir" in proc.stderr
+    assert "id 'save2::output_postfix': SaveImaged's output_postfix" in proc.stderr
+    assert "id 'saver::final_filename': CheckpointSaver's final_filename" in proc.stderr
+    assert not (tmp_path / "run").exists()
+    verify = cli("verify", bundle, "--safe", "--no-imports")
+    assert verify.returncode == 2 and "SaveImage's data_root_dir" in verify.stdout, out(verify)
+
+
+@pytest.mark.slow  # CLI processes that import MONAI: the full suite runs it
+def test_a_compiler_command_and_a_weights_download_inside_allowed_modules_are_refused(cli, tmp_path: Path) -> None:
+    bundle = _hostile(tmp_path, "gmm", """
+gmm:
+  _target_: monai.networks.layers.GaussianMixtureModel
+  channel_count: "1; touch /tmp/M-gmm #"
+  mixture_count: 1
+  mixture_size: 1
+medicalnet:
+  _target_: monai.networks.nets.resnet.get_pretrained_resnet_medicalnet
+  resnet_depth: 10
+private:
+  _target_: monai.networks.nets.senet._load_state_dict
+  arch: se_resnet50
+  progress: false
+""")
+    proc = cli("run", "--safe", "--bundle", bundle, *TINY, "--dataset_dir", tmp_path / "data",
+               "--output_dir", tmp_path / "run")
+    assert proc.returncode == 2, out(proc)
+    assert "id 'gmm::_target_': _target_ 'monai.networks.layers.GaussianMixtureModel' resolves to " \
+           "monai.networks.layers.gmm.GaussianMixtureModel, which is refused: it compiles" in proc.stderr
+    assert "id 'medicalnet::_target_': _target_ 'monai.networks.nets.resnet.get_pretrained_resnet_medicalnet' " \
+           "is refused: it downloads" in proc.stderr
+    assert "id 'private::_target_'" in proc.stderr and "private" in proc.stderr
+    verify = cli("verify", bundle, "--safe", "--no-imports")
+    assert verify.returncode == 2 and "get_pretrained_resnet_medicalnet' is refused" in verify.stdout, out(verify)
+
+
+@pytest.mark.parametrize("value", ["0", "''", "'@nope'", "null", "{_target_: builtins.dict}"])
+def test_weights_only_is_refused_by_what_it_resolves_to(tmp_path: Path, value: str) -> None:
+    from hpc_runner.config.verify import verify_bundle
+
+    bundle = _hostile(tmp_path, "wo", f"nope: 0\ncache:\n  _target_: PersistentDataset\n  data: []\n"
+                      f"  cache_dir: '@output_dir'\n  weights_only: {value}\n")
+    with pytest.raises(BundleError, match=r"id 'cache::weights_only': 'weights_only"):
+        check_safe(load_bundle_config(bundle=str(bundle), environ={}), {"XDG_CONFIG_HOME": str(tmp_path / "x")})
+    report = verify_bundle(bundle, imports=False, safe=True, environ={"XDG_CONFIG_HOME": str(tmp_path / "x")})
+    assert any("weights_only" in p.line() for p in report.problems)
+
+
+def test_weights_only_true_through_a_reference_passes(tmp_path: Path) -> None:
+    bundle = _hostile(tmp_path, "wo_ok", "yes_please: true\ncache:\n  _target_: PersistentDataset\n  data: []\n"
+                      "  cache_dir: '@output_dir'\n  weights_only: '@yes_please'\n")
+    check_safe(load_bundle_config(bundle=str(bundle), environ={}), {"XDG_CONFIG_HOME": str(tmp_path / "x")})
+
+
+def test_a_dollar_expression_in_a_swept_value_is_refused_before_anything_is_queued(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpc_runner.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    marker = tmp_path / "M-sweep"
+    code = main(["sweep", "--safe", "--bundle", str(EXAMPLE), "--cluster", "local", "--output_dir",
+                 str(tmp_path / "sw"), "--sweep", f"learning_rate=0.1,$open('{marker}'.strip() + '')", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2, err  # was 0: the dry run showed two jobs, and each job refused its point when it started
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert "--safe refuses sweep point 1 (learning_rate=$open(" in err and "'$' expression" in err
+    assert not (tmp_path / "sw").exists() and not marker.exists()

@@ -113,3 +113,25 @@ def test_the_job_clock_is_asked_neutrally():
     assert job_env.job_end_time(environ=ARRAY_TASK) == 1800000000.0  # the environment says it: no call
     assert job_env.job_end_time(environ={}) is None  # outside a job: nobody is asked
     assert job_env.stop_margin_s(20) > 20 and job_env.stop_margin_s(None) >= 0
+
+
+def test_slurm_variables_without_slurmstepd_among_the_parents_are_a_stale_claim():
+    """Every task of a step is a child (however deep) of slurmstepd; variables left in a shell have none behind them."""
+    stale = job_env.stale_world_claim(ARRAY_TASK, parents=lambda: ["bash", "sshd", "systemd"])
+    assert stale is not None and "bash < sshd < systemd" in stale and job_env.STEP_DAEMON in stale
+    assert job_env.stale_world_claim(ARRAY_TASK, parents=lambda: ["bash", "slurmstepd", "systemd"]) is None
+    assert job_env.stale_world_claim(ARRAY_TASK, parents=lambda: None) is None  # cannot tell: benefit of the doubt
+    one_task = {k: v for k, v in ARRAY_TASK.items() if k != "SLURM_STEP_ID"}  # a batch script: claims no world
+    torchrun = {**ARRAY_TASK, "RANK": "3", "WORLD_SIZE": "4"}  # torchrun's claim is not SLURM's to judge
+    for env in (one_task, torchrun):
+        assert job_env.stale_world_claim(env, parents=lambda: ["bash"]) is None
+    assert job_env.world_claim_names(torchrun) == ["RANK", "WORLD_SIZE", "SLURM_NTASKS", "SLURM_PROCID",
+                                                   "SLURM_STEP_ID"]
+
+
+def test_the_parent_chain_is_read_from_proc_to_the_first_process():
+    chain = job_env.parent_commands()
+    if chain is None:
+        pytest.skip("no readable /proc here")
+    assert chain and all(isinstance(name, str) for name in chain)
+    assert job_env.parent_commands(pid=2**22 + 12345) is None  # no such process: cannot tell

@@ -64,22 +64,19 @@ MAX_SUBMISSIONS = 4  # a stage is queued at most this often (the start and three
 MAX_DEFERRALS = 20  # a select stage waits again on its still-running input at most this often
 
 
-@dataclass
-class PipelineRecord(LedgerRecord):
-    """pipeline.yaml in memory: ``data`` holds everything but ``stages``. Read it anywhere; write it through
-    ``locked`` only."""
+def _check_stage(entry: Any, n: int, file: Path) -> None:
+    """ClusterError unless stage ``n`` of pipeline.yaml is one hpc-runner could have written."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("state") not in STATES:
+        raise ClusterError(f"stage {n} of the pipeline record is not one hpc-runner wrote", where=str(file),
+                           expected=f"the {PIPELINE_FILE} hpc-runner wrote")
 
-    NOUN: ClassVar[str] = "pipeline"  # PIPELINE_FILE, LOCK_FILE and KIND follow from it
-    ENTRIES: ClassVar[str] = "stages"
+
+@dataclass
+class PipelineRecord(LedgerRecord, noun="pipeline", entries="stages", check=_check_stage):
+    """pipeline.yaml in memory (PIPELINE_FILE, LOCK_FILE and KIND follow from its noun): ``data`` holds everything
+    but ``stages``. Read it anywhere; write it through ``locked`` only."""
 
     stages: list[dict[str, Any]] = field(default_factory=list)  # after the base's path and data
-
-    @classmethod
-    def check_entry(cls, entry: Any, n: int, file: Path) -> None:
-        """ClusterError unless stage ``n`` is one hpc-runner could have written."""
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("state") not in STATES:
-            raise ClusterError(f"stage {n} of the pipeline record is not one hpc-runner wrote", where=str(file),
-                               expected=f"the {PIPELINE_FILE} hpc-runner wrote")
 
     def check_folders(self) -> None:
         """ClusterError unless each stage's folder resolves inside the pipeline dir (records/confine.py): a record

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -39,8 +39,9 @@ R = TypeVar("R", bound="LedgerRecord")
 class LedgerRecord:
     """A ledger record in memory: ``data`` holds the top-level keys, ``entries`` the list kept one a line.
 
-    A subclass names its file, lock, kind and list key, and checks its entries; it is a dataclass of
-    ``path``, ``data`` and its list (``points``, ``stages``).
+    A subclass is declared with its name, its list and how an entry is checked
+    (``class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=check_point)``), its file, lock
+    and kind follow from the name; it is a dataclass of ``path``, ``data`` and its list.
     """
 
     NOUN: ClassVar[str]  # what the record is called, e.g. "sweep": its file, lock and kind follow from it
@@ -52,8 +53,12 @@ class LedgerRecord:
     path: Path
     data: dict[str, Any]
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, noun: str = "", entries: str = "",
+                          check: Callable[[Any, int, Path], None] | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.NOUN, cls.ENTRIES = noun or cls.NOUN, entries or cls.ENTRIES
+        if check is not None:
+            cls.check_entry = classmethod(lambda _cls, entry, n, file: check(entry, n, file))  # type: ignore[assignment]
         cls.FILE, cls.LOCK, cls.KIND = f"{cls.NOUN}.yaml", f"{cls.NOUN}.lock", f"hpc-runner {cls.NOUN}"
 
     @property

@@ -148,19 +148,16 @@ def _is_attempt_dir(text: str) -> bool:
 
 
 @dataclass
-class SweepRecord(LedgerRecord):
-    """sweep.yaml in memory: ``data`` holds everything except ``points``. Read it anywhere; write it through
-    ``locked`` only."""
-
-    NOUN: ClassVar[str] = "sweep"  # SWEEP_FILE, LOCK_FILE and KIND follow from it
-    ENTRIES: ClassVar[str] = "points"
+class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_point):
+    """sweep.yaml in memory (SWEEP_FILE, LOCK_FILE and KIND follow from its noun): ``data`` holds everything except
+    ``points``. Read it anywhere; write it through ``locked`` only (a hand edit may change params only)."""
 
     points: list[dict[str, Any]] = field(default_factory=list)  # after the base's path and data
 
-    @classmethod
-    def check_entry(cls, entry: Any, n: int, file: Path) -> None:
-        """ClusterError unless point ``n`` is one hpc-runner could have written (hand edits may change params)."""
-        _check_point(entry, n, file)
+    @property
+    def base_dir(self) -> Path:
+        """Return the folder of the shared base config."""
+        return self.path / self.data.get("base", BASE_DIR)
 
     def check_folders(self) -> None:
         """ClusterError unless the job folder, the base config, points/ (and each point's run dir) and attempts/
@@ -171,11 +168,6 @@ class SweepRecord(LedgerRecord):
         for folder in (POINTS_DIR, ATTEMPTS_DIR):  # each point's dir is points/NNNN (_check_point): its link too
             links_inside(inside(self.path, folder, f"the folder {folder}/", self.file), self.path,
                          f"the folder {folder}/, entry", self.file)
-
-    @property
-    def base_dir(self) -> Path:
-        """Return the folder of the shared base config."""
-        return self.path / self.data.get("base", BASE_DIR)
 
     @property
     def param_ids(self) -> list[str]:

@@ -59,6 +59,7 @@ preprocessing:
 """
 
 
+@pytest.mark.slow  # whole CLI runs or several processes: the full suite runs it
 def test_concurrent_cache_jobs_share_one_folder_safely(tmp_path: Path, cli) -> None:
     (tmp_path / "helpers").mkdir()
     (tmp_path / "helpers" / "cache_barrier.py").write_text(HELPER)

@@ -12,6 +12,7 @@ from hpc_runner.engine.profiler import ENV, StepProfiler, requested_steps
 from hpc_runner.errors import UserError
 
 
+@pytest.mark.slow  # whole CLI runs (training, the pre-flight's MONAI import): the full suite runs it
 def test_profile_writes_a_trace_with_events_and_a_table_of_real_operators(tiny_bundle: Path, tmp_path: Path,
                                                                           cli) -> None:
     res = cli("run", "--bundle", str(tiny_bundle), "--max_epochs", "1", "--output_dir", "r", "--profile",
@@ -34,6 +35,7 @@ def test_profile_writes_a_trace_with_events_and_a_table_of_real_operators(tiny_b
     assert "top operators by self time" in res.stdout and "aten::convolution_backward" in res.stdout
 
 
+@pytest.mark.slow  # whole CLI runs (training, the pre-flight's MONAI import): the full suite runs it
 def test_without_profile_nothing_is_profiled(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     res = cli("run", "--bundle", str(tiny_bundle), "--max_epochs", "1", "--output_dir", "r", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -81,6 +83,7 @@ def test_a_run_that_ends_inside_the_window_writes_what_it_recorded(tmp_path: Pat
     assert "aten::addmm" in names or "aten::linear" in names
 
 
+@pytest.mark.slow  # whole CLI runs (training, the pre-flight's MONAI import): the full suite runs it
 def test_sweep_profile_reaches_every_point(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     """`sweep --profile`: each point's run is profiled (jobs get HPCR_PROFILE through sbatch --export, here too)."""
     res = cli("sweep", "--bundle", str(tiny_bundle), "--cluster", "local", "--output_dir", "sw", "--max_epochs", "1",

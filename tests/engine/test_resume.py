@@ -125,6 +125,7 @@ def test_restart_in_the_same_dir_continues_instead_of_starting_over(tiny_bundle:
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == 6
 
 
+@pytest.mark.slow  # whole CLI runs or several processes: the full suite runs it
 def test_a_different_config_in_an_existing_run_dir_is_refused(tiny_bundle: Path, tmp_path: Path, cli) -> None:
     assert cli("run", "--bundle", str(tiny_bundle), "--output_dir", "r", "--max_epochs", "1",
                cwd=tmp_path).returncode == 0

@@ -156,6 +156,7 @@ def _refusals(stderr: str) -> set[str]:
     return {line.strip().rstrip(".") for line in stderr.splitlines() if line.startswith("  ")}
 
 
+@pytest.mark.slow  # whole CLI runs (training, the pre-flight's MONAI import): the full suite runs it
 def test_code_hidden_in_metadata_and_reached_by_a_reference_is_refused(cli, tmp_path: Path) -> None:
     marker = tmp_path / "M6"
     bundle = _hostile(tmp_path, "meta", "shown: '@_meta_::evil'\n",

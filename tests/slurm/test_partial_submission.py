@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = str(ROOT / "bundles" / "synthetic_seg")
 
 
+@pytest.mark.slow  # whole CLI runs (training, the pre-flight's MONAI import): the full suite runs it
 def test_second_array_refused(offline_cli):
     sbatch = Path(offline_cli.env["PATH"].split(":")[0]) / "sbatch"
     count = offline_cli.cwd / "sbatch-count"

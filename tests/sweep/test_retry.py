@@ -84,6 +84,7 @@ def test_only_failed_points_with_a_rule_and_still_their_failed_job_go_again_with
     assert entry["rule"] == "NODE_FAIL:exclude" and entry["job_id"] == "9_0"
 
 
+@pytest.mark.slow  # whole CLI runs or several processes: the full suite runs it
 def test_a_point_that_runs_out_of_memory_is_retried_by_the_top_up_with_twice_the_memory(tmp_path: Path) -> None:
     """A real sweep on this machine (profile local): point 1 raises MemoryError on its first attempt, the
     task's top-up retries it by the rule, with mem_gb doubled in its request, and it completes."""

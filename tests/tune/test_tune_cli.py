@@ -17,6 +17,7 @@ def _tune(out: Path, tiny: list[str], *extra: str) -> int:
                  "--output_dir", str(out), *extra, *tiny])
 
 
+@pytest.mark.slow  # whole CLI runs or several processes: the full suite runs it
 def test_tune_local_runs_the_budget_with_two_workers_and_records_the_submission(tmp_path: Path, tiny) -> None:
     out = tmp_path / "t"
     assert _tune(out, tiny, "--trials", "3", "--parallel", "2", "--pruner", "none") == 0

@@ -190,7 +190,9 @@ def failures(slurm_cluster, tmp_path_factory, cli_factory):
     bundle = make_bundle(cli.cwd)
     cluster = slurm_cluster
     started = time.monotonic()
-    kinds = sweep(cli, bundle, "kinds", [m for m, _ in KINDS.values()], [s for _, s in KINDS.values()])
+    # the two sleepers are alike but for their seed: a sweep refuses two identical points (two identical jobs)
+    kinds = sweep(cli, bundle, "kinds", [m for m, _ in KINDS.values()], [s for _, s in KINDS.values()],
+                  "--sweep", "seed=" + ",".join(str(i) for i in KINDS))
     slept = [kinds / "points" / f"{i:04d}" / "slept" for i in (CANCEL, TIMEOUT_POINT)]
     wait_for(lambda: slept[0].exists(), 180, "the point to cancel sleeping", cluster, kinds)
     assert cluster.run("scancel", job_of(kinds, CANCEL)).returncode == 0

@@ -19,6 +19,10 @@ import pytest
 
 from hpc_runner.scheduler.memory.executor import MemoryCluster
 
+# --import-mode=importlib puts no test folder on sys.path; the helpers shared by every folder live here
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from warm_python import WARM
+
 # Job states after which a job never runs again (REQUEUED is not one: the job goes back to PENDING).
 FINAL_STATES = frozenset(
     {
@@ -271,7 +275,8 @@ def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
 
 @dataclass
 class Cli:
-    """Runs ``python -m hpc_runner`` as a user would: a subprocess with its own cwd and environment."""
+    """Runs ``python -m hpc_runner`` as a user would: a new process (tests/warm_python.py's) with its own cwd and
+    environment."""
 
     env: dict[str, str]
 
@@ -279,10 +284,7 @@ class Cli:
         self, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300
     ) -> subprocess.CompletedProcess:
         """Run the CLI and return the completed process (stdout/stderr captured as text)."""
-        return subprocess.run(
-            [sys.executable, "-m", "hpc_runner", *args], cwd=cwd, env={**self.env, **(env or {})},
-            capture_output=True, text=True, timeout=timeout,
-        )
+        return WARM.run("hpc_runner", list(args), cwd=cwd, env={**self.env, **(env or {})}, timeout=timeout)
 
 
 @pytest.fixture

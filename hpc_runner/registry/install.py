@@ -17,10 +17,11 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc_runner.errors import BundleError
+from hpc_runner.errors import BundleError, UserError
 from hpc_runner.records.read import parse_json_text
 from hpc_runner.registry.manifest import (
     MANIFEST_NAME,
@@ -32,7 +33,20 @@ from hpc_runner.registry.search import META_RELPATH, bundles_in, install_dir_nam
 
 _COPY_CHUNK = 1 << 20
 MAX_MEMBERS = 20_000  # files and folders in one archive
-MAX_BYTES = int(os.environ.get("HPCR_INSTALL_MAX_BYTES", 256 << 30))  # all files together (weights included)
+MAX_BYTES = 256 << 30  # all files together (weights included), unless $HPCR_INSTALL_MAX_BYTES says otherwise
+
+
+def max_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The most an archive's files may add up to: ``$HPCR_INSTALL_MAX_BYTES`` (a positive integer) or 256 GiB;
+    UserError naming the setting for any other value (read when installing, never at import)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get("HPCR_INSTALL_MAX_BYTES", "").strip()
+    if not raw:
+        return MAX_BYTES
+    if not raw.isdigit() or int(raw) == 0:
+        raise UserError(f"HPCR_INSTALL_MAX_BYTES={raw[:80]!r} in the environment is not a number of bytes",
+                        expected=f"HPCR_INSTALL_MAX_BYTES unset ({MAX_BYTES} bytes) or a positive whole number")
+    return int(raw)
 MAX_MANIFEST_BYTES = 8 << 20
 MAX_METADATA_BYTES = 4 << 20
 
@@ -110,8 +124,9 @@ def _check_header(tar: tarfile.TarFile, where: str) -> _Plan:
         raise BundleError(f"files listed in its {MANIFEST_NAME} are missing: {', '.join(missing[:5])}", where=where,
                           expected="an intact archive (copy it again)")
     total = sum(m.size for m in files.values())
-    if total > MAX_BYTES:
-        raise BundleError(f"the archive's files add up to {total} bytes, more than {MAX_BYTES}", where=where,
+    limit = max_bytes()
+    if total > limit:
+        raise BundleError(f"the archive's files add up to {total} bytes, more than {limit}", where=where,
                           hint="set HPCR_INSTALL_MAX_BYTES to allow more")
     name, version = _identity(meta_text, where)
     return _Plan(top, members, manifest, name, version)

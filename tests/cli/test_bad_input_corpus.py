@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warm_python import WARM
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = str(ROOT / "bundles" / "synthetic_seg")
@@ -41,7 +42,6 @@ def _files(root: Path) -> set[str]:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A completed run dir and a completed two-point local sweep, made once (each test damages a copy)."""
     import os
-    import sys
 
     base = tmp_path_factory.mktemp("finished")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR__", "SLURM_JOB", "SLURM_ARRAY"))}
@@ -49,8 +49,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for args in (["run", "--bundle", BUNDLE, *TINY, *data, "--output_dir", "run"],
                  ["sweep", "--bundle", BUNDLE, *TINY, *data, "--cluster", "local", "--output_dir", "sweep",
                   "--sweep", "seed=1,2"]):
-        res = subprocess.run([sys.executable, "-m", "hpc_runner", *args], cwd=base, env=env, capture_output=True,
-                             text=True, timeout=600)
+        res = WARM.run("hpc_runner", [str(a) for a in args], cwd=base, env=env, timeout=600)
         assert res.returncode == 0, res.stderr
     return {"run": base / "run", "sweep": base / "sweep"}
 

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from warm_python import WARM
 
 from hpc_runner.config import monai_bridge
 from hpc_runner.config.bundle_config import load_bundle_config
@@ -64,6 +65,8 @@ def test_a_run_says_it_once_and_its_job_not_at_all_while_other_warnings_still_sh
            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
 
     def python(*args: str) -> subprocess.CompletedProcess[str]:
+        if args[0] == "-m":  # a fork of a process with torch and MONAI imported (tests/warm_python.py)
+            return WARM.run(args[1], list(args[2:]), cwd=tmp_path, env=env, timeout=300)
         return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=300)
 

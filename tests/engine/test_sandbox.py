@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from warm_python import WARM
 
 from hpc_runner.engine.sandbox import (
     INSIDE_ENV,
@@ -117,8 +118,7 @@ def test_the_test_switch_of_the_allow_list_works_only_inside_the_sandbox() -> No
 def _cli(tmp_path: Path, *args: object, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR", "SLURM_JOB", "SLURM_ARRAY"))}
     base.update({"OMP_NUM_THREADS": "1", "XDG_CONFIG_HOME": str(tmp_path / "xdg"), **env})
-    return subprocess.run([sys.executable, "-m", "hpc_runner", *map(str, args)], cwd=tmp_path, env=base,
-                          capture_output=True, text=True, timeout=timeout)
+    return WARM.run("hpc_runner", [str(a) for a in args], cwd=tmp_path, env=base, timeout=timeout)
 
 
 def test_without_bubblewrap_safe_is_refused_with_one_paragraph_and_nothing_made(tmp_path: Path) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from warm_python import WARM
 
 from tests.inference.conftest import make_volumes
 
@@ -68,10 +67,9 @@ def test_hpc_runner_and_monai_runner_give_voxel_equal_predictions(cli, tmp_path:
               str(tmp_path / "ours"), *args, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "inference of 2 case(s)" in res.stdout
-    monai = subprocess.run(
-        [sys.executable, "-m", "monai.bundle", "run", "inference", "--config_file", "configs/inference.yaml",
-         "--meta_file", "configs/metadata.json", "--output_dir", str(tmp_path / "monai"), *args],
-        cwd=BUNDLE, env=cli.env, capture_output=True, text=True, timeout=300)
+    monai = WARM.run("monai.bundle", ["run", "inference", "--config_file", "configs/inference.yaml",
+                                      "--meta_file", "configs/metadata.json", "--output_dir", str(tmp_path / "monai"),
+                                      *args], cwd=BUNDLE, env=cli.env, timeout=300)
     assert monai.returncode == 0, monai.stdout + monai.stderr
     ours, theirs = _outputs(tmp_path / "ours" / "predictions"), _outputs(tmp_path / "monai" / "predictions")
     assert sorted(ours) == ["case_000_seg.nii.gz", "case_001_seg.nii.gz"] and sorted(theirs) == sorted(ours)
@@ -94,9 +92,8 @@ def test_evaluate_yaml_writes_per_case_metrics_and_a_summary_and_monai_runs_it_t
     assert summary["count"] == 2 and set(summary["metrics"]) == {"dice", "hd95"}
     lines = (tmp_path / "ev" / "cases.csv").read_text().splitlines()
     assert lines[0].startswith("case,file,size,sha256,dice,hd95") and len(lines) == 3
-    monai = subprocess.run(
-        [sys.executable, "-m", "monai.bundle", "run", "evaluate", "--config_file", "configs/evaluate.yaml",
-         "--meta_file", "configs/metadata.json", "--output_dir", str(tmp_path / "monai"), *args],
-        cwd=BUNDLE, env=cli.env, capture_output=True, text=True, timeout=300)
+    monai = WARM.run("monai.bundle", ["run", "evaluate", "--config_file", "configs/evaluate.yaml",
+                                      "--meta_file", "configs/metadata.json", "--output_dir", str(tmp_path / "monai"),
+                                      *args], cwd=BUNDLE, env=cli.env, timeout=300)
     assert monai.returncode == 0, monai.stdout + monai.stderr
     assert (tmp_path / "monai" / "cases.csv").read_text().splitlines() == lines

@@ -9,11 +9,12 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from warm_python import WARM
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -72,6 +73,10 @@ def normalised(name: str) -> str:
     return _STAMP.sub("config_<time>.json", name)
 
 
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
 def run_both(
     tmp_path: Path,
     setup: Callable[[Path], None],
@@ -88,35 +93,33 @@ def run_both(
     its own record files left out.
     """
     started = {}
-    for runner in RUNNERS:  # both at once: each is one thread importing torch and MONAI most of its time
+    ended: dict[str, tuple[int, str, str, float]] = {}
+    for runner in RUNNERS:  # one after the other, each a fork of a process with torch and MONAI imported
         root = tmp_path / runner
         root.mkdir()
         setup(root)
         before = _files(root)
         args = [a.replace("{root}", str(root)) for a in argv]
         command = [*monai_command] if runner == MONAI else ["-m", "hpc_runner", "run"]
-        proc = subprocess.Popen([sys.executable, *command, *args], cwd=root, env=clean_env(root, env),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        started[runner] = (root, before, args, proc, time.monotonic())
-    ended: dict[str, tuple[str, str, float]] = {}
-
-    def collect(runner: str, proc: subprocess.Popen, start: float) -> None:
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        ended[runner] = (stdout, stderr, time.monotonic() - start)
-
-    waiters = [threading.Thread(target=collect, args=(r, proc, start)) for r, (_, _, _, proc, start) in started.items()]
-    for waiter in waiters:
-        waiter.start()
-    for waiter in waiters:
-        waiter.join()
+        start = time.monotonic()
+        if command[0] == "-m":
+            try:
+                done = WARM.run(command[1], [*command[2:], *args], cwd=root, env=clean_env(root, env),
+                                timeout=timeout)
+            except subprocess.TimeoutExpired as e:
+                done = subprocess.CompletedProcess(e.cmd, -9, _text(e.stdout), _text(e.stderr))
+        else:
+            try:
+                done = subprocess.run([sys.executable, *command, *args], cwd=root, env=clean_env(root, env),
+                                      capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired as e:
+                done = subprocess.CompletedProcess(e.cmd, -9, _text(e.stdout), _text(e.stderr))
+        ended[runner] = (done.returncode, done.stdout, done.stderr, time.monotonic() - start)
+        started[runner] = (root, before, args)
     outcomes = {}
-    for runner, (root, before, args, proc, _) in started.items():
-        stdout, stderr, seconds = ended[runner]
-        outcome = Outcome(runner, proc.returncode, stdout, stderr, seconds, root)
+    for runner, (root, before, args) in started.items():
+        code, stdout, stderr, seconds = ended[runner]
+        outcome = Outcome(runner, code, stdout, stderr, seconds, root)
         run_dir = None
         if runner == HPCR and (m := _RUN_DIR.search(stdout)):
             run_dir = (root / m.group(1)).resolve()  # printed relative to the working folder, or absolute

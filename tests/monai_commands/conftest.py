@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from warm_python import WARM
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -78,19 +77,16 @@ class Workspace:
         return self.root / "inputs"
 
     def run_both(self, command: str, *argv: str, timeout: float = 600, env: dict | None = None) -> Both:
-        """Run ``python -m monai.bundle COMMAND ARGV`` and ``python -m hpc_runner COMMAND ARGV`` at once."""
-        procs = {}
+        """Run ``python -m monai.bundle COMMAND ARGV`` and ``python -m hpc_runner COMMAND ARGV``, one after the
+        other, each a new process forked from one with torch and MONAI imported (tests/warm_python.py)."""
+        sides = {}
         for name, module in (("monai", "monai.bundle"), ("hpcr", "hpc_runner")):
             cwd = self.root / name
             shutil.rmtree(cwd, ignore_errors=True)
             shutil.copytree(self.path, cwd, symlinks=True)
-            procs[name] = (subprocess.Popen([sys.executable, "-m", module, command, *argv], cwd=cwd, env=_env(env),
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-                           cwd, time.monotonic())
-        sides = {}
-        for name, (proc, cwd, start) in procs.items():
-            out, err = proc.communicate(timeout=timeout)
-            sides[name] = Side(proc.returncode, out, err, cwd, time.monotonic() - start)
+            start = time.monotonic()
+            done = WARM.run(module, [command, *argv], cwd=cwd, env=_env(env), timeout=timeout)
+            sides[name] = Side(done.returncode, done.stdout, done.stderr, cwd, time.monotonic() - start)
         return Both(sides["monai"], sides["hpcr"])
 
 

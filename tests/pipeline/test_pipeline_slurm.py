@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from warm_python import WARM
 
 from hpc_runner.pipeline import record as pr
 
@@ -31,8 +31,7 @@ def run(tmp_path, slurm_cluster):
                OMP_NUM_THREADS="1", SLURM_CONF=slurm_cluster.env.get("SLURM_CONF", ""))
 
     def call(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "hpc_runner", *args], env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=timeout)
+        return WARM.run("hpc_runner", list(args), env=env, cwd=tmp_path, timeout=timeout)
 
     call.clusters = clusters  # type: ignore[attr-defined]
     return call

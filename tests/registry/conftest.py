@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from warm_python import WARM
 
 # pytest runs with --import-mode=importlib, which puts no test folder on sys.path; the tests here
 # import their helpers module by its (unique) name
@@ -23,13 +24,7 @@ def cli(tmp_path: Path) -> Cli:
 
     def run(*args: str, cwd: Path | None = None, bundle_path: str | None = None, timeout: float = 300,
             **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "hpc_runner", *map(str, args)],
-            cwd=cwd or tmp_path,
-            env=clean_env(tmp_path, bundle_path, **extra),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return WARM.run("hpc_runner", [str(a) for a in args], cwd=cwd or tmp_path,
+                        env=clean_env(tmp_path, bundle_path, **extra), timeout=timeout)
 
     return run

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from registry_helpers import EXAMPLE, TINY, ZOO, clean_env, out
+from warm_python import WARM
 
 
 @pytest.fixture
@@ -69,8 +68,7 @@ def test_example_bundle_runs_with_monai_bundle(tmp_path: Path) -> None:
     # MONAI needs nothing beyond the ids: fire turns --ID VALUE into overrides of top-level ids
     args = ["--config_file", EXAMPLE / "configs" / "train.yaml", "--meta_file", EXAMPLE / "configs" / "metadata.json",
             *TINY, "--dataset_dir", tmp_path / "data", "--output_dir", tmp_path / "out"]
-    proc = subprocess.run([sys.executable, "-m", "monai.bundle", "run", *map(str, args)], cwd=tmp_path,
-                          env=clean_env(tmp_path), capture_output=True, text=True, timeout=120)
+    proc = WARM.run("monai.bundle", ["run", *map(str, args)], cwd=tmp_path, env=clean_env(tmp_path), timeout=120)
     assert proc.returncode == 0, out(proc)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["epochs"] == 1 and summary["metric_name"] == "val_dice"

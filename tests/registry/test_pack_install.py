@@ -304,3 +304,15 @@ def test_a_damaged_archive_is_bad_input(cli, tmp_path: Path, damage: bytes):
     (tmp_path / "b.tar.gz").write_bytes(damage)
     proc = cli("install", tmp_path / "b.tar.gz", "--to", tmp_path / "shared")
     assert proc.returncode == 2 and "cannot read the archive" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_install_limit_is_read_when_installing_and_a_value_that_is_not_bytes_is_refused_naming_it() -> None:
+    from hpc_runner.errors import UserError
+    from hpc_runner.registry.install import MAX_BYTES, max_bytes
+
+    assert max_bytes({}) == MAX_BYTES == 256 << 30 and max_bytes({"HPCR_INSTALL_MAX_BYTES": " "}) == MAX_BYTES
+    assert max_bytes({"HPCR_INSTALL_MAX_BYTES": "1000"}) == 1000
+    for bad in ("1e9", "-5", "0", "lots", "10GB"):
+        with pytest.raises(UserError, match="HPCR_INSTALL_MAX_BYTES") as err:
+            max_bytes({"HPCR_INSTALL_MAX_BYTES": bad})
+        assert "positive whole number" in str(err.value.expected)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from warm_python import WARM
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
@@ -33,8 +34,7 @@ def subprocess_env() -> dict[str, str]:
 
 def hpc_runner(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a new process, as a user would."""
-    return subprocess.run([sys.executable, "-m", "hpc_runner", *args], cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return WARM.run("hpc_runner", list(args), cwd=cwd, env=subprocess_env(), timeout=timeout)
 
 
 def assert_png(path: Path, min_size: tuple[int, int] = (300, 200)) -> None:

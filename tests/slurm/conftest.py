@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from warm_python import WARM
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
@@ -31,10 +31,7 @@ class Cli:
         env = dict(self.env)
         if "SLURM_CONF" in os.environ and not self.offline:  # exported by the slurm_cluster fixture
             env["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        return subprocess.run(
-            [sys.executable, "-m", "hpc_runner", *args],
-            env=env, cwd=self.cwd, capture_output=True, text=True, timeout=timeout,
-        )
+        return WARM.run("hpc_runner", list(args), cwd=self.cwd, env=env, timeout=timeout)
 
     def calls(self) -> dict[str, int]:
         """Return how many times each scheduler command ran since the last reset."""

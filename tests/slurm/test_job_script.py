@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from warm_python import WARM
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.scheduler.profiles import load_profile
@@ -37,8 +38,7 @@ def _hostile_bundle(folder: Path, name: str = HOSTILE_NAME) -> Path:
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPCR_")}
     env["XDG_CONFIG_HOME"] = str(cwd / "config-home")
-    return subprocess.run([sys.executable, "-m", "hpc_runner", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return WARM.run("hpc_runner", list(args), cwd=cwd, env=env, timeout=300)
 
 
 def _run_script(script: str, cwd: Path) -> None:

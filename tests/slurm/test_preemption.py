@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from warm_python import WARM
 
 pytestmark = [pytest.mark.slow]
 slurm = pytest.mark.slurm
@@ -156,11 +157,8 @@ def run_here(out: Path, args: list[str]) -> subprocess.CompletedProcess:
     """``hpc-runner run training`` in this machine's shell (no SLURM variables), one thread."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR__", "SLURM_"))}
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "hpc_runner", "run", "training", "--bundle", str(BUNDLE), "--output_dir", str(out),
-         *args],
-        env=env, cwd=out.parent, capture_output=True, text=True, timeout=300,
-    )
+    return WARM.run("hpc_runner", ["run", "training", "--bundle", str(BUNDLE), "--output_dir", str(out), *args],
+                    env=env, cwd=out.parent, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ def submit_tune(
         if isinstance(exc, Exception) and not isinstance(exc, UserError):
             raise ClusterError(f"submitting the tune failed: {exc}") from exc
         raise
-    out.notes.append(f"{workers} worker(s) for {settings.trials} trial(s); {note}")
+    out.notes.append(f"{len(out.job_ids) or workers} worker(s) for {settings.trials} trial(s); {note}")
     if executor.runs_here:
         run_workers_here(directory, executor, out, log)
     return out
@@ -91,11 +91,29 @@ def run_workers_here(directory: Path, executor: Any, out: Any, log: Log) -> None
     out.local_failures = sum(1 for p in SweepRecord.load(directory).points if p.get("state") == FAILED)
 
 
+def workers_within(indices: list[int], limits: Any) -> tuple[list[int], str]:
+    """The workers of ``indices`` the cluster's submit limits let in now (the first ones), and a note when some
+    are left out. The workers share the trials, so fewer of them spend the same budget, more slowly; no free
+    slot at all is a ClusterError naming the limit (nothing is queued)."""
+    room = [n for n in (limits.free_slots, limits.max_array_size) if n is not None]
+    cap = min(room) if room else len(indices)
+    if cap >= len(indices):
+        return list(indices), ""
+    if cap <= 0:
+        raise ClusterError(f"no submit slot is free for the tune's {len(indices)} worker(s): {limits.describe()}; "
+                           "nothing was queued", expected="a free slot: wait for some of your jobs to end, "
+                           "then resume the tune (hpc-runner resume DIR)")
+    why = limits.describe() if limits.free_slots is not None and limits.free_slots <= cap else \
+        f"MaxArraySize {limits.max_array_size} ({limits.max_array_source})"
+    return list(indices[:cap]), f"{cap} of {len(indices)} worker(s) started, within the limit ({why})"
+
+
 def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: str, out: Any, hold: bool = False,
                  preflight: bool = True) -> None:
-    """Submit workers ``indices`` of the tune in ``directory`` as one group (one job array); record it. The sbatch
-    counts in the tune's budget of sbatch calls as a sweep's do (``Ledger.count_submit_call``: ClusterError, and
-    nothing submitted, once it is spent)."""
+    """Submit workers ``indices`` of the tune in ``directory`` as one group (one job array), no more of them than
+    the submit limits let in now (``workers_within``); record it. The sbatch counts in the tune's budget of
+    sbatch calls as a sweep's do (``Ledger.count_submit_call``: ClusterError, and nothing submitted, once it is
+    spent)."""
     from hpc_runner.records.rundir import now_iso
     from hpc_runner.scheduler.executor import JobRequest
     from hpc_runner.sweep import ledger as sr
@@ -108,6 +126,8 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
         record = ledger.record
         request = JobRequest(job_name=f"hpcr-tune-{record.data.get('bundle', 'tune')}", folder=record.job_folder,
                              chdir=(record.data.get("command") or {}).get("cwd") or os.getcwd(), hold=hold)
+        limits = executor.limits()
+        indices, capped = workers_within(indices, limits)
         if preflight:
             executor.check_resources(request, len(indices), f"the tune's {len(indices)} worker(s)")
         job_record = {"cluster": executor.name, "sweep": sweep_dir}
@@ -116,9 +136,14 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
             jobs = executor.submit(run_tune_worker,
                                    [[sweep_dir] * len(indices), list(indices), [job_record] * len(indices)], request)
         array = {"job_id": jobs[0].job_id.split("_")[0], "size": len(indices)}
-        record.submissions().append({"at": now_iso(), "reason": reason, "profile": executor.profile.to_record(),
-                                     "arrays": [array], "workers": {str(i): j.job_id for i, j in zip(indices, jobs)}})
+        submission = {"at": now_iso(), "reason": reason, "profile": executor.profile.to_record(),
+                      "arrays": [array], "workers": {str(i): j.job_id for i, j in zip(indices, jobs)}}
+        if capped:
+            submission["limit"] = capped
+        record.submissions().append(submission)
         ledger.all_submitted()
+    if capped:
+        out.notes.append(capped)
     out.arrays.append(array)
     for i, job in zip(indices, jobs):
         out.job_ids[int(i)] = job.job_id

@@ -70,3 +70,30 @@ def test_a_direction_that_contradicts_the_trainer_is_refused(tmp_path: Path, mak
     text = err.value.paragraph()
     assert "trainer::metric_mode" in text and "--direction minimize" in text
     assert not (tmp_path / "tune").exists()
+
+
+def test_workers_past_the_free_submit_slots_are_not_queued_and_none_free_queues_nothing(
+        make_tune, make_cluster, tmp_path: Path) -> None:
+    """`tune --parallel K` goes through the governor's count: K workers past the QOS limit are not submitted
+    (the trials are shared, so fewer workers spend the same budget); no free slot queues nothing, naming it."""
+    from hpc_runner.errors import ClusterError
+    from hpc_runner.scheduler.profile import ClusterProfile
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.submitted import Submitted
+    from hpc_runner.tune.submit import send_workers
+
+    cluster = make_cluster(max_submit=3)
+    executor = executor_for(ClusterProfile("mem", [], {"executor": "memory", "time": 10, "mem_gb": 1}))
+    tune = make_tune(tmp_path / "tune", ["learning_rate=loguniform(0.001,0.01)"], trials=6)
+    out = Submitted(tune)
+    send_workers(tune, list(range(5)), executor, reason="tune", out=out, preflight=False)
+    assert sorted(out.job_ids) == [0, 1, 2] and len(cluster.queued()) == 3 and cluster.refused == []
+    (submission,) = sr.SweepRecord.load(tune).submissions()
+    assert submission["limit"].startswith("3 of 5 worker(s) started, within the limit (3 free submit slot(s): ")
+    assert out.notes == [submission["limit"]]
+
+    full = make_tune(tmp_path / "full", ["learning_rate=loguniform(0.001,0.01)"], trials=6)
+    with pytest.raises(ClusterError, match="no submit slot is free for the tune's 2 worker"):
+        send_workers(full, [0, 1], executor, reason="tune", out=Submitted(full), preflight=False)
+    assert len(cluster.queued()) == 3 and sr.SweepRecord.load(full).submissions() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shlex
@@ -244,6 +245,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "local SLURM" if nodeid in self.cluster_ids else nodeid.split("::", 1)[0]
 
     return OneClusterScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _no_logging_handler_left_on_a_closed_stream() -> Iterator[None]:
+    """MONAI's and ignite's loggers keep the StreamHandler they made at their first use, bound to sys.stdout as
+    it was then: in an in-process test that is pytest's capture (or a run's log tee over it), closed when the
+    test ends, so a later test's log line would print "Logging error ... I/O operation on closed file". After
+    each test such a handler writes to the real stdout again, as it would in the next process."""
+    yield
+    loggers = [logging.getLogger(), *(x for x in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(x, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
+                    and getattr(handler.stream, "closed", False):
+                with handler.lock or contextlib.nullcontext():
+                    handler.stream = sys.__stdout__  # not setStream: it would flush the closed stream
 
 
 @pytest.fixture(scope="session")

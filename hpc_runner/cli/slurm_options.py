@@ -13,13 +13,17 @@ DEFAULT_CLUSTER = "slurm"
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: bool = True) -> None:
     """Add --cluster, --slurm KEY=VALUE, --hold and --dry-run."""
     g = parser.add_argument_group("cluster")
-    default = os.environ.get("HPCR_CLUSTER", DEFAULT_CLUSTER) if default_from_env else None
+    # None when neither --cluster nor $HPCR_CLUSTER names one: load_profile_from_args then checks that the
+    # default profile can submit from here before anything is loaded (issue 34: no cluster, no wait)
+    default = (os.environ.get("HPCR_CLUSTER") or None) if default_from_env else None
     g.add_argument(
         "--cluster",
         metavar="PROFILE",
         default=default,
         help="cluster profile: a name (built in: jade, slurm, local; more in ~/.config/hpc-runner/clusters or "
-        "$HPCR_CLUSTER_PATH) or a .yaml file" + (f" (default: $HPCR_CLUSTER or {DEFAULT_CLUSTER})" if default else ""),
+        "$HPCR_CLUSTER_PATH) or a .yaml file" + (
+            f" (default: $HPCR_CLUSTER, else {DEFAULT_CLUSTER} when its controller answers; without one, "
+            "--cluster local runs the jobs here)" if default_from_env else ""),
     )
     g.add_argument(
         "--slurm",
@@ -38,10 +42,24 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
 
 
 def load_profile_from_args(args: argparse.Namespace, name: str | None = None) -> Any:
-    """Return the ClusterProfile that --cluster and --slurm describe."""
+    """Return the ClusterProfile that --cluster and --slurm describe. With neither --cluster nor $HPCR_CLUSTER,
+    the default profile, once its scheduler answers from here (within 2 s; a dry run does not ask): else a
+    UserError naming --cluster local, before any config is read or anything queued."""
+    from hpc_runner.errors import UserError
     from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
+    from hpc_runner.scheduler.select import executor_for
 
-    return load_profile(name or args.cluster, parse_setting_overrides(args.slurm))
+    chosen = name or args.cluster
+    profile = load_profile(chosen or DEFAULT_CLUSTER, parse_setting_overrides(args.slurm))
+    if chosen is None and not getattr(args, "dry_run", False):
+        problem = executor_for(profile).unreachable(2.0)
+        if problem:
+            raise UserError(
+                f"no --cluster was given and the default profile '{DEFAULT_CLUSTER}' cannot submit from this "
+                f"machine: {problem}; nothing was run or queued",
+                expected="--cluster local to run the jobs here, one after another, or --cluster NAME for your "
+                "cluster's profile ($HPCR_CLUSTER=NAME makes it the default)")
+    return profile
 
 
 def _whole_number_at_least(minimum: int, what: str) -> Callable[[str], int]:

@@ -197,6 +197,11 @@ class Executor(ABC):
         """Return the profile's name."""
         return self.profile.name
 
+    def unreachable(self, timeout: float = 2.0) -> str | None:
+        """Why this executor's scheduler cannot take a job from this machine now, said in its own words, within
+        ``timeout`` seconds (None: it can, or there is nothing to ask)."""
+        return None
+
     @abstractmethod
     def limits(self) -> SubmitLimits:
         """Return the submit limits that apply now (and how many of the user's jobs count against them)."""

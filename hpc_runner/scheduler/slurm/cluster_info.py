@@ -1,9 +1,11 @@
-"""What the scheduler says about itself: MaxArraySize from ``scontrol show config``."""
+"""What the scheduler says about itself: MaxArraySize from ``scontrol show config``, and whether its controller
+answers at all (``scontrol ping``)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's own default
@@ -38,3 +40,20 @@ def max_array_size(fallback: int | None = None) -> tuple[int, str]:
     if fallback:
         return int(fallback), "the profile's max_array_size"
     return DEFAULT_MAX_ARRAY_SIZE, "SLURM's default (scontrol did not answer)"
+
+
+def controller_problem(timeout: float = 2.0) -> str | None:
+    """Why no job can be submitted from this machine, in one clause (None: the controller answers): no SLURM
+    client (sbatch not on PATH), or ``scontrol ping`` failing, saying DOWN or silent for ``timeout`` seconds."""
+    if shutil.which("sbatch") is None:
+        return "there is no SLURM here (sbatch is not on PATH)"
+    try:
+        res = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"no SLURM controller answered `scontrol ping` within {timeout:g} s"
+    except OSError as exc:
+        return f"`scontrol ping` could not run ({exc.strerror or exc})"
+    said = " ".join((res.stdout + " " + res.stderr).split())[:300]
+    if res.returncode != 0 or ("DOWN" in said and "UP" not in said):
+        return f"no SLURM controller answers (`scontrol ping`: {said or f'exit {res.returncode}'})"
+    return None

@@ -271,6 +271,12 @@ class SlurmExecutor(Executor):
         """ClusterError for a value sbatch could not take, or that must not reach a job script."""
         check_profile_values(settings, where)
 
+    def unreachable(self, timeout: float = 2.0) -> str | None:
+        """Why no job can be submitted from here: no sbatch on PATH, or no controller answers ``scontrol ping``."""
+        from hpc_runner.scheduler.slurm.cluster_info import controller_problem
+
+        return controller_problem(timeout)
+
     def limits(self) -> SubmitLimits:
         """Return the user's submit limits and queued jobs (sacctmgr, squeue, scontrol)."""
         from hpc_runner.scheduler.slurm.limits import read_limits

@@ -14,6 +14,7 @@ from pathlib import Path
 from hpc_runner import __version__
 from hpc_runner.errors import UserError
 
+DISTRIBUTION = "hpc-bundle-runner"  # hpc-runner's distribution name (PyPI's "hpc-runner" is another project)
 RECORDED_PACKAGES = ("torch", "monai", "numpy", "hpc-runner", "pytorch-ignite", "submitit", "nibabel")
 
 ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -58,7 +59,7 @@ def package_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in RECORDED_PACKAGES:
         try:
-            versions[name] = metadata.version(name)
+            versions[name] = metadata.version(DISTRIBUTION if name == "hpc-runner" else name)
         except metadata.PackageNotFoundError:
             continue
     # run from a checkout that was never installed (PYTHONPATH, a .pth): no metadata, the package says it

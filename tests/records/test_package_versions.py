@@ -1,0 +1,22 @@
+"""A run records hpc-runner's version from its own distribution (PyPI's "hpc-runner" is another project's)."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+from hpc_runner import __version__
+from hpc_runner.records.environment import DISTRIBUTION, package_versions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_distribution_is_ours_and_its_version_is_recorded_under_hpc_runner() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()  # (tomllib is Python 3.11+; we support 3.10)
+    assert re.search(r'^name = "([^"]+)"', pyproject, re.M).group(1) == DISTRIBUTION == "hpc-bundle-runner"
+    assert re.search(r'^hpc-runner = "hpc_runner\.cli:entry"$', pyproject, re.M)  # the command keeps its name
+    versions = package_versions()
+    assert versions["hpc-runner"] == metadata.version(DISTRIBUTION) == __version__
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "pip install 'hpc-runner[" not in readme and "pip install 'hpc-bundle-runner[" in readme

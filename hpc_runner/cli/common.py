@@ -81,6 +81,15 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_writable_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--writable DIR``: a folder the --safe sandbox may write besides the run dir (recorded in its mark)."""
+    parser.add_argument(
+        "--writable", action="append", metavar="DIR",
+        help="with --safe: the sandbox lets the run (or each job) write DIR too (a dataset or cache folder you "
+        "chose; the run dir and --cache_dir always); repeatable",
+    )
+
+
 def add_preflight_argument(parser: argparse.ArgumentParser) -> None:
     """Add --no-preflight (run, submit, sweep, resume)."""
     parser.add_argument(
@@ -149,6 +158,9 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     from hpc_runner.registry.trust import check_trust
 
     _check_monai_flags(args)
+    if getattr(args, "writable", None) and not getattr(args, "safe", False):
+        raise UserError("--writable names what the --safe sandbox may write; without --safe every folder is",
+                        expected="--safe --writable DIR, or neither")
     bundle = args.bundle
     if bundle:
         # resolve once, so the folder checked is the folder loaded
@@ -178,7 +190,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         raise
     cfg.init_id = getattr(args, "init_id", None) or cfg.init_id
     cfg.final_id = getattr(args, "final_id", None) or cfg.final_id
-    from hpc_runner.engine.sandbox import static_check_skipped
+    from hpc_runner.config.sandbox_marks import static_check_skipped
 
     if getattr(args, "safe", False) and not static_check_skipped():  # the switch is test-only, sandbox-only
         from hpc_runner.config.safe_mode import check_safe
@@ -186,6 +198,8 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         check_safe(cfg)
     cfg.trusted = bool(getattr(args, "trust", False))
     cfg.safe = bool(getattr(args, "safe", False))
+    if cfg.safe:  # the folders the sandbox of this run (or of its jobs) may write besides the run dir
+        cfg.sandbox_writable = tuple(named_writable(args))
     cfg.tracking = getattr(args, "tracking_settings", None)  # recorded in the run dir by prepare_run
     return cfg
 
@@ -226,3 +240,17 @@ def _check_monai_flags(args: argparse.Namespace) -> None:
             raise UserError(f"ENTRY '{args.entry}' and --run_id '{run_id}' disagree",
                             expected="one of them (both name the id to run)")
         args.entry = str(run_id)
+
+
+def cli_values(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The (id, value) of every override on the command line."""
+    from hpc_runner.config.overrides import parse_cli_overrides
+
+    return [(o.id, o.value) for o in parse_cli_overrides(getattr(args, "override_tokens", []))]
+
+
+def named_writable(args: argparse.Namespace) -> list[str]:
+    """The folders the user named for writing: ``--cache_dir DIR`` (an override) and every ``--writable DIR``."""
+    found = [str(v) for k, v in cli_values(args) if k == "cache_dir" and isinstance(v, str) and v]
+    found += list(getattr(args, "writable", None) or [])
+    return [os.path.abspath(os.path.expanduser(p)) for p in found]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 HELP = "run a recorded run again exactly (its config.yaml and entry) in a new run dir"
 DESCRIPTION = """Run the run recorded in RUN_DIR again, from its config.yaml: the config that ran, with
@@ -59,4 +60,26 @@ def main(args: argparse.Namespace) -> int:
 
     run_dir, expanded = start_rerun(plan, sys.argv)
     print(f"hpc-runner: re-running {plan.source} in {run_dir.path}", flush=True)
+    from hpc_runner.config.sandbox_marks import inside_sandbox
+
+    if plan.cfg.safe and not inside_sandbox():  # a run made with --safe is re-run in its sandbox, as its jobs are
+        return _rerun_in_sandbox(run_dir.path, plan.entry)
     return execute_and_report(plan.cfg, run_dir, expanded, plan.entry, "rerun", requeue=True, debug=args.debug)
+
+
+def _rerun_in_sandbox(run_dir: Path, entry: str | None) -> int:
+    """Run the prepared re-run inside the --safe sandbox; print how it ended; return the exit code."""
+    from hpc_runner.cli.run import EXIT_FAILED, EXIT_PREEMPTED
+    from hpc_runner.engine.sandbox_job import run_recorded_in_sandbox
+    from hpc_runner.engine.stop import install_stop_handlers
+
+    restore = install_stop_handlers()
+    try:
+        outcome = run_recorded_in_sandbox(run_dir, entry)
+    finally:
+        restore()
+    if outcome.status == "completed":
+        print(f"hpc-runner: done; results in {run_dir}", flush=True)
+        return 0
+    print(f"hpc-runner rerun: error: {outcome.error.described}", file=sys.stderr, flush=True)
+    return EXIT_PREEMPTED if outcome.status == "preempted" else EXIT_FAILED

@@ -11,6 +11,7 @@ from hpc_runner.cli.common import (
     add_bundle_arguments,
     add_preflight_argument,
     add_profile_arguments,
+    add_writable_argument,
     load_config_from_args,
     profile_request,
 )
@@ -51,11 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-requeue", action="store_true", help="under SLURM, do not requeue the job after a stop signal"
     )
-    parser.add_argument(
-        "--writable", action="append", metavar="DIR",
-        help="with --safe: the sandbox lets the run write DIR too (a dataset or cache folder you chose; the run dir "
-        "and --cache_dir always); repeatable",
-    )
+    add_writable_argument(parser)
     add_preflight_argument(parser)
     add_profile_arguments(parser)
     add_cpus_argument(parser, submits=False)
@@ -68,9 +65,13 @@ def main(args: argparse.Namespace) -> int:
     limit, a requeue); USR2's default action would kill the job without a checkpoint or a requeue. Taken
     as a stop request instead, the trainer checkpoints after its first step and the job is requeued.
     """
-    from hpc_runner.engine.sandbox import inside_sandbox
+    from hpc_runner.config.sandbox_marks import inside_sandbox
     from hpc_runner.engine.stop import install_stop_handlers
+    from hpc_runner.records.safe_mark import read_mark
 
+    if args.resume and not args.safe and not inside_sandbox() and read_mark(args.resume) is not None:
+        args.safe = True  # a run made with --safe stays in its sandbox (records/safe_mark.py)
+        print("hpc-runner: this run was made with --safe: it goes on inside the sandbox", file=sys.stderr, flush=True)
     if args.safe and not inside_sandbox():  # the bundle's code runs only inside the sandbox (docs/security.md)
         from hpc_runner.cli.sandbox_run import run_in_sandbox
 
@@ -194,7 +195,7 @@ def execute_and_report(
             print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}; checkpoint written by rank 0",
                   file=sys.stderr)
             return EXIT_PREEMPTED
-        from hpc_runner.engine.sandbox import inside_sandbox
+        from hpc_runner.config.sandbox_marks import inside_sandbox
 
         if requeue and own_job_id() and inside_sandbox():  # no network in run --safe's sandbox: asked from outside
             print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; the requeue is asked from "

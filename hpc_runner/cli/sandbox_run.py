@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.cli.common import cli_values, named_writable
 from hpc_runner.errors import UserError
+from hpc_runner.records.safe_mark import SAFE_MARK, write_mark
 
 
 def run_in_sandbox(args: argparse.Namespace) -> int:
@@ -43,7 +45,9 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
 
         run_dir = os.path.abspath(args.resume)  # bad input (not a run dir) is refused here, before any sandbox
         cfg = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))[0]
+        extra = list(cfg.sandbox_writable)  # what its mark let it write when it started
     else:
+        extra = []
         cfg = _load_without_allow_list(args)
         output_dir = args.output_dir
         if output_dir is None:
@@ -55,8 +59,9 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
 
         check_folder_path(output_dir)
         run_dir = os.path.abspath(output_dir)
-    writable = [run_dir, *named_writable(args)]
+    writable = list(dict.fromkeys([run_dir, *named_writable(args), *extra]))
     made = [path for folder in writable for path in _make_folders(folder)]
+    mark = str(write_mark(run_dir, writable[1:]))  # outside, before it starts: bound read-only inside
     environ = dict(os.environ)
     user_config = _user_config(environ)
     home = environ.get("HOME") or str(Path.home())
@@ -64,6 +69,7 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         run_dir=run_dir, cwd=os.getcwd(), home=home, writable=tuple(writable),
         readable=tuple(named_readable(args, cfg, user_config)),
         hidden=tuple(h for h in hidden_folders(environ) if os.path.isdir(h)),
+        protected=(mark,),
         devices=tuple(gpu_devices()),
         env={**sandbox_env(environ, home=home, user_config=user_config),
              **({FRESH_ENV: "1"} if made and run_dir in made else {})},
@@ -80,6 +86,8 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
             _requeue(run_dir)
         return rc
     finally:
+        if run_dir in made and os.listdir(run_dir) == [SAFE_MARK]:  # nothing ran: the mark goes with the folder
+            os.remove(mark)
         for path in reversed(made):  # only the folders this side made, and only when the run left them empty
             try:
                 os.rmdir(path)
@@ -105,21 +113,8 @@ def _load_without_allow_list(args: argparse.Namespace) -> Any:
     from hpc_runner.cli.common import load_config_from_args
 
     plain = argparse.Namespace(**vars(args))
-    plain.safe = False
+    plain.safe, plain.writable = False, None  # (--writable is this side's to bind)
     return load_config_from_args(plain)
-
-
-def _cli_values(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    from hpc_runner.config.overrides import parse_cli_overrides
-
-    return [(o.id, o.value) for o in parse_cli_overrides(getattr(args, "override_tokens", []))]
-
-
-def named_writable(args: argparse.Namespace) -> list[str]:
-    """The folders the user named for writing: ``--cache_dir DIR`` (an override) and every ``--writable DIR``."""
-    found = [str(v) for k, v in _cli_values(args) if k == "cache_dir" and isinstance(v, str) and v]
-    found += list(getattr(args, "writable", None) or [])
-    return [os.path.abspath(os.path.expanduser(p)) for p in found]
 
 
 def named_readable(args: argparse.Namespace, cfg: Any, user_config: str | None) -> list[str]:
@@ -137,7 +132,7 @@ def named_readable(args: argparse.Namespace, cfg: Any, user_config: str | None) 
             paths.append(value)
     for value in getattr(args, "config_file", None) or []:
         paths += [p.strip(" '\"[]") for p in str(value).split(",")]
-    paths += [v for _, v in _cli_values(args) if isinstance(v, str) and v.startswith(("/", ".", "~"))]
+    paths += [v for _, v in cli_values(args) if isinstance(v, str) and v.startswith(("/", ".", "~"))]
     if user_config:
         paths.append(user_config)
     return [os.path.abspath(os.path.expanduser(p)) for p in paths if p and os.path.exists(os.path.expanduser(p))]

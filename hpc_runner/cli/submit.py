@@ -10,6 +10,7 @@ from hpc_runner.cli.common import (
     add_bundle_arguments,
     add_preflight_argument,
     add_profile_arguments,
+    add_writable_argument,
     load_config_from_args,
     profile_request,
 )
@@ -55,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
+    add_writable_argument(parser)
     add_profile_arguments(parser)
     parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
     parser.add_argument("--shards", type=positive_int, metavar="N",

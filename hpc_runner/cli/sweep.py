@@ -11,6 +11,7 @@ from hpc_runner.cli.common import (
     add_bundle_arguments,
     add_preflight_argument,
     add_profile_arguments,
+    add_writable_argument,
     load_config_from_args,
     profile_request,
 )
@@ -91,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_arguments(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
+    add_writable_argument(parser)
     add_profile_arguments(parser)
 
 

@@ -79,7 +79,15 @@ def _main(args: argparse.Namespace) -> int:
         from hpc_runner.errors import UserError
 
         raise UserError("hpc-runner tune needs Optuna, which is not installed in this environment",
-                        expected="pip install 'hpc-runner[tune]' (Optuna >= 4)")
+                        expected="pip install 'hpc-bundle-runner[tune]' (Optuna >= 4)")
+    if args.safe:  # the pruner listens to the trial in its own process: not through a sandbox yet
+        from hpc_runner.errors import UserError
+
+        raise UserError("tune --safe is refused: --safe runs a bundle's code only inside a sandbox, and a tune's "
+                        "trials report each validation to the pruner in the worker's own process, which the "
+                        "sandbox would cut off; nothing was submitted",
+                        expected="sweep --safe over the same values (each point runs in the sandbox), or tune "
+                        "without --safe on a bundle you trust")
     from hpc_runner.tune.settings import TuneSettings
     from hpc_runner.tune.submit import submit_tune
 

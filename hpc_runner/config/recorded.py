@@ -15,8 +15,10 @@ from hpc_runner.config.bundle_config import (
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
 from hpc_runner.config.safe_mode import check_safe
+from hpc_runner.config.sandbox_marks import static_check_skipped
 from hpc_runner.errors import ConfigError
 from hpc_runner.records.rundir import CONFIG_FILE, RunDir
+from hpc_runner.records.safe_mark import read_mark
 from hpc_runner.registry.trust import check_trust
 
 
@@ -37,6 +39,7 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
     # accepts a recorded config that differs from config.yaml in output_dir alone and records the new one
     _follow_moved_run_dir(loaded.data, rd.path)
     record = rd.record()
+    mark = read_mark(rd.path)  # a run made with --safe stays safe whatever its (writable) record says
     bundle = record.get("bundle") or {}
     bundle_dir = Path(bundle["dir"]) if bundle.get("dir") else None
     where = {k: f"{path}:{v}" for k, v in loaded.lines.items()}
@@ -48,7 +51,8 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
         config=loaded.data,
         where=where,
         trusted=bool(record.get("trusted", False)),
-        safe=bool(record.get("safe", False)),
+        safe=bool(record.get("safe", False)) or mark is not None,
+        sandbox_writable=tuple(mark or ()),
         recorded=True,
         init_id=str(record.get("init_id") or DEFAULT_INIT_ID),
         final_id=str(record.get("final_id") or DEFAULT_FINAL_ID),
@@ -82,10 +86,10 @@ def check_recorded_bundle(cfg: BundleConfig, record: dict, *, trust: bool = Fals
     --trust); with ``safe`` (or a run started with --safe) the config must pass --safe. Raises BundleError.
     """
     cfg.trusted = bool(trust or record.get("trusted", False))
-    cfg.safe = bool(safe or record.get("safe", False))
+    cfg.safe = bool(safe or cfg.safe or record.get("safe", False))
     if cfg.bundle_dir is not None:
         check_trust(cfg.bundle_dir, trust=cfg.trusted)
-    if cfg.safe:
+    if cfg.safe and not static_check_skipped():  # the switch is test-only, honoured only inside the sandbox
         if cfg.logging_file is None and (record.get("bundle") or {}).get("logging_file"):
             cfg.logging_file = Path(record["bundle"]["logging_file"])  # the run applies it again: check it again
         check_safe(cfg)

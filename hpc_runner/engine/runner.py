@@ -220,6 +220,12 @@ def _prepare_run(
             "created": previous.get("created", now_iso()),
             **({"deterministic": determinism} if determinism else {}),
     })
+    from hpc_runner.config.sandbox_marks import inside_sandbox
+
+    if cfg.safe and not inside_sandbox():  # outside: the mark its sandbox binds read-only (records/safe_mark.py)
+        from hpc_runner.records.safe_mark import write_mark
+
+        write_mark(run_dir.path, cfg.sandbox_writable)
     return run_dir, expanded
 
 
@@ -547,7 +553,7 @@ def bad_input_in(outcome: RunOutcome) -> Any:
     refused = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # the filesystem, not the run, said no
     full = next((e for e in chain if isinstance(e, OSError) and e.errno in refused), None)
     if full is not None:
-        from hpc_runner.engine.sandbox import inside_sandbox
+        from hpc_runner.config.sandbox_marks import inside_sandbox
 
         if full.errno == errno.EROFS and inside_sandbox():  # run --safe: only the folders the user named are writable
             return UserError(f"the run's filesystem refused a write ({full.strerror}): inside --safe's sandbox only "

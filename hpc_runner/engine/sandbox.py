@@ -28,17 +28,14 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hpc_runner.config.sandbox_marks import INSIDE_ENV
 from hpc_runner.errors import UserError
 from hpc_runner.scheduler.job_env import job_variables
 
-INSIDE_ENV = "HPCR_SANDBOXED"  # set by the parent on the run it starts inside the sandbox
 FRESH_ENV = "HPCR_SANDBOX_FRESH"  # "1": the parent made the run dir for this run (removed again on bad input)
-# Test-only: "off" skips the allow-list inside the sandbox, so tests show that the sandbox alone holds.
-# Honoured only where INSIDE_ENV is set; never documented as a user setting.
-STATIC_SWITCH = "HPCR_TEST_SAFE_STATIC"
 BWRAP_ENV = "HPCR_BWRAP"  # the bwrap program to use (default: bwrap on PATH)
 
 # variables passed by name; HPCR_* (but the user config's path, rebound) and the job's variables by prefix
@@ -63,19 +60,9 @@ class Needs:
     writable: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()  # inside a writable folder, bound read-only over it (the --safe mark, job files)
     devices: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-
-
-def inside_sandbox(environ: Mapping[str, str] | None = None) -> bool:
-    """Return whether this process is the run its parent started inside the sandbox."""
-    return (os.environ if environ is None else environ).get(INSIDE_ENV) == "1"
-
-
-def static_check_skipped(environ: Mapping[str, str] | None = None) -> bool:
-    """Test-only: whether the allow-list is switched off (only inside the sandbox, never outside it)."""
-    environ = os.environ if environ is None else environ
-    return inside_sandbox(environ) and environ.get(STATIC_SWITCH) == "off"
 
 
 def hidden_folders(environ: Mapping[str, str], uid: int | None = None) -> list[str]:
@@ -137,8 +124,8 @@ def bind_plan(needs: Needs) -> list[tuple[str, str]]:
     folder is not bound (the tmpfs wins: running from ``$HOME`` does not show ``$HOME``);
     a readable path outside every hidden folder needs no bind (the read-only root shows it), nor does one
     inside a folder already bound back with nothing hidden or writable between. Writable paths are always
-    bound; at the same path, a bind comes after the tmpfs. Paths are absolute, and real (a link is bound
-    at its real place too).
+    bound; at the same path, a bind comes after the tmpfs. Protected paths (inside a writable folder) are bound
+    read-only last, over it. Paths are absolute, and real (a link is bound at its real place too).
     """
     hidden = [os.path.normpath(h) for h in needs.hidden]
     writable = sorted({p for path in needs.writable for p in (os.path.abspath(path), os.path.realpath(path))})
@@ -153,7 +140,9 @@ def bind_plan(needs: Needs) -> list[tuple[str, str]]:
     plan = [("--tmpfs", h) for h in hidden]
     plan += [("--ro-bind-try", p) for p in readable if p not in writable and not covered(p)]
     plan += [("--bind", p) for p in writable]
-    order = {"--tmpfs": 0, "--ro-bind-try": 1, "--bind": 2}
+    plan += [("--ro-bind", q) for q in sorted({q for p in needs.protected
+                                               for q in (os.path.abspath(p), os.path.realpath(p))})]
+    order = {"--tmpfs": 0, "--ro-bind-try": 1, "--bind": 2, "--ro-bind": 3}
     return sorted(plan, key=lambda item: (_depth(item[1]), order[item[0]], item[1]))
 
 
@@ -227,12 +216,14 @@ def sandboxed_pid(bwrap_pid: int) -> int | None:
     return None
 
 
-def run_sandboxed(argv: Sequence[str]) -> int:
+def run_sandboxed(argv: Sequence[str], stop: Callable[[], str | None] | None = None) -> int:
     """Run a bwrap command line; relay stop signals to the run inside; return its exit code.
 
     bwrap runs in its own process group, so a Ctrl-C at the terminal reaches only this process, which
     passes it on (as SIGTERM and SIGUSR2 from SLURM) to the run inside, which checkpoints and stops. A
     signal that comes before bwrap has started the run is passed on as soon as the run is there.
+    With ``stop`` (a job, whose own stop handlers already turn signals into requests, in any thread) no
+    handler is installed: a pending request is passed on as SIGUSR2, once.
     """
     relay = sys.stdout.fileno() if _has_fileno(sys.stdout) else subprocess.PIPE
     relay_err = sys.stderr.fileno() if _has_fileno(sys.stderr) else subprocess.PIPE
@@ -254,7 +245,9 @@ def run_sandboxed(argv: Sequence[str]) -> int:
         deliver()
 
     previous = {}
-    for s in FORWARDED:  # before bwrap starts: a stop signal from now on is the run's, never this process's end
+    told = False
+    # before bwrap starts: a stop signal from now on is the run's, never this process's end
+    for s in FORWARDED if stop is None else ():
         try:
             previous[s] = signal.signal(s, forward)
         except ValueError:  # not the main thread: no relay
@@ -269,6 +262,9 @@ def run_sandboxed(argv: Sequence[str]) -> int:
                 rc = proc.wait(timeout=0.2)
                 break
             except subprocess.TimeoutExpired:
+                if stop is not None and not told and stop():
+                    told = True
+                    pending.append(signal.SIGUSR2)
                 deliver()
         for t in threads:
             t.join(timeout=5)

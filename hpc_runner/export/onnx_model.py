@@ -15,7 +15,7 @@ from hpc_runner.errors import UserError
 from hpc_runner.export.plan import ExportPlan, conversion_error, load_plan_weights, plan_onnx_export
 
 TAG = "onnx_export"
-INSTALL_HINT = "Install the ONNX exporter's packages: pip install 'hpc-runner[onnx]' (onnx and onnxscript)"
+INSTALL_HINT = "Install the ONNX exporter's packages: pip install 'hpc-bundle-runner[onnx]' (onnx and onnxscript)"
 
 
 def check_onnx_installed() -> None:

@@ -104,7 +104,7 @@ ONNX_EXPORT = CommandSpec(
     api="hpc_runner.export.onnx_model:onnx_export",
     help="MONAI's onnx_export: a checkpoint to an ONNX model (needs the onnx package)",
     description="""Export the weights of a bundle's network to ONNX, as `python -m monai.bundle onnx_export` does,
-with the same arguments and defaults (needs `pip install hpc-runner[onnx]`: onnx and onnxscript).
+with the same arguments and defaults (needs `pip install 'hpc-bundle-runner[onnx]'`: onnx and onnxscript).
 --ckpt_file may name an hpc-runner run dir (its model.pt). The file is written atomically.""",
     epilog="""examples:
   hpc-runner onnx_export network_def --filepath models/model.onnx --ckpt_file models/model.pt \\

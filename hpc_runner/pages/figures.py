@@ -20,7 +20,7 @@ def new_figure(width: float = 10.0, height: float = 4.0) -> Any:
     except ImportError:
         raise UserError(
             "the report needs matplotlib, which is not installed",
-            hint="pip install 'hpc-runner[report]' (or pip install matplotlib)",
+            hint="pip install 'hpc-bundle-runner[report]' (or pip install matplotlib)",
         ) from None
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)

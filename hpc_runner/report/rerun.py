@@ -85,7 +85,7 @@ def _check_bundle(cfg: Any, record: dict[str, Any], trust: bool) -> None:
     cfg.trusted = bool(trust or record.get("trusted", False))  # recorded in the new run.yaml
     if cfg.bundle_dir is not None:
         check_trust(cfg.bundle_dir, trust=cfg.trusted)
-    if record.get("safe"):
+    if cfg.safe or record.get("safe"):  # its mark (records/safe_mark.py) or its record
         from hpc_runner.config.safe_mode import check_safe
 
         check_safe(cfg)

@@ -18,6 +18,7 @@ from hpc_runner.records.logtee import Tee
 from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
 from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID
+from hpc_runner.sweep.ledger import RUN_JOB_FOLDER
 
 
 class RunFailed(RuntimeError):
@@ -27,13 +28,22 @@ class RunFailed(RuntimeError):
 def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
     """run_recorded, then put back overrides.yaml: prepare_run rewrites it from the reloaded config.yaml,
     which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost."""
+    from hpc_runner.config.sandbox_marks import inside_sandbox
     from hpc_runner.engine.runner import run_recorded
+    from hpc_runner.engine.sandbox_job import recorded_safe, run_recorded_in_sandbox
+    from hpc_runner.engine.stop import install_stop_handlers
     from hpc_runner.resources.gpu_sampler import sampling
 
     path = Path(run_dir) / OVERRIDES_FILE
     before = path.read_text(encoding="utf-8") if path.is_file() else None
     try:
         with sampling(run_dir):  # GPU use at a low rate, when nvidia-ml-py and a GPU are there (else nothing)
+            if recorded_safe(run_dir) and not inside_sandbox():  # --safe: the bundle's code runs only inside
+                restore = install_stop_handlers()  # a stop request here is passed on to the run inside
+                try:
+                    return run_recorded_in_sandbox(run_dir, entry, protect=(RUN_JOB_FOLDER,))
+                finally:
+                    restore()
             return run_recorded(run_dir, entry)
     finally:
         if before is not None and path.read_text(encoding="utf-8") != before:
@@ -88,7 +98,8 @@ def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True)
         raise RunFailed(f"stopped by {outcome.error.reason} and not requeued; checkpoint kept in {outcome.run_dir}")
     if outcome.status == "interrupted":
         raise RunFailed(f"interrupted; run dir {outcome.run_dir}")
-    raise RunFailed(describe_failure(outcome))
+    # a run inside the sandbox described its own failure (its traceback is in its run dir)
+    raise RunFailed(getattr(outcome.error, "described", None) or describe_failure(outcome))
 
 
 def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ UNSENT_FILE = "mlflow-unsent.jsonl"  # in the run dir: what could not be sent
 PARENT_FILE = "mlflow-parent.json"  # in a sweep dir: the parent run of its points
 LOCK_FILE = "mlflow.lock"  # in a sweep dir: one point creates the parent
 DEFAULT_DB = "mlflow.db"
-EXTRA = "pip install 'hpc-runner[tracking]'"
+EXTRA = "pip install 'hpc-bundle-runner[tracking]'"
 USER_KEY = "tracking"
 KINDS = ("mlflow",)
 

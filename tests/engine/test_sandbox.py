@@ -19,15 +19,13 @@ import pytest
 import yaml
 from warm_python import WARM
 
+from hpc_runner.config.sandbox_marks import INSIDE_ENV, STATIC_SWITCH, static_check_skipped
 from hpc_runner.engine.sandbox import (
-    INSIDE_ENV,
-    STATIC_SWITCH,
     Needs,
     bind_plan,
     bwrap_argv,
     hidden_folders,
     sandbox_env,
-    static_check_skipped,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,6 +177,9 @@ attempt("socket", lambda: socket.create_connection(("127.0.0.1", PORT), timeout=
 attempt("tmp", lambda: open(TMP_MARKER, "w").write("x"))
 attempt("cwd", lambda: open(CWD_MARKER, "w").write("x"))
 attempt("bundle", lambda: open(BUNDLE + "/evil.py", "w").write("x"))
+attempt("mark", lambda: open(RUN_DIR + "/.safe-sandbox.json", "w").write("x"))
+attempt("unmark", lambda: os.remove(RUN_DIR + "/.safe-sandbox.json"))
+attempt("jobs", lambda: open(RUN_DIR + "/slurm/evil.pkl", "w").write("x"))
 out["token"] = os.environ.get("SECRET_TOKEN")
 json.dump(out, open(RUN_DIR + "/attacks.json", "w"))
 '''
@@ -220,6 +221,11 @@ class Attack:
         assert found["cwd"].startswith("OSError") and "Read-only" in found["cwd"], found
         assert found["bundle"].startswith("OSError") and "Read-only" in found["bundle"], found
         assert found["token"] is None
+        # the --safe mark (its next start stays in the sandbox) and the job folder (pickles a requeue loads)
+        # are read-only inside
+        assert found["mark"].startswith("OSError") and found["unmark"].startswith("OSError"), found
+        assert json.loads((self.run_dir / ".safe-sandbox.json").read_text())["safe"] is True
+        assert found["jobs"] != "succeeded" and not (self.run_dir / "slurm" / "evil.pkl").exists(), found
         # writes to HOME and /tmp land in the sandbox's own empty tmpfs, gone with it
         assert (self.home / ".bash_profile").read_text() == "# the user's own\n"
         assert not os.path.exists(self.tmp_marker) and not (self.tmp_path / "marker").exists()
@@ -237,14 +243,61 @@ def test_with_the_allow_list_off_the_sandbox_alone_stops_the_attacks(tmp_path: P
     attack.check()
 
 
+# A run dir as `submit --safe` prepares it (record safe: true), of a bundle the allow-list outside would refuse
+PREPARE = """
+import sys
+from hpc_runner.config.bundle_config import load_bundle_config
+from hpc_runner.config.overrides import parse_cli_overrides
+from hpc_runner.engine.runner import prepare_run
+bundle, run_dir, *tokens = sys.argv[1:]
+cfg = load_bundle_config(bundle, cli_overrides=parse_cli_overrides(tokens), entry="attack")
+cfg.safe = True
+prepare_run(cfg, "attack", run_dir, [])
+"""
+# what a submitted job runs (submitit calls it by reference): here, outside any sandbox
+JOB = "import sys; from hpc_runner.sweep.job import run_submitted; print(run_submitted(sys.argv[1], 'attack'))"
+
+
+def _prepare_job(attack: Attack) -> list[str]:
+    """Write the attack's run dir as a safe submission; return the job's command line."""
+    tokens = attack.args[attack.args.index("--bundle") + 2: attack.args.index("--output_dir")]
+    subprocess.run([sys.executable, "-c", PREPARE, str(attack.bundle), str(attack.run_dir), *tokens],
+                   check=True, capture_output=True, timeout=120, cwd=attack.tmp_path)
+    (attack.run_dir / "slurm").mkdir()  # where submit keeps the job's pickles and scripts
+    return [sys.executable, "-c", JOB, str(attack.run_dir)]
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_job_of_a_safe_submission_runs_inside_the_sandbox_and_it_alone_stops_the_attacks(tmp_path: Path) -> None:
+    attack = Attack(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCR", "SLURM_JOB", "SLURM_ARRAY"))}
+    env.update({"OMP_NUM_THREADS": "1", "XDG_CONFIG_HOME": str(tmp_path / "xdg"), **attack.env})
+    proc = subprocess.run(_prepare_job(attack), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "'status': 'completed'" in proc.stdout, proc.stdout + proc.stderr
+    assert "inside the --safe sandbox" in proc.stdout
+    attack.check()
+    record = yaml.safe_load((attack.run_dir / "run.yaml").read_text())
+    assert record["status"] == "completed" and record["safe"] is True
+    assert not (attack.run_dir / ".sandbox-outcome.json").exists()  # read back and removed outside
+    # the run could rewrite its record (safe: false); its mark, read-only inside, keeps a re-run safe
+    (attack.run_dir / "run.yaml").write_text(yaml.safe_dump({**record, "safe": False}))
+    rerun = WARM.run("hpc_runner", ["rerun", str(attack.run_dir), "--output_dir", str(tmp_path / "rerun")],
+                     cwd=tmp_path, env=env, timeout=300)
+    assert rerun.returncode == 2 and "--safe refuses" in rerun.stderr, rerun.stdout + rerun.stderr
+
+
 @needs_bwrap
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_as_a_job_on_the_local_slurm_the_sandbox_alone_stops_the_attacks(tmp_path: Path, slurm_cluster) -> None:
-    attack = Attack(tmp_path)
+    """One job runs both: `run --safe` in a job script, and the job function of a `submit --safe` run dir."""
+    attack, submitted = Attack(tmp_path), Attack(tmp_path / "submitted")
     script = tmp_path / "job.sh"
     command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "hpc_runner", *attack.args])
-    script.write_text(f"#!/bin/bash\ncd {shlex.quote(str(tmp_path))}\nexec {command}\n")
+    job = " ".join(shlex.quote(a) for a in _prepare_job(submitted))
+    script.write_text(f"#!/bin/bash\nset -e\ncd {shlex.quote(str(tmp_path))}\n{command}\n"
+                      f"cd {shlex.quote(str(submitted.tmp_path))}\nHOME={shlex.quote(str(submitted.home))} {job}\n")
     env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HPCR", "SLURM_JOB", "SLURM_ARRAY"))}
     env.update({"OMP_NUM_THREADS": "1", "XDG_CONFIG_HOME": str(tmp_path / "xdg"), **attack.env})
     log = tmp_path / "job.out"
@@ -256,6 +309,7 @@ def test_as_a_job_on_the_local_slurm_the_sandbox_alone_stops_the_attacks(tmp_pat
     state = slurm_cluster.sacct_states([job])  # sacct lags the controller: wait for its final record
     assert state == {job: "COMPLETED"}, f"{state}\n{log.read_text() if log.exists() else ''}"
     attack.check()
+    submitted.check()
 
 
 @needs_bwrap

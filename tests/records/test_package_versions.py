@@ -20,3 +20,10 @@ def test_the_distribution_is_ours_and_its_version_is_recorded_under_hpc_runner()
     assert versions["hpc-runner"] == metadata.version(DISTRIBUTION) == __version__
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pip install 'hpc-runner[" not in readme and "pip install 'hpc-bundle-runner[" in readme
+
+
+def test_every_install_hint_of_the_code_names_our_distribution() -> None:
+    hints = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "hpc_runner").rglob("*.py"))
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"pip install '?hpc-runner\b", line)]
+    assert hints == []  # `pip install hpc-runner[...]` would install PyPI's other project

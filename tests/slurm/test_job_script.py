@@ -209,9 +209,12 @@ def test_any_string_in_any_field_is_refused_or_lands_exactly_where_intended(tmp_
 @pytest.mark.slurm
 def test_a_hostile_bundle_name_submitted_for_real_runs_its_job_and_nothing_else(slurm_cluster, cli, tiny):
     bundle = _hostile_bundle(cli.cwd)
+    # --safe: the job runs the bundle inside the sandbox, which may write the run dir and the dataset folder
     out = cli("submit", "training", "--bundle", str(bundle), "--safe", "--cluster", "testcluster",
-              "--output_dir", "r", "--wait", *tiny)
+              "--output_dir", "r", "--wait", *tiny, "--writable", tiny[-1])
     assert out.returncode == 0, out.stdout + out.stderr + slurm_cluster.explain(cli.cwd / "r")
     script = next((cli.cwd / "r" / "slurm").glob("*_submission.sh")).read_text()
     assert "#SBATCH --job-name=hpcr-run-x__touch_M1__" in script
     assert not (cli.cwd / "M1").exists() and (cli.cwd / "r" / "model.pt").is_file()
+    log = next((cli.cwd / "r" / "slurm").glob("*_log.out")).read_text()
+    assert "the run goes inside the --safe sandbox" in log and f"writable: {cli.cwd / 'r'}, {tiny[-1]}" in log

@@ -64,7 +64,7 @@ def test_without_mlflow_tracking_exits_2_naming_the_extra_and_leaves_no_run_dir(
     proc = _python(["-m", "hpc_runner", "run", "--bundle", str(tiny_bundle), "--tracking", "mlflow",
                     "--output_dir", "r"], tmp_path, blocked.parent)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "pip install 'hpc-runner[tracking]'" in proc.stderr
+    assert "pip install 'hpc-bundle-runner[tracking]'" in proc.stderr
     assert not (tmp_path / "r").exists()
 
 

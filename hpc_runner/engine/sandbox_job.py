@@ -1,0 +1,203 @@
+"""A job of a run submitted with ``--safe`` runs its bundle inside the same sandbox as ``run --safe``.
+
+``submit --safe`` and ``sweep --safe`` jobs (and a tune's trials) run ``run_recorded`` on a prepared
+run dir. The job's own process (outside) reads the record, plans the sandbox and starts
+``python -m hpc_runner.engine.sandbox_job RUN_DIR ENTRY`` under bwrap; the run inside writes how it ended
+to ``OUTCOME_FILE`` in its run dir, which the outside reads back into a :class:`RunOutcome`, so the job's
+requeue, retry and result logic (which needs the scheduler, hence the network) stays outside.
+
+What the run inside may write: its run dir, and the folders its ``--safe`` mark names (``--writable``,
+``--cache_dir`` on the command line; records/safe_mark.py), never a value the run itself could rewrite.
+What it may read under the hidden folders: Python, hpc-runner, the bundle, the job's working folder,
+hpc-runner's config file and the existing absolute paths among the recorded config's values (a dataset
+folder). A bundle that makes its dataset at run time needs ``--writable DIR`` for it, as ``run --safe`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.engine.runner import RunOutcome
+from hpc_runner.engine.sandbox import (
+    Needs,
+    bwrap_argv,
+    find_bwrap,
+    gpu_devices,
+    hidden_folders,
+    python_paths,
+    run_sandboxed,
+    sandbox_env,
+)
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.read import read_json_record
+from hpc_runner.records.rundir import RunDir
+from hpc_runner.records.safe_mark import mark_path, read_mark, write_mark
+
+OUTCOME_FILE = ".sandbox-outcome.json"  # written inside, read and removed outside
+MAX_READABLE = 256  # absolute paths of the config bound back; more is a config that lists files, not folders
+
+
+class InsideOutcome(Exception):
+    """How the run inside the sandbox ended, as the outside reads it back (the fields ``finish_job`` uses)."""
+
+    def __init__(self, described: str, reason: str = "", checkpoint: str | None = None, epoch: int = 0) -> None:
+        super().__init__(described)
+        self.described = described
+        self.reason = reason
+        self.checkpoint = checkpoint
+        self.epoch = epoch
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What one sandboxed job needs: the folders it writes, the paths it reads and its bundle."""
+
+    writable: tuple[str, ...]
+    readable: tuple[str, ...]
+
+
+def recorded_safe(run_dir: str | os.PathLike) -> bool:
+    """Return whether the run in ``run_dir`` was made with ``--safe``: its mark, or (older runs) its record."""
+    return read_mark(run_dir) is not None or bool(RunDir(run_dir).record().get("safe", False))
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 100:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v, depth + 1)
+
+
+def job_plan(run_dir: str, config: Mapping[str, Any], marked_writable: Sequence[str], bundle_dir: str | None,
+             exists: Callable[[str], bool] = os.path.exists) -> JobPlan:
+    """Decide what the job's run may write and read (a plain function: the record's data in, paths out).
+
+    Writable: the run dir and the folders of its mark (never a value of the config or of overrides.yaml, which
+    the run itself can rewrite). Readable: the bundle and the existing absolute paths among the config's values.
+    """
+    run_dir = os.path.abspath(run_dir)
+    writable = list(dict.fromkeys([run_dir, *(os.path.abspath(p) for p in marked_writable)]))
+    readable = [bundle_dir] if bundle_dir else []
+    for s in _strings(config):
+        if len(readable) >= MAX_READABLE:
+            break
+        if s.startswith("/") and "\n" not in s and len(s) < 4096 and s not in readable and exists(s):
+            readable.append(os.path.normpath(s))
+    return JobPlan(writable=tuple(writable), readable=tuple(readable))
+
+
+def job_needs(run_dir: str, environ: Mapping[str, str], plan: JobPlan, cwd: str,
+              protected: Sequence[str] = ()) -> Needs:
+    """The sandbox of one job: ``plan``'s folders, Python and hpc-runner, the working folder, the user config."""
+    import hpc_runner
+    from hpc_runner.registry.user_config import user_config_path
+
+    user = user_config_path(environ)
+    user_config = str(user.resolve()) if user.is_file() else None
+    home = environ.get("HOME") or str(Path.home())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(hpc_runner.__file__)))
+    readable = [*python_paths(), root, cwd, *plan.readable, *([user_config] if user_config else [])]
+    return Needs(
+        run_dir=os.path.abspath(run_dir), cwd=cwd, home=home, writable=plan.writable,
+        readable=tuple(p for p in readable if os.path.exists(p)),
+        hidden=tuple(h for h in hidden_folders(environ) if os.path.isdir(h)),
+        protected=(str(mark_path(run_dir)), *protected),
+        devices=tuple(gpu_devices()),
+        env=sandbox_env(environ, home=home, user_config=user_config),
+    )
+
+
+def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, protect: Sequence[str] = ()) -> RunOutcome:
+    """Run the recorded run in ``run_dir`` inside the sandbox; return how it ended (read back from inside).
+
+    ``protect``: names inside the run dir that the job's outside trusts later (the scheduler's job folder, whose
+    pickles a requeue loads): bound read-only inside."""
+    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.engine.stop import stop_requested
+
+    bwrap = find_bwrap()  # no sandbox: refused, as `run --safe` is (a UserError, the job fails saying why)
+    cfg, _ = load_recorded_config(run_dir)  # reads config.yaml and run.yaml; runs nothing of the bundle
+    rd = RunDir(run_dir)
+    if read_mark(rd.path) is None:  # an older run recorded safe without a mark: mark it before it starts
+        write_mark(rd.path)
+    plan = job_plan(str(rd.path), cfg.config, cfg.sandbox_writable, str(cfg.bundle_dir) if cfg.bundle_dir else None)
+    for folder in plan.writable[1:]:  # folders the user named with --writable: made, as `run --safe` makes them
+        os.makedirs(folder, exist_ok=True)
+    needs = job_needs(str(rd.path), os.environ, plan, os.getcwd(),
+                      tuple(str(rd.path / name) for name in protect if (rd.path / name).exists()))
+    outcome_file = rd.path / OUTCOME_FILE
+    outcome_file.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "hpc_runner.engine.sandbox_job", str(rd.path.resolve()), entry or ""]
+    print(f"hpc-runner: the run goes inside the --safe sandbox (writable: {', '.join(plan.writable)})", flush=True)
+    rc = run_sandboxed(bwrap_argv(bwrap, needs, command), stop=stop_requested)
+    return read_outcome(rd.path, rc)
+
+
+def read_outcome(run_dir: Path, rc: int) -> RunOutcome:
+    """Turn the file the run inside wrote (and its exit code) into a RunOutcome; no file is a failure."""
+    path = run_dir / OUTCOME_FILE
+    try:
+        found = read_json_record(path, "the sandboxed run's outcome") if path.is_file() else None
+    except Exception as exc:  # damaged by the bundle's code: its run failed, whatever it says
+        found = {"status": "failed", "described": f"the sandboxed run's outcome is unreadable ({exc})"}
+    finally:
+        path.unlink(missing_ok=True)
+    if not found:
+        return RunOutcome(Path(run_dir), "failed", InsideOutcome(
+            f"run failed: the run inside the sandbox ended with exit code {rc} and said nothing (killed, out of "
+            f"memory, or the sandbox did not start: see the job's error log); its log is in {run_dir}"))
+    status = found.get("status")
+    if status not in ("completed", "failed", "preempted", "pruned", "interrupted"):
+        status = "failed"
+    epoch = found.get("epoch")
+    error = InsideOutcome(str(found.get("described") or f"run {status}")[:2000], str(found.get("reason") or ""),
+                          found.get("checkpoint") if isinstance(found.get("checkpoint"), str) else None,
+                          epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0)
+    return RunOutcome(Path(run_dir), status, None if status == "completed" else error)
+
+
+def write_outcome(outcome: RunOutcome) -> None:
+    """Inside: write how the run ended for the outside to read."""
+    import json
+
+    from hpc_runner.engine.runner import describe_failure
+
+    exc = outcome.error
+    found: dict[str, Any] = {"status": outcome.status}
+    if outcome.status == "failed":
+        found["described"] = describe_failure(outcome)
+    elif exc is not None:
+        found.update(described=str(exc), reason=getattr(exc, "reason", ""),
+                     checkpoint=getattr(exc, "checkpoint", None), epoch=getattr(exc, "epoch", 0))
+    write_text_atomic(Path(outcome.run_dir) / OUTCOME_FILE, json.dumps(found))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Inside the sandbox: run the recorded run (the allow-list is checked again first), write its outcome."""
+    from hpc_runner.engine.runner import run_recorded
+    from hpc_runner.errors import UserError
+    from hpc_runner.resources.threads import use_cpu_budget
+
+    run_dir, entry = (argv if argv is not None else sys.argv[1:])[:2]
+    use_cpu_budget()
+    try:
+        outcome = run_recorded(run_dir, entry or None)
+    except UserError as exc:  # refused before it ran (the allow-list, a changed bundle): the job says why
+        outcome = RunOutcome(Path(run_dir), "failed", exc)
+    write_outcome(outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

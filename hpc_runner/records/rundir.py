@@ -128,7 +128,24 @@ class RunDir:
             self.path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError, PermissionError) as exc:  # raced, or not ours to write
             raise UserError(f"cannot make the run dir {self.path} ({exc.strerror or exc})") from None
+        self.check_links()
         return self
+
+    def check_links(self) -> None:
+        """Refuse a run dir holding a symbolic link where we write (its top level, checkpoints/): appends and
+        checkpoints would follow it out of the run dir (a shared sweep folder's ``checkpoints -> ~/.ssh``)."""
+        found: list[str] = []
+        for folder in (self.path, self.checkpoints):  # checkpoints/ itself a link: found at the top level
+            if found:
+                break
+            try:
+                found = [entry.path for entry in os.scandir(folder) if entry.is_symlink()]
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        if found:
+            raise UserError(f"the run dir holds a symbolic link, which hpc-runner would follow when it writes there: "
+                            f"{found[0]} -> {os.readlink(found[0])}; nothing was run", where=str(self.path),
+                            expected="a run dir without links (remove the link, or use another --output_dir)")
 
     def write_yaml(self, name: str, data: Any) -> Path:
         """Write ``data`` as YAML atomically."""

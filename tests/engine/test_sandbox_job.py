@@ -96,3 +96,20 @@ def test_what_the_sandbox_cannot_keep_is_refused_before_anything_is_queued(
     assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
     assert ("tune --safe is refused" in err) if command[0] == "tune" else ("--writable names what" in err)
     assert not (tmp_path / "out").exists() and os.listdir(tmp_path) in ([], ["xdg"])
+
+
+@pytest.mark.parametrize("link", ["checkpoints", "log.txt", "checkpoints/ckpt_1.pt"])
+def test_a_run_dir_holding_a_link_where_we_write_is_refused(link: str, tmp_path: Path) -> None:
+    from hpc_runner.errors import UserError
+    from hpc_runner.records.rundir import RunDir
+
+    victim = tmp_path / "home" / ".ssh"
+    victim.mkdir(parents=True)
+    run = tmp_path / "shared" / "points" / "0003"
+    (run / "checkpoints").mkdir(parents=True)
+    if link == "checkpoints":
+        (run / "checkpoints").rmdir()
+    (run / link).symlink_to(victim if link == "checkpoints" else victim / "authorized_keys")
+    with pytest.raises(UserError, match="holds a symbolic link") as err:
+        RunDir(run).create()
+    assert str(run / link) in str(err.value) and list(victim.iterdir()) == []

@@ -331,3 +331,29 @@ def make_cluster() -> Iterator[Callable[..., Any]]:
             return stack.enter_context(MemoryCluster(**options).installed())
 
         yield make
+
+
+@pytest.fixture(scope="session")
+def charliecloud_image() -> Path:
+    """A real Charliecloud image (a folder) with Debian's Python, this venv's torch and MONAI, and hpc-runner copied
+    fresh (scripts/build-test-image.sh: ~20 s the first time, ~1 s after); one per checkout, built under a lock."""
+    import fcntl
+    import getpass
+    import hashlib
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    if not (shutil.which("ch-run") and shutil.which("mmdebstrap")) and not os.environ.get("CI"):
+        pytest.skip("Charliecloud or mmdebstrap is not installed (apt-get install charliecloud-runtime mmdebstrap; "
+                    "CI installs them)")
+    folder = Path("/var/tmp/hpcr-test-images")
+    folder.mkdir(parents=True, exist_ok=True)
+    image = folder / hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    venv = Path(sys.prefix)
+    with open(folder / f"{image.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other test worker builds or refreshes it at the same moment
+        proc = subprocess.run(["bash", str(root / "scripts" / "build-test-image.sh"), str(image), str(venv)],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "USER": os.environ.get("USER") or getpass.getuser()})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return image

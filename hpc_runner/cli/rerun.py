@@ -60,22 +60,26 @@ def main(args: argparse.Namespace) -> int:
 
     run_dir, expanded = start_rerun(plan, sys.argv)
     print(f"hpc-runner: re-running {plan.source} in {run_dir.path}", flush=True)
-    from hpc_runner.config.sandbox_marks import inside_sandbox
+    from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
 
     if plan.cfg.safe and not inside_sandbox():  # a run made with --safe is re-run in its sandbox, as its jobs are
-        return _rerun_in_sandbox(run_dir.path, plan.entry)
+        return _rerun_inside(run_dir.path, plan.entry, None)
+    if plan.cfg.container and not inside_container():  # and a run made in an image, in that image
+        return _rerun_inside(run_dir.path, plan.entry, run_dir.record())
     return execute_and_report(plan.cfg, run_dir, expanded, plan.entry, "rerun", requeue=True, debug=args.debug)
 
 
-def _rerun_in_sandbox(run_dir: Path, entry: str | None) -> int:
-    """Run the prepared re-run inside the --safe sandbox; print how it ended; return the exit code."""
+def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | None) -> int:
+    """Run the prepared re-run inside the --safe sandbox (or its container image, given its record); print how
+    it ended; return the exit code."""
     from hpc_runner.cli.run import EXIT_FAILED, EXIT_PREEMPTED
-    from hpc_runner.engine.sandbox_job import run_recorded_in_sandbox
+    from hpc_runner.engine.sandbox_job import run_recorded_in_container, run_recorded_in_sandbox
     from hpc_runner.engine.stop import install_stop_handlers
 
     restore = install_stop_handlers()
     try:
-        outcome = run_recorded_in_sandbox(run_dir, entry)
+        outcome = (run_recorded_in_container(run_dir, entry, container_record) if container_record else
+                   run_recorded_in_sandbox(run_dir, entry))
     finally:
         restore()
     if outcome.status == "completed":

@@ -15,6 +15,7 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.container_run import add_container_arguments
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_run_cpus
 
 HELP = "run a bundle entry here (initialize, ENTRY, finalize) in a recorded run dir"
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-requeue", action="store_true", help="under SLURM, do not requeue the job after a stop signal"
     )
     add_writable_argument(parser)
+    add_container_arguments(parser)
     add_preflight_argument(parser)
     add_profile_arguments(parser)
     add_cpus_argument(parser, submits=False)
@@ -65,13 +67,26 @@ def main(args: argparse.Namespace) -> int:
     limit, a requeue); USR2's default action would kill the job without a checkpoint or a requeue. Taken
     as a stop request instead, the trainer checkpoints after its first step and the job is requeued.
     """
-    from hpc_runner.config.sandbox_marks import inside_sandbox
+    from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
     from hpc_runner.engine.stop import install_stop_handlers
     from hpc_runner.records.safe_mark import read_mark
 
     if args.resume and not args.safe and not inside_sandbox() and read_mark(args.resume) is not None:
         args.safe = True  # a run made with --safe stays in its sandbox (records/safe_mark.py)
         print("hpc-runner: this run was made with --safe: it goes on inside the sandbox", file=sys.stderr, flush=True)
+    if args.resume and not args.container and not inside_container():  # a run made in an image goes on in it
+        recorded, runtime = _recorded_image(args.resume)
+        if recorded:
+            args.container, args.container_runtime = recorded, args.container_runtime or runtime
+            print(f"hpc-runner: this run was made in the container image {recorded}: it goes on inside it",
+                  file=sys.stderr, flush=True)
+    if args.container and not inside_container():  # the image runs the bundle; this side keeps the scheduler
+        from hpc_runner.cli.container_run import container_for, run_in_container
+
+        spec = container_for(args)
+        if spec is not None:
+            with profile_request(args):
+                return run_in_container(args, spec)
     if args.safe and not inside_sandbox():  # the bundle's code runs only inside the sandbox (docs/security.md)
         from hpc_runner.cli.sandbox_run import run_in_sandbox
 
@@ -88,6 +103,19 @@ def main(args: argparse.Namespace) -> int:
             return _run(args)
     finally:
         restore()
+
+
+def _recorded_image(run_dir: str) -> tuple[str | None, str | None]:
+    """The container image and runtime a run dir's record names (None without one, or without a record)."""
+    from hpc_runner.records.rundir import RunDir
+
+    try:
+        found = RunDir(run_dir).record().get("container")
+    except Exception:  # a damaged record is reported, naming it, where the resume reads it
+        return None, None
+    if not isinstance(found, dict) or not isinstance(found.get("image"), str):
+        return None, None
+    return found["image"], found.get("runtime") if isinstance(found.get("runtime"), str) else None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -133,7 +161,9 @@ def _run(args: argparse.Namespace) -> int:
     if output_dir is None:
         output_dir = str(default_run_dir(cfg.name))
     fresh = not args.resume and not os.path.exists(output_dir)  # made by this command: removed if input is bad
-    if args.safe and not args.resume:
+    from hpc_runner.config.sandbox_marks import inside_container
+
+    if (args.safe or inside_container()) and not args.resume:
         from hpc_runner.engine.sandbox import FRESH_ENV
 
         fresh = fresh or os.environ.get(FRESH_ENV) == "1"  # made outside the sandbox, for this run
@@ -195,11 +225,11 @@ def execute_and_report(
             print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}; checkpoint written by rank 0",
                   file=sys.stderr)
             return EXIT_PREEMPTED
-        from hpc_runner.config.sandbox_marks import inside_sandbox
+        from hpc_runner.config.sandbox_marks import scheduler_outside
 
-        if requeue and own_job_id() and inside_sandbox():  # no network in run --safe's sandbox: asked from outside
+        if requeue and own_job_id() and scheduler_outside():  # no network in the sandbox, no SLURM in an image
             print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; the requeue is asked from "
-                  "outside the sandbox", file=sys.stderr)
+                  "outside", file=sys.stderr)
             return EXIT_PREEMPTED
         job = requeue_job() if requeue else None
         if job:

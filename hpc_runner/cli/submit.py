@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -14,6 +15,7 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
 
@@ -57,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_writable_argument(parser)
+    add_container_arguments(parser)
     add_profile_arguments(parser)
     parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
     parser.add_argument("--shards", type=positive_int, metavar="N",
@@ -85,7 +88,15 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError(f"submit {args.entry or ''}: unexpected {' '.join(extra) or '--job-dir'}",
                         expected="ENTRY (an id of the config) and options; positional arguments and --job-dir only "
                         "follow a MONAI bundle command such as ckpt_export")
+    image = container_for(args, profile)
     cfg = load_config_from_args(args)
+    if image is not None and args.shards:
+        from hpc_runner.errors import UserError
+
+        raise UserError("submit --shards in a container is not supported yet; nothing was queued",
+                        expected="submit --shards without --container (and no container: block in the profile)")
+    if image is not None:  # the image starts and imports, every path of the config is under a bind: else exit 2
+        cfg.container = checked_record(image, cfg, [os.getcwd(), str(cfg.bundle_dir or "")])
     if args.shards:
         return _submit_shards(args, cfg, profile)
     res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import Any
@@ -15,6 +16,7 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
+from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import (
     add_cluster_arguments,
@@ -93,6 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_writable_argument(parser)
+    add_container_arguments(parser)
     add_profile_arguments(parser)
 
 
@@ -134,7 +137,10 @@ def _main(args: argparse.Namespace) -> int:
     profile = load_profile_from_args(args)
     apply_right_size(profile, args)
     apply_local_profile_cpus(profile, args)
+    image = container_for(args, profile)
     cfg = load_config_from_args(args)
+    if image is not None:  # the image starts and imports, every path of the config is under a bind: else exit 2
+        cfg.container = checked_record(image, cfg, [os.getcwd(), str(cfg.bundle_dir or "")])
     res = submit_sweep(
         cfg,
         args.entry,

@@ -53,6 +53,7 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
         trusted=bool(record.get("trusted", False)),
         safe=bool(record.get("safe", False)) or mark is not None,
         sandbox_writable=tuple(mark or ()),
+        container=record.get("container") if isinstance(record.get("container"), dict) else None,
         recorded=True,
         init_id=str(record.get("init_id") or DEFAULT_INIT_ID),
         final_id=str(record.get("final_id") or DEFAULT_FINAL_ID),

@@ -216,6 +216,7 @@ def _prepare_run(
             },
             "trusted": cfg.trusted,
             "safe": cfg.safe,
+            **({"container": cfg.container} if cfg.container else {}),
             "attempts": previous.get("attempts", 0),
             "created": previous.get("created", now_iso()),
             **({"deterministic": determinism} if determinism else {}),

@@ -216,14 +216,18 @@ def sandboxed_pid(bwrap_pid: int) -> int | None:
     return None
 
 
-def run_sandboxed(argv: Sequence[str], stop: Callable[[], str | None] | None = None) -> int:
+def run_sandboxed(argv: Sequence[str], stop: Callable[[], str | None] | None = None, *,
+                  env: Mapping[str, str] | None = None,
+                  target: Callable[[int], int | None] = sandboxed_pid) -> int:
     """Run a bwrap command line; relay stop signals to the run inside; return its exit code.
 
     bwrap runs in its own process group, so a Ctrl-C at the terminal reaches only this process, which
     passes it on (as SIGTERM and SIGUSR2 from SLURM) to the run inside, which checkpoints and stops. A
     signal that comes before bwrap has started the run is passed on as soon as the run is there.
     With ``stop`` (a job, whose own stop handlers already turn signals into requests, in any thread) no
-    handler is installed: a pending request is passed on as SIGUSR2, once.
+    handler is installed: a pending request is passed on as SIGUSR2, once. ``env``: the starter's own
+    environment (default: PATH alone); ``target``: which process gets the signals (a container runtime that
+    relays them itself, or execs the command: the started process).
     """
     relay = sys.stdout.fileno() if _has_fileno(sys.stdout) else subprocess.PIPE
     relay_err = sys.stderr.fileno() if _has_fileno(sys.stderr) else subprocess.PIPE
@@ -231,7 +235,7 @@ def run_sandboxed(argv: Sequence[str], stop: Callable[[], str | None] | None = N
     pending: list[int] = []
 
     def deliver() -> None:
-        pid = sandboxed_pid(started[0].pid) if started and pending else None
+        pid = target(started[0].pid) if started and pending else None
         while pid is not None:
             try:
                 signum = pending.pop(0)  # a handler may run between two lines of this loop: pop, never test
@@ -254,7 +258,8 @@ def run_sandboxed(argv: Sequence[str], stop: Callable[[], str | None] | None = N
             break
     try:
         proc = subprocess.Popen(list(argv), stdout=relay, stderr=relay_err, stdin=subprocess.DEVNULL,
-                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, start_new_session=True)
+                                env=dict(env) if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                                start_new_session=True)
         started.append(proc)
         threads = _copy_output(proc) if subprocess.PIPE in (relay, relay_err) else []
         while True:

@@ -144,6 +144,51 @@ def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, prote
     return read_outcome(rd.path, rc)
 
 
+def run_recorded_in_container(run_dir: str | os.PathLike, entry: str | None, record: Mapping[str, Any]) -> RunOutcome:
+    """Run the recorded run in ``run_dir`` inside its container image (run.yaml's ``container:``); the scheduler
+    (signals, requeue) stays with this process, on the host. Return how the run ended (read back from inside)."""
+    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.engine.container import (
+        Mounts,
+        bind_list,
+        container_argv,
+        container_env,
+        image_fingerprint,
+        spec_from_record,
+    )
+    from hpc_runner.engine.stop import stop_requested
+
+    spec = spec_from_record(record, str(Path(run_dir) / "run.yaml"))
+    recorded = (record.get("container") or {}).get("fingerprint")
+    now = image_fingerprint(spec.image)
+    if recorded and recorded != now:  # a job cannot ask; it says so, once, in its log
+        print(f"hpc-runner: warning: the container image {spec.image} changed since this run was made "
+              f"({recorded} then, {now} now)", flush=True)
+    cfg, _ = load_recorded_config(run_dir)
+    rd = RunDir(run_dir)
+    plan = job_plan(str(rd.path), cfg.config, (), str(cfg.bundle_dir) if cfg.bundle_dir else None)
+    mounts = Mounts(paths=tuple(bind_list([*plan.writable, *plan.readable, os.getcwd()])), cwd=os.getcwd(),
+                    env=container_env(os.environ))
+    (rd.path / OUTCOME_FILE).unlink(missing_ok=True)
+    command = [spec.python, "-m", "hpc_runner.engine.sandbox_job", str(rd.path.resolve()), entry or ""]
+    print(f"hpc-runner: the run goes inside the container image {spec.image} ({spec.runtime})", flush=True)
+    rc = run_sandboxed(container_argv(spec, mounts, command), stop=stop_requested,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": _user_name(),
+                            **({"HOME": os.environ["HOME"]} if "HOME" in os.environ else {})},
+                       target=lambda pid: pid)  # the runtimes exec the command or relay signals to it themselves
+    return read_outcome(rd.path, rc)
+
+
+def _user_name() -> str:
+    """$USER, which Charliecloud needs, from the environment or the password database."""
+    import pwd
+
+    try:
+        return os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def read_outcome(run_dir: Path, rc: int) -> RunOutcome:
     """Turn the file the run inside wrote (and its exit code) into a RunOutcome; no file is a failure."""
     path = run_dir / OUTCOME_FILE
@@ -155,8 +200,8 @@ def read_outcome(run_dir: Path, rc: int) -> RunOutcome:
         path.unlink(missing_ok=True)
     if not found:
         return RunOutcome(Path(run_dir), "failed", InsideOutcome(
-            f"run failed: the run inside the sandbox ended with exit code {rc} and said nothing (killed, out of "
-            f"memory, or the sandbox did not start: see the job's error log); its log is in {run_dir}"))
+            f"run failed: the run inside the sandbox or image ended with exit code {rc} and said nothing (killed, out "
+            f"of memory, or it did not start: see the job's error log); its log is in {run_dir}"))
     status = found.get("status")
     if status not in ("completed", "failed", "preempted", "pruned", "interrupted"):
         status = "failed"

@@ -25,6 +25,7 @@ COMMON_KEYS: dict[str, KeySpec] = {
     "cpus_per_task": ((int, type(None)), "a whole number of CPUs"),
     "point_minutes": ((int, float, type(None)), "how long one sweep point takes, in minutes (a packed task "
                       "starts no point it cannot finish before its time limit)"),
+    "container": ((dict, type(None)), "a mapping: image, runtime, python, gpu, binds, options (docs/containers.md)"),
 }
 
 

@@ -7,6 +7,7 @@ able to import hpc_runner; they import the runner lazily so the submitting side 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +29,9 @@ class RunFailed(RuntimeError):
 def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
     """run_recorded, then put back overrides.yaml: prepare_run rewrites it from the reloaded config.yaml,
     which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost."""
-    from hpc_runner.config.sandbox_marks import inside_sandbox
+    from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
     from hpc_runner.engine.runner import run_recorded
-    from hpc_runner.engine.sandbox_job import recorded_safe, run_recorded_in_sandbox
+    from hpc_runner.engine.sandbox_job import recorded_safe, run_recorded_in_container, run_recorded_in_sandbox
     from hpc_runner.engine.stop import install_stop_handlers
     from hpc_runner.resources.gpu_sampler import sampling
 
@@ -38,13 +39,18 @@ def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
     before = path.read_text(encoding="utf-8") if path.is_file() else None
     try:
         with sampling(run_dir):  # GPU use at a low rate, when nvidia-ml-py and a GPU are there (else nothing)
+            record = RunDir(run_dir).record()
             if recorded_safe(run_dir) and not inside_sandbox():  # --safe: the bundle's code runs only inside
-                restore = install_stop_handlers()  # a stop request here is passed on to the run inside
-                try:
-                    return run_recorded_in_sandbox(run_dir, entry, protect=(RUN_JOB_FOLDER,))
-                finally:
-                    restore()
-            return run_recorded(run_dir, entry)
+                inside = functools.partial(run_recorded_in_sandbox, run_dir, entry, protect=(RUN_JOB_FOLDER,))
+            elif record.get("container") and not inside_container():  # the image runs the bundle; SLURM stays here
+                inside = functools.partial(run_recorded_in_container, run_dir, entry, record)
+            else:
+                return run_recorded(run_dir, entry)
+            restore = install_stop_handlers()  # a stop request here is passed on to the run inside
+            try:
+                return inside()
+            finally:
+                restore()
     finally:
         if before is not None and path.read_text(encoding="utf-8") != before:
             write_text_atomic(path, before)

@@ -1,0 +1,126 @@
+"""`--container IMAGE`: the options, the checks before anything runs or is queued, and `run` started inside the image.
+
+``run --container`` loads the config here (nothing of it runs, torch is not imported), makes the run dir, checks
+the image (it starts, and torch, MONAI and hpc-runner import in it: engine/container.py ``check_image``) and the
+binds (every path of the config is under one), records the image in run.yaml, then runs ``python -m hpc_runner
+run ...`` inside it and waits; a stop signal is passed on, and a SLURM requeue is asked from here, on the host.
+``submit``/``sweep --container`` make the same checks, then record the image so each job runs inside it
+(engine/sandbox_job.py ``run_recorded_in_container``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from hpc_runner.cli.common import load_config_from_args
+from hpc_runner.engine.container import (
+    RUNTIMES,
+    ContainerSpec,
+    Mounts,
+    check_image,
+    check_mount_points,
+    config_binds,
+    container_argv,
+    container_env,
+    container_spec,
+    image_cache_dir,
+)
+from hpc_runner.errors import UserError
+
+
+def add_container_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--container IMAGE`` and ``--container-runtime``."""
+    g = parser.add_argument_group("container (docs/containers.md)")
+    g.add_argument("--container", metavar="IMAGE",
+                   help="run the bundle inside this image (a SIF file, a Charliecloud folder or SquashFS file, or "
+                   "docker://NAME:TAG); the scheduler stays outside. Default: the profile's container: block")
+    g.add_argument("--container-runtime", "--container_runtime", dest="container_runtime", choices=RUNTIMES,
+                   help="the runtime that starts IMAGE (default: from the image: a folder is Charliecloud's, a .sif "
+                   "Apptainer's or Singularity's)")
+
+
+def container_for(args: argparse.Namespace, profile: Any = None) -> ContainerSpec | None:
+    """Return the container the command's runs go in (options over the profile's block), or None."""
+    block = profile.get("container") if profile is not None else None
+    where = profile.where if profile is not None else "--container"
+    spec = container_spec(getattr(args, "container", None), getattr(args, "container_runtime", None), block, where)
+    if spec is not None and getattr(args, "safe", False):
+        raise UserError("--safe and a container together are not supported yet: --safe runs the bundle in a "
+                        "bubblewrap sandbox on the host's Python, a container in the image's; nothing was run or "
+                        "queued",
+                        expected="--safe without --container (and no container: block in the profile), or --container "
+                        "on a bundle you trust")
+    return spec
+
+
+def checked_record(spec: ContainerSpec, cfg: Any, always: list[str]) -> dict[str, Any]:
+    """Check the image and the config's binds (bad input before anything is queued); return run.yaml's record."""
+    binds = config_binds(cfg.config, always, where=str(cfg.config_files[0]) if cfg.config_files else "the config")
+    check_mount_points(spec, binds)
+    info = check_image(spec, image_cache_dir(os.environ), os.environ, os.getcwd())
+    return {**info, **spec.to_record()}
+
+
+def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
+    """Run ``args`` (a parsed `run --container`) inside the image; return its exit code."""
+    from hpc_runner.cli.sandbox_run import _make_folders, _requeue, named_readable
+    from hpc_runner.engine.sandbox import FRESH_ENV, run_sandboxed
+    from hpc_runner.engine.sandbox_job import _user_name
+    from hpc_runner.records.rundir import RunDir, check_folder_path, default_run_dir
+
+    argv = list(getattr(args, "_argv", None) or sys.argv[1:])
+    if args.resume:
+        from hpc_runner.config.overrides import parse_cli_overrides
+        from hpc_runner.config.recorded import load_recorded_config
+
+        run_dir = os.path.abspath(args.resume)
+        cfg = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))[0]
+    else:
+        plain = argparse.Namespace(**vars(args))
+        plain.container = None
+        cfg = load_config_from_args(plain)
+        output_dir = args.output_dir or str(default_run_dir(cfg.name))
+        if args.output_dir is None:
+            argv += ["--output_dir", os.path.abspath(output_dir)]
+        check_folder_path(output_dir)
+        run_dir = os.path.abspath(output_dir)
+    # the run dir, the working folder, the bundle and the files named on the command line (not this Python's own)
+    always = [run_dir, *(p for p in named_readable(args, cfg, None) if not _python_path(p))]
+    record = checked_record(spec, cfg, always)  # before the run dir is made: a bad image leaves nothing
+    made = _make_folders(run_dir)
+    binds = config_binds(cfg.config, always)
+    try:
+        RunDir(run_dir).update_record(container=record)  # prepare_run inside keeps it
+        env = {**container_env(os.environ), **({FRESH_ENV: "1"} if made else {})}
+        command = container_argv(spec, Mounts(paths=tuple(binds), cwd=os.getcwd(), env=env),
+                                 [spec.python, "-m", "hpc_runner", *argv])
+        if getattr(args, "debug", False):
+            import shlex
+
+            print(f"hpc-runner: container: {shlex.join(command)}", file=sys.stderr, flush=True)
+        rc = run_sandboxed(command, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": _user_name(),
+                                         **({"HOME": os.environ["HOME"]} if "HOME" in os.environ else {})},
+                           target=lambda pid: pid)
+        if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where no SLURM command is
+            _requeue(run_dir)
+        return rc
+    finally:
+        if made and os.listdir(run_dir) in ([], ["run.yaml"], [".run.lock", "run.yaml"]):  # nothing ran
+            for name in os.listdir(run_dir):
+                os.remove(os.path.join(run_dir, name))
+            for path in reversed(made):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    continue
+
+
+def _python_path(path: str) -> bool:
+    """Whether ``path`` is this Python's or hpc-runner's own (the image has its own: not bound)."""
+    import hpc_runner
+    from hpc_runner.engine.sandbox import python_paths
+
+    return path in python_paths() or path == os.path.dirname(os.path.dirname(os.path.abspath(hpc_runner.__file__)))

@@ -150,3 +150,22 @@ def test_a_missing_image_a_path_no_bind_covers_and_an_image_without_torch_are_ex
         assert words in proc.stderr and "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1
     assert not (tmp_path / "runs").exists()
     assert os.path.isdir(charliecloud_image / "opt/venv")
+
+
+def test_a_profiles_container_block_is_the_default_and_safe_with_a_container_is_refused(tmp_path: Path) -> None:
+    import argparse
+
+    from hpc_runner.cli.container_run import container_for
+    from hpc_runner.scheduler.profile import ClusterProfile
+
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"SIF")
+    profile = ClusterProfile("myjade", [tmp_path / "myjade.yaml"],
+                             {"container": {"image": str(image), "runtime": "singularity", "gpu": "nv"}})
+    args = argparse.Namespace(container=None, container_runtime=None, safe=False)
+    spec = container_for(args, profile)
+    assert spec is not None and (spec.image, spec.runtime, spec.gpu) == (str(image), "singularity", "nv")
+    assert spec.where == str(tmp_path / "myjade.yaml")
+    with pytest.raises(UserError, match="--safe and a container together are not supported yet"):
+        container_for(argparse.Namespace(container=None, container_runtime=None, safe=True), profile)
+    assert container_for(args, ClusterProfile("slurm", [], {})) is None

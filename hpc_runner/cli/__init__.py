@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "tune": "hpc_runner.cli.tune",
     "pipeline": "hpc_runner.cli.pipeline",
     "tracking": "hpc_runner.tracking.command",
+    "cluster": "hpc_runner.cli.cluster",
     "completion": "hpc_runner.cli.completion",
     # MONAI's bundle subcommands, same arguments as `python -m monai.bundle NAME` (hpc_runner/monai_cli/spec.py)
     "run_workflow": "hpc_runner.cli.monai_commands:run_workflow",

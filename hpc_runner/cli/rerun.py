@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 HELP = "run a recorded run again exactly (its config.yaml and entry) in a new run dir"
 DESCRIPTION = """Run the run recorded in RUN_DIR again, from its config.yaml: the config that ran, with
@@ -39,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", "--dry_run", dest="dry_run", action="store_true",
         help="show what differs from the record and where it would run; run nothing",
     )
+    parser.add_argument("--container", metavar="IMAGE",
+                        help="a run made in a container image: re-run it in IMAGE (default: the recorded image, "
+                        "refused if it changed since)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -46,6 +51,8 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.report.rerun import plan_rerun
 
     plan = plan_rerun(args.run_dir, args.output_dir, args.override_tokens, args.entry, args.trust)
+    if plan.cfg.container or args.container:  # before the new run dir is made: a refused image leaves nothing
+        _choose_image(plan, args.container)
     if args.dry_run:
         text = plan.warning()
         if text:
@@ -87,3 +94,16 @@ def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | Non
         return 0
     print(f"hpc-runner rerun: error: {outcome.error.described}", file=sys.stderr, flush=True)
     return EXIT_PREEMPTED if outcome.status == "preempted" else EXIT_FAILED
+
+
+def _choose_image(plan: Any, image: str | None) -> None:
+    """The image the re-run goes in: ``image`` (checked as --container is), else the recorded one, unchanged."""
+    if image is None:
+        from hpc_runner.engine.container import check_unchanged
+
+        check_unchanged(plan.cfg.container, str(Path(plan.source) / "run.yaml"))
+        return
+    from hpc_runner.cli.container_run import checked_record, container_for
+
+    spec = container_for(argparse.Namespace(container=image, container_runtime=None, safe=False))
+    plan.cfg.container = checked_record(spec, plan.cfg, [os.getcwd(), str(plan.cfg.bundle_dir or "")])

@@ -77,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
     if args.resume and not args.container and not inside_container():  # a run made in an image goes on in it
         recorded, runtime = _recorded_image(args.resume)
         if recorded:
+            from hpc_runner.engine.container import check_unchanged
+            from hpc_runner.records.rundir import RunDir
+
+            check_unchanged(RunDir(args.resume).record()["container"], os.path.join(args.resume, "run.yaml"))
             args.container, args.container_runtime = recorded, args.container_runtime or runtime
             print(f"hpc-runner: this run was made in the container image {recorded}: it goes on inside it",
                   file=sys.stderr, flush=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from hpc_runner.cli.common import cli_values, named_writable
 from hpc_runner.errors import UserError
-from hpc_runner.records.safe_mark import SAFE_MARK, write_mark
+from hpc_runner.records.safe_mark import SAFE_MARK, read_mark, write_mark
 
 
 def run_in_sandbox(args: argparse.Namespace) -> int:
@@ -61,6 +61,7 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         run_dir = os.path.abspath(output_dir)
     writable = list(dict.fromkeys([run_dir, *named_writable(args), *extra]))
     made = [path for folder in writable for path in _make_folders(folder)]
+    had_mark = read_mark(run_dir) is not None
     mark = str(write_mark(run_dir, writable[1:]))  # outside, before it starts: bound read-only inside
     environ = dict(os.environ)
     user_config = _user_config(environ)
@@ -82,6 +83,8 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         print(f"hpc-runner: sandbox: {shlex.join(sandboxed)}", file=sys.stderr, flush=True)
     try:
         rc = run_sandboxed(sandboxed)
+        if rc == 2 and not had_mark and os.path.exists(mark):  # refused on bad input: the run dir as it was
+            os.remove(mark)
         if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where SLURM cannot be reached
             _requeue(run_dir)
         return rc

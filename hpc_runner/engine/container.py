@@ -249,6 +249,22 @@ def container_argv(spec: ContainerSpec, mounts: Mounts, command: Sequence[str]) 
     return argv
 
 
+def check_unchanged(recorded: Mapping[str, Any], where: str) -> None:
+    """Refuse to go on in a recorded image that changed since (its fingerprint differs): bad input saying how to
+    accept it (naming the image with --container)."""
+    image, then = recorded.get("image"), recorded.get("fingerprint")
+    if not isinstance(image, str) or not then or "://" in image:
+        return
+    if not os.path.exists(image):
+        raise UserError(f"the run was made in the container image {image}, which is gone; nothing was run",
+                        where=where, expected="--container IMAGE naming the image to go on in")
+    now = image_fingerprint(image)
+    if now != then:
+        raise UserError(f"the container image {image} changed since the run was made in it ({then} then, {now} now); "
+                        "nothing was run", where=where,
+                        expected=f"--container {image} to go on in the image as it is now, or the image restored")
+
+
 def image_cache_dir(environ: Mapping[str, str]) -> Path:
     """Where the image checks are cached (``$XDG_CACHE_HOME/hpc-runner/containers``)."""
     base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
 
 Log = Callable[[str], None]
@@ -158,6 +159,8 @@ class JobRequest:
     # SLURM's --dependency (``afterok:123``, ``afterany:123:124``; an array's id stands for all its tasks): the
     # jobs wait until it is met; one that can never be met is ended by the scheduler (kill-on-invalid-dep)
     dependency: str | None = None
+    # what the job runs, in words a user reads in the script (its body runs a pickle: this says what it holds)
+    describe: str | None = None
 
 
 def is_local_job(job_id: str | None) -> bool:
@@ -201,6 +204,11 @@ class Executor(ABC):
         """Why this executor's scheduler cannot take a job from this machine now, said in its own words, within
         ``timeout`` seconds (None: it can, or there is nothing to ask)."""
         return None
+
+    def describe_cluster(self, partition: str | None = None) -> list[tuple[str, Any, str]]:
+        """Return the lines of a profile written from what the scheduler says (key, value, where it came from)."""
+        raise ClusterError(f"the {self.kind} executor has no scheduler to ask for a profile",
+                           expected="hpc-runner cluster init on a machine with a SLURM controller (a login node)")
 
     @abstractmethod
     def limits(self) -> SubmitLimits:

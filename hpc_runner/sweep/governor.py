@@ -189,6 +189,8 @@ def job_request(record: sr.SweepRecord, hold: bool = False, array_parallelism: i
         array_parallelism=array_parallelism,
         # a pipeline stage waits on its inputs (pipeline/): its top-ups wait on them too
         dependency=record.data.get("dependency"),
+        describe=f"hpc-runner: each task runs points of {record.path.resolve()} (points/NNNN/config.yaml; "
+        "sweep.yaml says which)",
     )
 
 

@@ -119,6 +119,8 @@ def submit_run(
     check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
     request = JobRequest(job_name=_job_name(cfg.name, "run"), folder=path / sr.RUN_JOB_FOLDER, chdir=os.getcwd(),
+                         describe=f"hpc-runner: runs entry {entry or 'run'} of {Path(path).resolve()}/config.yaml "
+                         f"(what `hpc-runner run --resume {Path(path).resolve()}` runs)",
                          hold=hold, dependency=dependency)
     if dry_run:
         from hpc_runner.config.display import to_plain
@@ -368,7 +370,9 @@ def _dry_run_sweep(
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
     request = JobRequest(job_name=_job_name(cfg.name, "sweep"), folder=directory / sr.SWEEP_JOB_FOLDER,
-                         chdir=os.getcwd(), hold=hold, array_parallelism=array_parallelism)
+                         chdir=os.getcwd(), hold=hold, array_parallelism=array_parallelism,
+                         describe=f"hpc-runner: each task runs points of {Path(directory).resolve()} "
+                         "(points/NNNN/config.yaml; sweep.yaml says which)")
     if executor.script(request, 1) is None:
         out.notes.append(f"profile '{executor.name}' runs the points here, one after another (no sbatch script)")
     else:

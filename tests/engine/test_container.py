@@ -121,16 +121,29 @@ def _copy_example(tmp_path: Path) -> Path:
 def test_the_example_trains_inside_a_charliecloud_image_with_the_same_dice(
         tmp_path: Path, cli, charliecloud_image: Path) -> None:
     bundle = _copy_example(tmp_path)
+    image = tmp_path / "image"  # a copy (hard links): this test changes it afterwards
+    subprocess.run(["cp", "-al", str(charliecloud_image), str(image)], check=True)
     common = ["run", "--bundle", str(bundle), *TINY, "--dataset_dir", str(tmp_path / "data")]
-    inside = cli(*common, "--container", str(charliecloud_image), "--output_dir", "runs/in", cwd=tmp_path)
+    inside = cli(*common, "--container", str(image), "--output_dir", "runs/in", cwd=tmp_path)
     assert inside.returncode == 0, inside.stdout + inside.stderr
     here = cli(*common, "--output_dir", "runs/here", cwd=tmp_path)
     assert here.returncode == 0, here.stdout + here.stderr
     record = yaml.safe_load((tmp_path / "runs/in/run.yaml").read_text())
     assert record["container"]["runtime"] == "charliecloud" and record["container"]["torch"].startswith("2.")
+    assert record["container"]["image"] == str(image) and record["container"]["fingerprint"].startswith("dir:")
     assert record["command"]["argv"][0].startswith("/opt/venv/")  # hpc-runner ran from the image's own venv
     dice = [json.loads((tmp_path / f"runs/{r}/summary.json").read_text())["final_metric"] for r in ("in", "here")]
     assert dice[0] == dice[1], dice
+    # the image changes: going on in it, or re-running, is refused until the image is named again
+    (image / "etc" / "changed-by-the-test").write_text("x")
+    resumed = cli("run", "--resume", "runs/in", cwd=tmp_path)
+    rerun = cli("rerun", "runs/in", "--output_dir", "runs/rerun", cwd=tmp_path)
+    for proc in (resumed, rerun):
+        assert proc.returncode == 2 and "changed since the run was made in it" in proc.stderr, proc.stderr
+        assert f"--container {image}" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs/rerun").exists()
+    accepted = cli("run", "--resume", "runs/in", "--container", str(image), cwd=tmp_path)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
 def test_a_missing_image_a_path_no_bind_covers_and_an_image_without_torch_are_exit_2_with_nothing_made(

@@ -98,7 +98,7 @@ def test_the_in_memory_cluster_prints_sacct_in_the_recorded_shape() -> None:
 
 # a profile that reaches every part of the job script: options, the array, setup lines, srun arguments, sbatch extras
 SBATCH_SETTINGS = {"executor": "slurm", "partition": "small", "gpus_per_node": 1, "cpus_per_task": 5, "mem_gb": 32,
-                   "time": "24:00:00", "account": "proj-1", "setup": ["module purge", "module load cuda/12.1"],
+                   "time": "24:00:00", "account": "proj-1", "setup": ["module load cuda/12.1"],
                    "env": {"PYTHONUNBUFFERED": "1"}, "signal_delay_s": 120, "array_parallelism": 32,
                    "python": "/opt/venv/bin/python", "srun_args": ["--cpu-bind=cores"], "sbatch": {"mail_type": "END"}}
 
@@ -108,7 +108,9 @@ def test_the_sbatch_script_is_the_recorded_one_byte_for_byte() -> None:
     submitit upgrade that writes it differently fails here, not only in the proof at submission time."""
     executor = SlurmExecutor(ClusterProfile("golden", [], SBATCH_SETTINGS))
     array = JobRequest(job_name="my bundle (v2)", folder=Path("/scratch/sweeps/s1/slurm/%A"),
-                       chdir="/scratch/sweeps/s1", hold=True, exclude="gpu7", dependency="afterok:123")
+                       chdir="/scratch/sweeps/s1", hold=True, exclude="gpu7", dependency="afterok:123",
+                       describe="hpc-runner: each task runs points of /scratch/sweeps/s1 (points/NNNN/config.yaml; "
+                       "sweep.yaml says which)")
     assert executor.script(array, 12) == (GOLDEN / "sbatch_array.sh").read_text()
     one = JobRequest(job_name="run", folder=Path("/scratch/runs/r1/slurm/%j"))
     assert executor.script(one, 1) == (GOLDEN / "sbatch_one.sh").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import yaml
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
+INIT_PROFILE = "initd"  # written by `hpc-runner cluster init` in the batch
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = str(ROOT / "bundles" / "synthetic_seg")
 WAIT = ["--wait", "--interval", "2", "--timeout", "400"]
@@ -38,7 +40,10 @@ def batch(slurm_cluster, tmp_path_factory, cli_factory, tiny, dataset_dir):
     import sys
 
     cli = cli_factory(tmp_path_factory.mktemp("batch"))
-    grid = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", PROFILE, "--output_dir", "grid",
+    # the grid runs with a profile `cluster init` wrote from this cluster, unchanged (its GPU, memory, account, QOS)
+    init = cli("cluster", "init", INIT_PROFILE)
+    assert init.returncode == 0, init.stdout + init.stderr
+    grid = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", INIT_PROFILE, "--output_dir", "grid",
                "--sweep", "learning_rate=1e-3,2e-3", "--sweep", "network_def::num_res_units=1,2", *tiny)
     assert grid.returncode == 0, grid.stderr
     assert cli.calls()["sbatch"] == 2  # the pre-flight's sbatch --test-only, then the array
@@ -59,11 +64,28 @@ def batch(slurm_cluster, tmp_path_factory, cli_factory, tiny, dataset_dir):
         str(ROOT / "jobs" / "jade" / "train.sbatch"),
     )
     assert jade.returncode == 0, jade.stderr
-    yield {"cli": cli, "cluster": slurm_cluster, "grid": cli.cwd / "grid", "fail": cli.cwd / "fail",
+    yield {"cli": cli, "cluster": slurm_cluster, "grid": cli.cwd / "grid", "fail": cli.cwd / "fail", "init": init,
            "grid_out": grid.stdout, "submit": waiting, "jade_job": jade.stdout.strip().split(";")[0]}
     if waiting.poll() is None:
         waiting.kill()
     log.close()
+
+
+def test_cluster_init_writes_what_sinfo_and_sacctmgr_say_and_show_reads_it_back(batch):
+    cli, cluster = batch["cli"], batch["cluster"]
+    written = yaml.safe_load((cli.cwd / "clusters" / f"{INIT_PROFILE}.yaml").read_text())
+    sinfo = cluster.run("sinfo", "-h", "-o", "%P|%c|%G").stdout.split()
+    default = next(line for line in sinfo if line.split("|")[0].endswith("*")).split("|")
+    assert written["partition"] == default[0].rstrip("*")
+    assert written["partitions"] == [line.split("|")[0].rstrip("*") for line in sinfo]
+    assert written["gpus_per_node"] == 1 and default[2].startswith("gpu:")
+    assoc = cluster.run("sacctmgr", "-nP", "show", "assoc", f"user={os.environ.get('USER') or 'root'}",
+                        "format=Account,DefaultQOS").stdout.split()
+    assert f"{written['account']}|{written['qos']}" in assoc, assoc
+    assert "# sinfo: the default partition (*)" in batch["init"].stdout  # each value says where it came from
+    shown = cli("cluster", "show", INIT_PROFILE)
+    assert shown.returncode == 0 and f'partition: "{written["partition"]}"' in shown.stdout, shown.stderr
+    assert "# limits now:" in shown.stdout and "slurm.yaml" in shown.stdout  # resolved through extends
 
 
 def test_grid_sweep_completes_and_collect_has_a_row_with_metrics_per_point(batch, tmp_path):

@@ -45,7 +45,7 @@ def test_submit_dry_run_prints_the_sbatch_script_and_config(offline_cli):
                       "--slurm", "time=00:30:00", "--trainer::max_epochs", "3", "--output_dir", "r1")
     assert out.returncode == 0, out.stderr
     for line in ("#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --gpus-per-node=1",
-                 "#SBATCH --time=30", "#SBATCH --hold", "#SBATCH --signal=USR2@120", "module load cuda/12.1",
+                 "#SBATCH --time=00:30:00", "#SBATCH --hold", "#SBATCH --signal=USR2@120", "module load cuda/12.1",
                  "#SBATCH --export=ALL,PYTHONUNBUFFERED=1"):
         assert line in out.stdout
     assert "--array" not in out.stdout
@@ -68,7 +68,7 @@ def test_dry_run_script_is_the_one_sbatch_receives(offline_cli):
     assert dry.returncode == 0, dry.stderr
     offline_cli(*args)  # its exit code depends on the fake scheduler's later answers; the script is what we want
     script = received.read_text()
-    assert script.startswith("#!/bin/bash") and "#SBATCH --time=45" in script and "#SBATCH --hold" in script
+    assert script.startswith("#!/bin/bash") and "#SBATCH --time=00:45:00" in script and "#SBATCH --hold" in script
     assert script in dry.stdout
 
 

@@ -114,11 +114,12 @@ def test_the_proof_refuses_a_script_with_a_line_that_was_not_intended(tmp_path):
     lines = script.split("\n")
     at = lines.index("# command")
     for bad in (
-        script.replace("#SBATCH --time=60\n", "#SBATCH --time=60\ntouch M\n"),  # a command inside the block
+        # a command inside the block
+        script.replace("#SBATCH --time=01:00:00\n", "#SBATCH --time=01:00:00\ntouch M\n"),
         script.replace("# command\n", "#SBATCH --time=6000\n# command\n"),  # an option sbatch still reads
         "\n".join([*lines[:at], "touch M", *lines[at:]]),  # a line outside it
-        script.replace("--time=60", "--time=6000"),  # an option that is not the one intended
-        script.replace("#SBATCH --time=60\n", ""),  # an option lost
+        script.replace("--time=01:00:00", "--time=100:00:00"),  # an option that is not the one intended
+        script.replace("#SBATCH --time=01:00:00\n", ""),  # an option lost
     ):
         with pytest.raises(ClusterError, match="not the one intended"):
             prove_script(bad, params, tmp_path / "slurm", python)
@@ -191,7 +192,7 @@ def test_any_string_in_any_field_is_refused_or_lands_exactly_where_intended(tmp_
     # every option intended is read by sbatch with its exact value
     assert options["job-name"] == safe_job_name(params["job_name"])
     for key, want in params["additional_parameters"].items():
-        assert options[key] == str(want)
+        assert options[key] == ("" if want is True else str(want))  # True: a flag (--requeue)
     for key in ("partition", "account", "qos", "constraint", "exclude", "gres", "mem"):
         if key in params:
             assert options[key] == str(params[key])

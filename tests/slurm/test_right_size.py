@@ -94,7 +94,7 @@ def test_a_busy_and_a_sleeping_point_show_cpu_efficiency_near_1_and_near_0_and_a
     dry = cli("sweep", "--bundle", str(BUNDLE), "--cluster", "testcluster", "--sweep", "seconds=1,2",
               "--right-size", str(sw), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "#SBATCH --time=5" in dry.stdout and re.search(r"#SBATCH --mem=\d+GB", dry.stdout), dry.stdout
+    assert "#SBATCH --time=00:05:00" in dry.stdout and re.search(r"#SBATCH --mem=\d+GB", dry.stdout), dry.stdout
     assert f"--right-size {sw}: " in dry.stdout
 
 

@@ -36,6 +36,7 @@ PROFILE_KEYS: dict[str, KeySpec] = {
     "constraint": ((str, type(None)), "a node feature expression"),
     "exclude": ((str, type(None)), "a node list"),
     "job_name": ((str, type(None)), "a job name"),
+    "wckey": ((str, type(None)), "a WCKey (sbatch --wckey; none unless set)"),
     "setup": ((list,), "a list of shell lines run before the job (module load ...)"),
     "export": ((str,), "ALL, NONE or NIL (the base of sbatch --export)"),
     "env": ((dict,), "a mapping NAME: value added to sbatch --export"),
@@ -127,6 +128,12 @@ def export_option(profile: ClusterProfile) -> str:
     return ",".join([base, *(f"{k}={v}" for k, v in env.items())])
 
 
+def slurm_time(minutes: int) -> str:
+    """Return a time limit as SLURM prints it, ``D-HH:MM:SS`` (1440 minutes: ``1-00:00:00``)."""
+    days, rest = divmod(int(minutes), 1440)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00" if days else f"{rest // 60:02d}:{rest % 60:02d}:00"
+
+
 def _mem(mem_gb: float) -> str:
     return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
 
@@ -140,6 +147,7 @@ def slurm_parameters(
     chdir: str | None = None,
     exclude: str | None = None,
     dependency: str | None = None,
+    describe: str | None = None,
 ) -> dict[str, Any]:
     """Return the SlurmExecutor parameters that the profile describes (``chdir``: the jobs' working dir;
     ``exclude``: nodes to avoid besides the profile's own ``exclude``; ``dependency``: SLURM's --dependency,
@@ -148,8 +156,10 @@ def slurm_parameters(
     from hpc_runner.scheduler.slurm.job_script import check_parameters, safe_job_name
 
     # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
+    minutes = profile.time_minutes()
+    # no --wckey unless the profile names one (submitit writes --wckey=submitit, refused where WCKeys are enforced)
     params: dict[str, Any] = {"job_name": safe_job_name(profile.get("job_name") or job_name),
-                              "time": profile.time_minutes()}
+                              "time": minutes, "wckey": profile.get("wckey")}
     for key, name in _PASS_THROUGH.items():
         value = profile.get(key)
         if value is not None and value != []:
@@ -158,11 +168,21 @@ def slurm_parameters(
         params["exclude"] = ",".join(n for n in (params.get("exclude"), exclude) if n)
     if profile.get("mem_gb") is not None and "mem" not in params:
         params["mem"] = _mem(float(profile.get("mem_gb")))
+    if describe:  # a comment line first: the script says what runs, though its body starts a pickle
+        params["setup"] = [f"# {describe}", *(params.get("setup") or [])]
+    cpus = profile.get("cpus_per_task")
+    srun_args = [str(a) for a in params.get("srun_args") or []]
+    if cpus and not any(a.startswith(("--cpus-per-task", "-c")) for a in srun_args):
+        # since SLURM 22.05 srun does not inherit --cpus-per-task from sbatch: with task binding the step would
+        # get one CPU of the job's N
+        params["srun_args"] = [*srun_args, f"--cpus-per-task={int(cpus)}"]
     parallelism = array_parallelism or profile.get("array_parallelism")
     if parallelism:
         params["array_parallelism"] = int(parallelism)
-    extra: dict[str, Any] = {"export": export_option(profile)}
+    extra: dict[str, Any] = {"export": export_option(profile), "time": slurm_time(minutes)}
     extra.update({str(k).replace("_", "-"): v for k, v in (profile.get("sbatch") or {}).items()})
+    if not extra.get("no-requeue"):  # the job requeues itself after a stop signal: where JobRequeue=0 it needs this
+        extra.setdefault("requeue", True)
     if hold:
         extra["hold"] = True
     if chdir:
@@ -277,6 +297,12 @@ class SlurmExecutor(Executor):
 
         return controller_problem(timeout)
 
+    def describe_cluster(self, partition: str | None = None) -> list[tuple[str, Any, str]]:
+        """Return a profile's lines from sinfo, sacctmgr and scontrol (scheduler/slurm/profile_init.py)."""
+        from hpc_runner.scheduler.slurm.profile_init import read_cluster
+
+        return read_cluster(partition)
+
     def limits(self) -> SubmitLimits:
         """Return the user's submit limits and queued jobs (sacctmgr, squeue, scontrol)."""
         from hpc_runner.scheduler.slurm.limits import read_limits
@@ -303,7 +329,7 @@ class SlurmExecutor(Executor):
         """Return submitit's parameters for ``request`` under this profile (every value checked)."""
         return slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
                                 array_parallelism=request.array_parallelism, chdir=request.chdir,
-                                exclude=request.exclude, dependency=request.dependency)
+                                exclude=request.exclude, dependency=request.dependency, describe=request.describe)
 
     def check_resources(self, request: JobRequest, count: int, what: str) -> None:
         """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""

@@ -158,6 +158,8 @@ def intended_options(parameters: Mapping[str, Any], folder: Path, map_count: int
     for name, value in parameters.items():
         if name not in _NOT_OPTIONS and value is not None:
             options.update([_option(name, value)])
+        elif name in SUBMITIT_DEFAULTS and value is None:  # None: submitit writes no line for it (--wckey)
+            options.pop(_option(name, value)[0], None)
     options["signal"] = f"{SlurmJobEnvironment.USR_SIG}@{parameters.get('signal_delay_s', 90)}"
     stdout, stderr = _log_patterns(folder, map_count)
     if map_count is not None:

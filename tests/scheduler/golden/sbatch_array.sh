@@ -19,14 +19,14 @@
 #SBATCH --open-mode=append
 #SBATCH --output=/scratch/sweeps/s1/slurm/%A/%A_%a_0_log.out
 #SBATCH --partition=small
+#SBATCH --requeue
 #SBATCH --signal=USR2@120
-#SBATCH --time=1440
-#SBATCH --wckey=submitit
+#SBATCH --time=1-00:00:00
 
 # setup
-module purge
+# hpc-runner: each task runs points of /scratch/sweeps/s1 (points/NNNN/config.yaml; sweep.yaml says which)
 module load cuda/12.1
 
 # command
 export SUBMITIT_EXECUTOR=slurm
-srun --unbuffered --output /scratch/sweeps/s1/slurm/%A/%A_%a_%t_log.out --error /scratch/sweeps/s1/slurm/%A/%A_%a_%t_log.err --cpu-bind=cores /opt/venv/bin/python -u -m submitit.core._submit /scratch/sweeps/s1/slurm/%A
+srun --unbuffered --output /scratch/sweeps/s1/slurm/%A/%A_%a_%t_log.out --error /scratch/sweeps/s1/slurm/%A/%A_%a_%t_log.err --cpu-bind=cores --cpus-per-task=5 /opt/venv/bin/python -u -m submitit.core._submit /scratch/sweeps/s1/slurm/%A

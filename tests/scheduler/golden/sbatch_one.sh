@@ -13,14 +13,13 @@
 #SBATCH --open-mode=append
 #SBATCH --output=/scratch/runs/r1/slurm/%j/%j_0_log.out
 #SBATCH --partition=small
+#SBATCH --requeue
 #SBATCH --signal=USR2@120
-#SBATCH --time=1440
-#SBATCH --wckey=submitit
+#SBATCH --time=1-00:00:00
 
 # setup
-module purge
 module load cuda/12.1
 
 # command
 export SUBMITIT_EXECUTOR=slurm
-srun --unbuffered --output /scratch/runs/r1/slurm/%j/%j_%t_log.out --error /scratch/runs/r1/slurm/%j/%j_%t_log.err --cpu-bind=cores /opt/venv/bin/python -u -m submitit.core._submit /scratch/runs/r1/slurm/%j
+srun --unbuffered --output /scratch/runs/r1/slurm/%j/%j_%t_log.out --error /scratch/runs/r1/slurm/%j/%j_%t_log.err --cpu-bind=cores --cpus-per-task=5 /opt/venv/bin/python -u -m submitit.core._submit /scratch/runs/r1/slurm/%j

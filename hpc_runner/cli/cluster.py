@@ -1,0 +1,107 @@
+"""`hpc-runner cluster init NAME`: write a profile from what the cluster says; `cluster show NAME`: read one back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.errors import UserError
+
+HELP = "write a cluster profile from what the scheduler says (init), or show a profile and your limits now (show)"
+DESCRIPTION = """\
+cluster init NAME   asks the scheduler (sinfo, sacctmgr, scontrol) for the partitions you can see, their nodes'
+                    CPUs, memory, GPUs and time limits, your accounts and QOS and their submit limits, and writes
+                    ~/.config/hpc-runner/clusters/NAME.yaml (or the first folder of $HPCR_CLUSTER_PATH), each value
+                    commented with where it came from; then `--cluster NAME` uses it.
+cluster show NAME   prints the profile as it resolves (after extends:), the files it came from, and the submit
+                    limits that apply to you now."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the subcommand and its options."""
+    parser.add_argument("action", choices=("init", "show"), help="init: write a profile; show: print one")
+    parser.add_argument("name", metavar="NAME", help="the profile's name (init: the file NAME.yaml)")
+    parser.add_argument("--partition", metavar="P", help="init: the partition to use (default: the cluster's)")
+    parser.add_argument("--force", action="store_true", help="init: replace an existing NAME.yaml")
+    parser.add_argument("--json", action="store_true", help="show: print JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the command."""
+    return _init(args) if args.action == "init" else _show(args)
+
+
+def profile_text(name: str, lines: list[tuple[str, Any, str]], command: str) -> str:
+    """Return the YAML of a profile, one key a line, each with where its value came from."""
+    out = [f"# {name}: written by `{command}` from what this cluster says; edit freely",
+           "# (hpc-runner cluster show " + name + " prints it as it resolves, with your limits now)"]
+    for key, value, where in lines:
+        text = json.dumps(value)  # YAML 1.2 reads JSON scalars and lists as they are
+        out.append(f"{key}: {text}".ljust(40) + f"  # {where}")
+    return "\n".join(out) + "\n"
+
+
+def _target(name: str) -> Path:
+    from hpc_runner.scheduler.profiles import search_path
+
+    if not name or "/" in name or name.startswith(".") or not name.replace("-", "").replace("_", "").isalnum():
+        raise UserError(f"profile name {name!r} cannot be a file name", expected="letters, digits, - and _")
+    return search_path(os.environ)[0] / f"{name}.yaml"
+
+
+def _init(args: argparse.Namespace) -> int:
+    from hpc_runner.scheduler.profiles import load_profile
+    from hpc_runner.scheduler.select import executor_for
+
+    target = _target(args.name)
+    if target.exists() and not args.force:
+        raise UserError(f"{target} exists; nothing was written", where=str(target),
+                        expected="another NAME, or --force to replace it")
+    lines = executor_for(load_profile("slurm")).describe_cluster(args.partition)
+    text = profile_text(args.name, lines, f"hpc-runner cluster init {args.name}"
+                        + (f" --partition {args.partition}" if args.partition else ""))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    from hpc_runner.records.atomic import write_text_atomic
+
+    write_text_atomic(target, text)
+    load_profile(args.name)  # what was written loads and passes the profile checks
+    sys.stdout.write(text)
+    print(f"hpc-runner: wrote {target}; use it with --cluster {args.name}", file=sys.stderr)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from hpc_runner.scheduler.profiles import load_profile
+    from hpc_runner.scheduler.select import executor_for
+
+    profile = load_profile(args.name)
+    executor = executor_for(profile)
+    limits = None
+    if executor.unreachable(timeout=2.0) is None:
+        try:
+            limits = executor.limits()
+        except UserError:
+            limits = None
+    if args.json:
+        found = {"name": profile.name, "files": [str(s) for s in profile.sources], "settings": profile.settings,
+                 "limits": None if limits is None else [
+                     {"name": lim.name, "source": lim.source, "value": lim.value, "queued": lim.queued}
+                     for lim in limits.limits]}
+        print(json.dumps(found, indent=1, default=str))
+        return 0
+    print(f"# profile {profile.name} (executor {profile.executor}), from: "
+          f"{', '.join(str(s) for s in profile.sources) or 'built in'}")
+    for key, value in sorted(profile.settings.items()):
+        print(f"{key}: {json.dumps(value, default=str)}")
+    if limits is None:
+        print("# limits now: the scheduler did not answer from here" if profile.executor == "slurm" else
+              "# limits now: none (no scheduler)")
+    else:
+        print(f"# limits now: {limits.describe()}")
+        for lim in limits.limits:
+            print(f"#   {lim.name} {lim.value} ({lim.source}), {lim.queued} of your jobs queued against it")
+    return 0

@@ -98,8 +98,8 @@ def _show(args: argparse.Namespace) -> int:
     for key, value in sorted(profile.settings.items()):
         print(f"{key}: {json.dumps(value, default=str)}")
     if limits is None:
-        print("# limits now: the scheduler did not answer from here" if profile.executor == "slurm" else
-              "# limits now: none (no scheduler)")
+        print("# limits now: none (no scheduler: the jobs run here)" if executor.runs_here else
+              "# limits now: the scheduler did not answer from here")
     else:
         print(f"# limits now: {limits.describe()}")
         for lim in limits.limits:

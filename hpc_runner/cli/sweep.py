@@ -24,6 +24,7 @@ from hpc_runner.cli.slurm_options import (
     nonnegative_int,
     positive_int,
 )
+from hpc_runner.errors import UserError
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
 DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
@@ -139,6 +140,7 @@ def _main(args: argparse.Namespace) -> int:
     apply_local_profile_cpus(profile, args)
     image = container_for(args, profile)
     cfg = load_config_from_args(args)
+    _check_space_separated(args, cfg)
     if image is not None:  # the image starts and imports, every path of the config is under a bind: else exit 2
         cfg.container = checked_record(image, cfg, [os.getcwd(), str(cfg.bundle_dir or "")])
     res = submit_sweep(
@@ -198,3 +200,14 @@ def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, 
     print(f"  failed:    hpc-runner resume {d}")
     print(f"  cancel:    hpc-runner cancel {d}")
     return 0
+
+
+def _check_space_separated(args: argparse.Namespace, cfg: Any) -> None:
+    """`--sweep lr=1e-3 2e-3` makes 2e-3 the ENTRY: say that a sweep's values are separated by commas."""
+    from hpc_runner.config.ids import has_id
+
+    if args.entry and args.sweep and not has_id(cfg.config, args.entry) and "=" in args.sweep[-1]:
+        last = args.sweep[-1]
+        raise UserError(f"{args.entry!r} follows --sweep {last!r} but is not an id of the config (nor an entry): "
+                        "the values of one id are separated by commas, not spaces; nothing was submitted",
+                        expected=f"--sweep '{last},{args.entry}'")

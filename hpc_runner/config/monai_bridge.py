@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
+from hpc_runner.config.code_warnings import remember, warned_before
 
 if TYPE_CHECKING:  # importing monai costs seconds; only the run path pays it
     from monai.bundle import ConfigParser
@@ -37,7 +38,10 @@ def code_warning(cfg: BundleConfig) -> str:
 
 
 def warn_code_once(cfg: BundleConfig, *, trusted: bool) -> bool:
-    """Show MONAI's "config runs code" warning once in this process unless the bundle is trusted; return whether shown.
+    """Show MONAI's "config runs code" warning once per bundle unless it is trusted; return whether shown.
+
+    Once per bundle: not again in this process, nor in a later command for the same config files (their bytes
+    unchanged; config/code_warnings.py).
 
     Call it where a submission is made (``run``, and ``submit``/``sweep``/``tune`` on the login node), never in
     a job: jobs call :func:`silence_monai_code_warning`. MONAI's own copy of the warning is silenced from here on,
@@ -48,7 +52,10 @@ def warn_code_once(cfg: BundleConfig, *, trusted: bool) -> bool:
     if trusted or cfg.safe or _code_warning_shown:
         return False
     _code_warning_shown = True
+    if warned_before(cfg):  # said for these exact files before, in an earlier command: once per bundle
+        return False
     warnings.warn(code_warning(cfg), stacklevel=2)
+    remember(cfg)
     return True
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,10 +76,32 @@ def _cheap_ok(cfg: BundleConfig, ov: Override) -> bool:
     return not isinstance(old, dict | list) and check_value_type(old, ov.value) is None
 
 
+def check_whole_numbers(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> None:
+    """ClusterError naming the first point that gives a fraction (2.5) to an id the config holds as a whole number
+    other than 0 (``batch_size: 2``): a sweep is many jobs, each would fail when it starts. (``run`` takes
+    it, as MONAI does; a 0 may be a rate, ``weight_decay: 0``, so it takes fractions.)"""
+    for n, point in enumerate(points):
+        for spelled, value in point.items():
+            if not isinstance(value, float) or value.is_integer() or not math.isfinite(value):
+                continue
+            ov = make_override(spelled, value)
+            if ov.add or not has_id(cfg.config, ov.id):
+                continue
+            old = get_by_id(cfg.config, ov.id)
+            if isinstance(old, int) and not isinstance(old, bool) and old != 0:
+                raise ClusterError(
+                    f"sweep point {n} ({describe_point(point)}) gives id '{ov.id}' the fraction {value!r}, and the "
+                    f"config holds it as a whole number ({old!r}); nothing was submitted", id_path=ov.id,
+                    where=cfg.where.get(ov.id),
+                    expected=f"whole numbers for {ov.id}, or --{ov.id} {float(old)!r} with the sweep if it takes "
+                    "fractions")
+
+
 def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
     """Raise ClusterError naming the first invalid point; return how the points were checked."""
     if not points:
         raise ClusterError("the sweep has no points")
+    check_whole_numbers(cfg, points)
     ids = list(points[0])
     per_value = not _nested(ids) and not any(has_references(v) for p in points for v in p.values())
     if per_value:

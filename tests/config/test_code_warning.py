@@ -1,4 +1,5 @@
-"""MONAI's "a config runs code" warning: once per submission (run, submit, sweep), never in a job, not with --trust."""
+"""MONAI's "a config runs code" warning: once per bundle (per process, and not again in a later command for the
+same files), never in a job, not with --trust."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_a_run_says_it_once_and_its_job_not_at_all_while_other_warnings_still_sh
     (tmp_path / "train.json").write_text(json.dumps(CONFIG))
     (tmp_path / "inner.json").write_text(json.dumps({"run": ["$print('inner config ran')"]}))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
     def python(*args: str) -> subprocess.CompletedProcess[str]:
         if args[0] == "-m":  # a fork of a process with torch and MONAI imported (tests/warm_python.py)
@@ -76,6 +77,11 @@ def test_a_run_says_it_once_and_its_job_not_at_all_while_other_warnings_still_sh
     assert run.stderr.count("GHSA-873f-pvrv-4x83") == 1, run.stderr  # hpc-runner's line; MONAI's is silenced
     assert "parsing config_file" not in run.stderr
 
+    again = python("-m", "hpc_runner", "run", "--config_file", "train.json", "--output_dir", "r2")
+    assert again.returncode == 0 and "GHSA-873f-pvrv-4x83" not in again.stderr, again.stderr  # once per bundle
+    (tmp_path / "train.json").write_text(json.dumps({**CONFIG, "changed": 1}))
+    changed = python("-m", "hpc_runner", "run", "--config_file", "train.json", "--output_dir", "r3")
+    assert changed.stderr.count("GHSA-873f-pvrv-4x83") == 1, changed.stderr  # its files changed: said again
     trusted = python("-m", "hpc_runner", "run", "--config_file", "train.json", "--output_dir", "t", "--trust")
     assert trusted.returncode == 0 and "GHSA-873f-pvrv-4x83" not in trusted.stderr, trusted.stderr
 

@@ -33,6 +33,12 @@ def cpus_into_profile_settings(args: argparse.Namespace) -> None:
     """``submit/sweep --cpus N``: pass N to the profile as ``--slurm cpus_per_task=N`` (before it is loaded)."""
     decide_cpus()  # a bad $HPCR_CPUS would reach every job through sbatch --export=ALL: refuse it now
     if getattr(args, "cpus", None):
+        said = [s for s in getattr(args, "slurm", None) or [] if s.replace("-", "_").startswith("cpus_per_task=")]
+        if said and said[-1].split("=", 1)[1].strip() != str(args.cpus):
+            from hpc_runner.errors import UserError
+
+            raise UserError(f"--cpus {args.cpus} and --slurm {said[-1]} ask for different CPUs per task; nothing was "
+                            "submitted", expected="one of them")
         args.slurm = [*(getattr(args, "slurm", None) or []), f"cpus_per_task={args.cpus}"]
 
 

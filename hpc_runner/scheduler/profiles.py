@@ -69,6 +69,12 @@ def _read_profile_file(path: Path) -> dict[str, Any]:
     return data
 
 
+# keys users reach for that have another name here (sbatch's own words, other tools')
+SYNONYMS = {"gpus": "gpus_per_node", "gpu": "gpus_per_node", "gpus_per_job": "gpus_per_node",
+            "cpus": "cpus_per_task", "cpus_per_job": "cpus_per_task", "memory": "mem_gb", "mem_per_node": "mem",
+            "walltime": "time", "time_limit": "time", "ntasks": "ntasks_per_node", "queue": "partition"}
+
+
 def check_settings(settings: Mapping[str, Any], where: str) -> None:
     """Raise ClusterError for an unknown key or a value of the wrong type (a key is known when it is common or
     some executor understands it; each executor checks the values of its own keys, ``Executor.check_profile``)."""
@@ -77,7 +83,8 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
     if unknown:
         import difflib
 
-        close = [m for k in unknown for m in difflib.get_close_matches(k, list(keys), n=1)]
+        close = [SYNONYMS.get(k) or next(iter(difflib.get_close_matches(k, list(keys), n=1)), "") for k in unknown]
+        close = [c for c in close if c in keys]
         raise ClusterError(
             f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in the cluster profile",
             where=where,
@@ -158,6 +165,8 @@ def load_profile(
     if overrides:
         check_settings(overrides, "--slurm")
         profile.settings.update(overrides)
+    for executor in EXECUTORS.values():  # what each file allowed may contradict itself once merged (gres + gpus)
+        executor.check_profile(profile.settings, f"{profile.where}{' with --slurm' if overrides else ''}")
     known = profile.settings.get("partitions")
     partition = profile.settings.get("partition")
     if known and partition is not None and partition not in known:

@@ -123,3 +123,19 @@ def test_help_does_not_import_torch_or_monai():
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--slurm", "gres=gpu:2"], ["gres 'gpu:2' and gpus_per_node 1 both ask for GPUs", "gpus_per_node=null"]),
+    (["--cpus", "4", "--slurm", "cpus_per_task=8"], ["--cpus 4 and --slurm cpus_per_task=8 ask for different CPUs"]),
+    (["--slurm", "gpus=2"], ["unknown key gpus", "Did you mean: gpus_per_node?"]),
+])
+def test_a_request_that_contradicts_itself_or_misnames_a_key_is_refused_naming_both(offline_cli, args, words):
+    out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "jade", *args, "--dry-run", "--no-preflight",
+                      "--output_dir", "r1")
+    assert out.returncode == 2 and out.stderr.count("error:") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert all(w in out.stderr for w in words), out.stderr
+    assert _written(offline_cli.cwd) == [] and offline_cli.calls()["sbatch"] == 0
+    fixed = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "jade", "--slurm", "gres=gpu:2", "--slurm",
+                        "gpus_per_node=null", "--dry-run", "--no-preflight", "--output_dir", "r1")
+    assert fixed.returncode == 0 and "#SBATCH --gres=gpu:2" in fixed.stdout and "gpus-per-node" not in fixed.stdout

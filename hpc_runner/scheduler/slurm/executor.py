@@ -88,6 +88,11 @@ def check_profile_values(settings: Mapping[str, Any], where: str) -> None:
                 expected="NAME: value with a valid variable name and no comma in the value",
             )
     _check_script_values(settings, where)
+    gres, gpus = str(settings.get("gres") or ""), settings.get("gpus_per_node")
+    if "gpu" in gres and gpus:  # sbatch would get --gres=gpu:2 and --gpus-per-node=1: which one is meant?
+        raise ClusterError(f"gres {gres!r} and gpus_per_node {gpus} both ask for GPUs", where=where,
+                           expected=f"one of them: --slurm gpus_per_node=null to keep gres {gres!r}, or drop gres "
+                           "and set gpus_per_node")
     for key in ("setup", "srun_args", "partitions"):
         if key in settings and not all(isinstance(x, str) for x in settings[key]):
             raise ClusterError(f"{key}: every item must be a string", where=where, expected=PROFILE_KEYS[key][1])

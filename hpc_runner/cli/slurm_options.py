@@ -41,6 +41,12 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
     )
 
 
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--json``: print what was submitted as one JSON object (the folder, job ids, arrays), for scripts."""
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (dir, job ids per point, arrays, waiting points) instead of prose")
+
+
 def load_profile_from_args(args: argparse.Namespace, name: str | None = None) -> Any:
     """Return the ClusterProfile that --cluster and --slurm describe. With neither --cluster nor $HPCR_CLUSTER,
     the default profile, once its scheduler answers from here (within 2 s; a dry run does not ask): else a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -17,7 +18,7 @@ from hpc_runner.cli.common import (
 )
 from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
+from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args, positive_int
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bundle_arguments(parser)
     parser.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
     add_cluster_arguments(parser)
+    add_json_argument(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_writable_argument(parser)
@@ -76,6 +78,11 @@ def _main(args: argparse.Namespace) -> int:
     from hpc_runner.monai_cli.spec import SPECS
     from hpc_runner.sweep.submission import submit_run
 
+    if args.json and args.wait:  # before anything is loaded or queued
+        from hpc_runner.errors import UserError
+
+        raise UserError("--json prints what was submitted at once; --wait follows the job's log",
+                        expected="one of them")
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
     apply_local_profile_cpus(profile, args)
@@ -101,6 +108,9 @@ def _main(args: argparse.Namespace) -> int:
         return _submit_shards(args, cfg, profile)
     res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run,
                      preflight=not args.no_preflight)
+    if args.json:  # one JSON object on stdout, for scripts: no prose
+        print(json.dumps(res.to_json(profile.name)))
+        return 1 if res.local_failures else 0
     if res.dry_run:
         for script in res.scripts:
             print(f"# sbatch script (profile {profile.name}; nothing submitted)\n{script}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -20,6 +21,7 @@ from hpc_runner.cli.container_run import add_container_arguments, checked_record
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import (
     add_cluster_arguments,
+    add_json_argument,
     load_profile_from_args,
     nonnegative_int,
     positive_int,
@@ -93,6 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "ones included (default: points x (1 + max-returns + max-retries)); then it submits nothing more")
     add_right_size_arguments(g)
     add_cluster_arguments(parser)
+    add_json_argument(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_writable_argument(parser)
@@ -161,6 +164,9 @@ def _main(args: argparse.Namespace) -> int:
                                   ("max_submit_calls", args.max_submit_calls)) if v is not None},
         record_extra={"retry": rules} if rules else None,
     )
+    if args.json:  # one JSON object on stdout, for scripts
+        print(json.dumps(res.to_json(profile.name)))
+        return 1 if res.local_failures else 0
     return report_submitted(res, profile, args.pack, args.hold)
 
 

@@ -15,7 +15,7 @@ from hpc_runner.cli.common import (
     profile_request,
 )
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args, positive_int
+from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args, positive_int
 
 HELP = "search hyper-parameters with Optuna (TPE + ASHA pruning) in K worker array tasks"
 DESCRIPTION = """Check the space (each bound and choice against the config's ids and types, and the
@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, metavar="S", help="the sampler's seed")
     g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="tune dir (default runs/<bundle>/tune-<time>)")
     add_cluster_arguments(parser)
+    add_json_argument(parser)
     add_preflight_argument(parser)
     add_cpus_argument(parser, submits=True)
     add_profile_arguments(parser)
@@ -102,6 +103,11 @@ def _main(args: argparse.Namespace) -> int:
     res = submit_tune(cfg, args.entry, settings, profile, args.output_dir, parallel=args.parallel, argv=sys.argv,
                       hold=args.hold, dry_run=args.dry_run, log=lambda m: print(m, flush=True),
                       preflight=not args.no_preflight)
+    if args.json:  # one JSON object on stdout, for scripts
+        import json
+
+        print(json.dumps(res.to_json(profile.name)))
+        return 1 if res.local_failures else 0
     return report_started(res, profile, args.hold)
 
 

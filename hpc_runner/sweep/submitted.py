@@ -23,3 +23,14 @@ class Submitted:
     waiting: list[int] = field(default_factory=list)  # points that wait for a free submit slot
     limits: Any = None  # the SubmitLimits the governor read (scheduler/slurm/limits.py)
     pack: tuple[int, int] = (1, 1)  # points per task, points at once per task
+
+    def to_json(self, profile: str) -> dict[str, Any]:
+        """Return what a script reads (``--json``): the folder, each point's job id, the arrays, what waits."""
+        return {
+            "dir": str(self.directory.resolve()), "profile": profile, "dry_run": self.dry_run,
+            "ran_here": self.ran_here, "failed_here": self.local_failures,
+            "job_ids": {str(k): v for k, v in sorted(self.job_ids.items())},
+            "arrays": [{"job_id": a.get("job_id"), "points": list(a.get("points", []))} for a in self.arrays],
+            "waiting": list(self.waiting), "logs": {str(k): v for k, v in sorted(self.logs.items())},
+            **({"scripts": list(self.scripts), "notes": list(self.notes)} if self.dry_run else {}),
+        }

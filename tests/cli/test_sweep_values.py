@@ -42,3 +42,18 @@ def test_fractions_for_a_rate_held_as_0_and_whole_floats_pass(
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "4 points" in out.out
+
+
+def test_json_says_what_a_sweep_would_submit_in_one_object(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    code = main(_sweep(tmp_path, "--sweep", "learning_rate=1e-3,2e-3", "--no-preflight", "--json"))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    found = json.loads(out.out)  # the whole of stdout is one JSON object
+    assert found["dry_run"] is True and found["profile"] == "local" and found["dir"] == str(tmp_path / "sw")
+    assert "2 points, all valid" in found["notes"][0]
+    assert main(["submit", "--bundle", str(EXAMPLE), "--cluster", "local", "--json", "--wait"]) == 2
+    assert "--json prints what was submitted at once" in capsys.readouterr().err

@@ -56,6 +56,17 @@ def container_for(args: argparse.Namespace, profile: Any = None) -> ContainerSpe
     return spec
 
 
+def refuse_container(profile: Any, what: str) -> None:
+    """Bad input when a command that does not run in a container yet gets a profile with a ``container:`` block
+    (its jobs would run on the host, where the image's software may not be)."""
+    block = profile.get("container") if profile is not None else None
+    if isinstance(block, dict) and block.get("image"):
+        raise UserError(f"{what} does not run in a container yet, and profile {profile.name} has a container: block "
+                        f"({block.get('image')}); nothing was run or queued", where=profile.where,
+                        expected=f"a profile without container: for {what} (--slurm container=null), or "
+                        "submit/sweep, which run in the image")
+
+
 def checked_record(spec: ContainerSpec, cfg: Any, always: list[str]) -> dict[str, Any]:
     """Check the image and the config's binds (bad input before anything is queued); return run.yaml's record."""
     binds = config_binds(cfg.config, always, where=str(cfg.config_files[0]) if cfg.config_files else "the config")

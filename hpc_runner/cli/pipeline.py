@@ -68,6 +68,9 @@ def main(args: argparse.Namespace) -> int:
                         "inputs); `hpc-runner cancel DIR` stops them")
     spec = load_spec(args.file)
     profile = load_profile_from_args(args)
+    from hpc_runner.cli.container_run import refuse_container
+
+    refuse_container(profile, "pipeline")
     directory = Path(args.output_dir) if args.output_dir else default_sweep_dir(Path(spec.bundle).name,
                                                                                 prefix="pipeline")
     res = start_pipeline(spec, profile, directory, argv=sys.argv, log=lambda m: print(m, flush=True),

@@ -16,7 +16,7 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
 )
-from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for
+from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for, refuse_container
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args, positive_int
 
@@ -87,6 +87,12 @@ def _main(args: argparse.Namespace) -> int:
     profile = load_profile_from_args(args)
     apply_local_profile_cpus(profile, args)
     if args.entry in SPECS:
+        if getattr(args, "container", None):
+            from hpc_runner.errors import UserError
+
+            raise UserError(f"submit {args.entry} does not run in a container yet; nothing was queued",
+                            expected=f"submit {args.entry} without --container")
+        refuse_container(profile, f"submit {args.entry}")
         return _submit_monai_command(args, profile)
     extra = [*(args.command_args or []), *(f"-{k[-1]}" for k in ("monai_short_n", "monai_short_p") if getattr(args, k))]
     if extra or args.job_dir:

@@ -98,6 +98,9 @@ def _main(args: argparse.Namespace) -> int:
                             sampler_options=key_values(args.sampler_option, "--sampler-option", "n_startup_trials=4"))
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
+    from hpc_runner.cli.container_run import refuse_container
+
+    refuse_container(profile, "tune")  # its pruner listens inside each trial's process
     apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
     res = submit_tune(cfg, args.entry, settings, profile, args.output_dir, parallel=args.parallel, argv=sys.argv,

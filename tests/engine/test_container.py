@@ -182,3 +182,15 @@ def test_a_profiles_container_block_is_the_default_and_safe_with_a_container_is_
     with pytest.raises(UserError, match="--safe and a container together are not supported yet"):
         container_for(argparse.Namespace(container=None, container_runtime=None, safe=True), profile)
     assert container_for(args, ClusterProfile("slurm", [], {})) is None
+
+
+def test_commands_that_do_not_run_in_an_image_refuse_a_profile_that_asks_for_one(tmp_path: Path) -> None:
+    from hpc_runner.cli.container_run import refuse_container
+    from hpc_runner.scheduler.profile import ClusterProfile
+
+    profile = ClusterProfile("myjade", [tmp_path / "myjade.yaml"], {"container": {"image": "/images/m.sif"}})
+    for what in ("tune", "pipeline", "submit ckpt_export"):
+        with pytest.raises(UserError, match=f"{what} does not run in a container yet") as err:
+            refuse_container(profile, what)
+        assert "--slurm container=null" in str(err.value)
+    refuse_container(ClusterProfile("slurm", [], {"container": None}), "tune")  # no block: nothing to refuse

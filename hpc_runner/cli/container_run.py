@@ -27,6 +27,7 @@ from hpc_runner.engine.container import (
     container_env,
     container_spec,
     image_cache_dir,
+    starter_env,
 )
 from hpc_runner.errors import UserError
 
@@ -79,7 +80,6 @@ def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
     """Run ``args`` (a parsed `run --container`) inside the image; return its exit code."""
     from hpc_runner.cli.sandbox_run import _make_folders, _requeue, named_readable
     from hpc_runner.engine.sandbox import FRESH_ENV, run_sandboxed
-    from hpc_runner.engine.sandbox_job import _user_name
     from hpc_runner.records.rundir import RunDir, check_folder_path, default_run_dir
 
     argv = list(getattr(args, "_argv", None) or sys.argv[1:])
@@ -112,9 +112,7 @@ def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
             import shlex
 
             print(f"hpc-runner: container: {shlex.join(command)}", file=sys.stderr, flush=True)
-        rc = run_sandboxed(command, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": _user_name(),
-                                         **({"HOME": os.environ["HOME"]} if "HOME" in os.environ else {})},
-                           target=lambda pid: pid)
+        rc = run_sandboxed(command, env=starter_env(os.environ), target=lambda pid: pid)
         if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where no SLURM command is
             _requeue(run_dir)
         return rc

@@ -326,7 +326,7 @@ def check_image(spec: ContainerSpec, cache_dir: Path, environ: Mapping[str, str]
     argv = container_argv(spec, mounts, [spec.python, "-c", CHECK_CODE])
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                              env={**os.environ, "USER": os.environ.get("USER") or _user()})
+                              env={**os.environ, **starter_env(os.environ)})
     except subprocess.TimeoutExpired:
         raise UserError(f"the container image {spec.image} did not answer within {CHECK_TIMEOUT_S} s", where=spec.where,
                         expected="an image whose Python starts") from None
@@ -346,10 +346,13 @@ def check_image(spec: ContainerSpec, cache_dir: Path, environ: Mapping[str, str]
     return {**found, "fingerprint": fingerprint}
 
 
-def _user() -> str:
+def starter_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of the runtime's own process on the host: PATH, HOME and USER (which ch-run needs)."""
     import pwd
 
     try:
-        return pwd.getpwuid(os.getuid()).pw_name
+        user = environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
-        return str(os.getuid())
+        user = str(os.getuid())
+    return {"PATH": environ.get("PATH", "/usr/bin:/bin"), "USER": user,
+            **({"HOME": environ["HOME"]} if "HOME" in environ else {})}

@@ -155,6 +155,7 @@ def run_recorded_in_container(run_dir: str | os.PathLike, entry: str | None, rec
         container_env,
         image_fingerprint,
         spec_from_record,
+        starter_env,
     )
     from hpc_runner.engine.stop import stop_requested
 
@@ -173,20 +174,9 @@ def run_recorded_in_container(run_dir: str | os.PathLike, entry: str | None, rec
     command = [spec.python, "-m", "hpc_runner.engine.sandbox_job", str(rd.path.resolve()), entry or ""]
     print(f"hpc-runner: the run goes inside the container image {spec.image} ({spec.runtime})", flush=True)
     rc = run_sandboxed(container_argv(spec, mounts, command), stop=stop_requested,
-                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": _user_name(),
-                            **({"HOME": os.environ["HOME"]} if "HOME" in os.environ else {})},
+                       env=starter_env(os.environ),
                        target=lambda pid: pid)  # the runtimes exec the command or relay signals to it themselves
     return read_outcome(rd.path, rc)
-
-
-def _user_name() -> str:
-    """$USER, which Charliecloud needs, from the environment or the password database."""
-    import pwd
-
-    try:
-        return os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
 
 
 def read_outcome(run_dir: Path, rc: int) -> RunOutcome:

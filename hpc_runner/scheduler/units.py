@@ -37,3 +37,9 @@ def parse_duration_s(text: str | None) -> float | None:
     for p in parts:
         seconds = seconds * 60 + p
     return seconds + int(m.group(1) or 0) * 86400 + float(m.group(3) or 0)
+
+
+def slurm_time(minutes: int) -> str:
+    """Return a time limit as SLURM prints it, ``D-HH:MM:SS`` (1440 minutes: ``1-00:00:00``)."""
+    days, rest = divmod(int(minutes), 1440)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00" if days else f"{rest // 60:02d}:{rest % 60:02d}:00"

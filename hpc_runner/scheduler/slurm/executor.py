@@ -15,6 +15,7 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+from hpc_runner.scheduler.units import slurm_time
 
 EXPORT_BASES = ("ALL", "NONE", "NIL")
 # the profile keys the SLURM executor understands, besides profiles.COMMON_KEYS: key -> (accepted types, what to
@@ -131,12 +132,6 @@ def export_option(profile: ClusterProfile) -> str:
     base = str(profile.get("export", "ALL")).upper()
     env = profile.get("env") or {}
     return ",".join([base, *(f"{k}={v}" for k, v in env.items())])
-
-
-def slurm_time(minutes: int) -> str:
-    """Return a time limit as SLURM prints it, ``D-HH:MM:SS`` (1440 minutes: ``1-00:00:00``)."""
-    days, rest = divmod(int(minutes), 1440)
-    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00" if days else f"{rest // 60:02d}:{rest % 60:02d}:00"
 
 
 def _mem(mem_gb: float) -> str:

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler.profile import parse_time_minutes
 from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
 from hpc_runner.scheduler.slurm.limits import current_user, parse_associations, parse_qos
+from hpc_runner.scheduler.units import slurm_time
 
 SINFO_COMMAND = ["sinfo", "-h", "-o", "%P|%a|%l|%D|%c|%m|%G"]
 ASSOC_FORMAT = "format=User,DefaultAccount,Account,Partition,QOS,DefaultQOS,MaxSubmit,MaxJobs"
@@ -70,22 +72,11 @@ def parse_sinfo(text: str) -> list[Partition]:
 
 
 def _minutes(limit: str) -> int | None:
-    """A SLURM time limit in minutes (None for ``infinite`` or what cannot be read)."""
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit.strip())
-    if m is None:
+    """A partition's time limit in minutes (None for ``infinite`` or what cannot be read)."""
+    try:
+        return parse_time_minutes(limit)
+    except ClusterError:
         return None
-    days, a, b, c = (int(g) if g else 0 for g in m.groups())
-    if m.group(4) is not None:  # H:M:S
-        return days * 1440 + a * 60 + b + (1 if c else 0)
-    if m.group(3) is not None:  # M:S (or D-H:M)
-        return days * 1440 + (a * 60 + b if m.group(1) else a + (1 if b else 0))
-    return days * 1440 + (a * 60 if m.group(1) else a)
-
-
-def _hms(minutes: int) -> str:
-    days, rest = divmod(minutes, 1440)
-    text = f"{rest // 60:02d}:{rest % 60:02d}:00"
-    return f"{days}-{text}" if days else text
 
 
 def profile_lines(partitions: Sequence[Partition], associations: Sequence[dict[str, Any]],
@@ -120,7 +111,7 @@ def profile_lines(partitions: Sequence[Partition], associations: Sequence[dict[s
                       f"sinfo: {chosen.mem_mb} MB a node" + (f", shared by its {gpus} GPUs" if gpus else "")))
     limit = _minutes(chosen.time_limit)
     minutes = min(limit, DEFAULT_HOURS * 60) if limit else DEFAULT_HOURS * 60
-    lines.append(("time", _hms(minutes), f"sinfo: the partition allows {chosen.time_limit}; a first profile asks "
+    lines.append(("time", slurm_time(minutes), f"sinfo: the partition allows {chosen.time_limit}; a first profile asks "
                   f"for {DEFAULT_HOURS} hours at most"))
     mine = [a for a in associations if a.get("partition") in (None, chosen.name)] or list(associations)
     if mine:

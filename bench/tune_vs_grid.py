@@ -107,7 +107,7 @@ def tune_arm(folder: Path, seed: int, data: list[str], cluster: list[str], args:
          "--parallel", str(args.parallel), "--metric", "val_dice", "--pruner", "asha",
          "--pruner-option", "min_resource=1", "--pruner-option", f"reduction_factor={args.reduction_factor}",
          "--sampler", args.sampler, *[a for o in args.sampler_option for a in ("--sampler-option", o)],
-         "--seed", str(seed), "--output_dir", str(out), *cluster, *data)
+         "--sampler-seed", str(seed), "--output_dir", str(out), *cluster, *data)
     wait_idle(out, args.timeout)
     return summarize(f"tune seed {seed}", out, time.monotonic() - t0)
 

@@ -7,6 +7,7 @@ Only the standard library is imported here and by the command modules at import 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import sys
 import warnings
@@ -50,6 +51,43 @@ COMMANDS: dict[str, str] = {
     "init_bundle": "hpc_runner.cli.monai_commands:init_bundle",
 }
 
+# `hpc-runner --help` lists the commands by task, not in one flat list of 27
+COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
+    "run a bundle here": ("run", "config", "cache", "verify", "rerun"),
+    "on a cluster": ("submit", "sweep", "tune", "pipeline", "status", "resume", "collect", "cancel", "report",
+                     "cluster"),
+    "bundles": ("init", "list", "pack", "install"),
+    "MONAI's bundle commands (as python -m monai.bundle)": ("run_workflow", "ckpt_export", "onnx_export",
+                                                             "verify_metadata", "verify_net_in_out", "init_bundle"),
+    "more": ("tracking", "completion"),
+}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help with the commands grouped by task and each option under one spelling (``--dry-run``; its
+    ``--dry_run`` twin is accepted, not listed)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        kept: dict[str, str] = {}
+        for option in action.option_strings:
+            kept.setdefault(option.replace("_", "-"), option)
+        if len(kept) < len(action.option_strings):
+            action = copy.copy(action)
+            action.option_strings = list(kept.values())
+        return super()._format_action_invocation(action)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not isinstance(action, argparse._SubParsersAction):
+            return super()._format_action(action)
+        helps = {a.dest: a.help or "" for a in action._choices_actions}
+        width = max(map(len, helps)) + 2
+        lines = []
+        for title, names in COMMAND_GROUPS.items():
+            lines.append(f"  {title}:")
+            lines += [f"    {name:<{width}}{helps.get(name, '')}" for name in names]
+        return "\n".join(lines) + "\n"
+
+
 EPILOG = """examples:
   hpc-runner run training --bundle bundles/synthetic_seg --optimizer::lr 1e-3
   HPCR__trainer__max_epochs=5 hpc-runner run --bundle bundles/synthetic_seg
@@ -58,6 +96,7 @@ EPILOG = """examples:
 overrides: --ID VALUE or --ID=VALUE (ids use ::, legacy # accepted), typed as YAML 1.2
 (42, 1e-4, true, null, [8,16], {a: 1}; quote to keep a string); --+ID VALUE adds a new id.
 environment: HPCR__a__b=VALUE overrides id a::b; ${env:NAME,default} in values is expanded.
+options are spelled with - or _ alike (--dry-run, --dry_run); `hpc-runner COMMAND --help` lists a command's.
 exit codes: 0 done, 1 a run failed, 2 bad input (also a folder this user may not write or read, a full or
 read-only filesystem), 3 stopped by a signal after writing a checkpoint, 130 interrupted (Ctrl-C).
 """
@@ -76,11 +115,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         prog="hpc-runner",
         description="Run MONAI-format deep-learning bundles here or on SLURM clusters.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"hpc-runner {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     subparsers = {}
     for name in COMMANDS:
         module = _load(name)
@@ -89,7 +128,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
             help=module.HELP,
             description=getattr(module, "DESCRIPTION", module.HELP),
             epilog=getattr(module, "EPILOG", None),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=HelpFormatter,
             allow_abbrev=False,
         )
         p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -152,6 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hpc-runner {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `hpc-runner config | head`: the reader has what it wanted; no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail again
+        return 141  # as a shell reports a process ended by SIGPIPE
     except OSError as exc:
         paragraph = filesystem_refusal(exc)
         if paragraph is None:

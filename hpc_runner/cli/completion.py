@@ -1,20 +1,120 @@
 """``hpc-runner completion SHELL``: a tab-completion script for bash, zsh or tcsh, generated from the parsers
-themselves (shtab), so it never drifts from the commands and options."""
+themselves (shtab), so it never drifts from the commands and options. On top of shtab's script: profile names
+after ``--cluster``, bundle folders and names after ``--bundle``, folders after a command that takes a sweep or
+run dir, and (bash, zsh) the bundle's own ids after ``--`` on the commands that take overrides."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 
-from hpc_runner.cli import build_parser
+from hpc_runner.cli import COMMANDS, _load, build_parser
+from hpc_runner.scheduler.profiles import BUILTIN_DIR
 
 HELP = "print a shell completion script (bash, zsh, tcsh) made from the commands' own options"
 DESCRIPTION = """Print a tab-completion script for SHELL: the commands, their options and the choices of
-options such as --tracking, generated from hpc-runner's own argument parsers. Nothing is installed: load it
-in your shell's start-up file."""
+options such as --tracking, generated from hpc-runner's own argument parsers; profile names after --cluster,
+bundles after --bundle, folders for the commands that take a sweep or run dir, and (bash, zsh) the ids of the
+bundle named on the line after -- (`hpc-runner run --bundle B --optimizer::<TAB>`, read with `hpc-runner config
+--ids`). Nothing is installed: load it in your shell's start-up file."""
 EPILOG = """examples:
   eval "$(hpc-runner completion bash)"          # in ~/.bashrc
   hpc-runner completion zsh > ~/.zfunc/_hpc-runner   # a folder on zsh's $fpath"""
 SHELLS = ("bash", "zsh", "tcsh")
+DIR_COMMANDS = ("status", "resume", "collect", "cancel", "report", "rerun")  # their one positional is a folder
+
+# bash: each function gets the word being completed and prints candidates; zsh: each adds them (compadd)
+BASH_PREAMBLE = r"""
+_hpcr_profiles() {  # built-in profiles, those on $HPCR_CLUSTER_PATH and in the user's folder, or a .yaml file
+  local names="@BUILTIN@" d f old_ifs=$IFS
+  IFS=:
+  for d in $HPCR_CLUSTER_PATH "${XDG_CONFIG_HOME:-$HOME/.config}/hpc-runner/clusters"; do
+    for f in "$d"/*.yaml "$d"/*.yml; do [[ -f $f ]] && { f=${f##*/}; names+=" ${f%.*}"; }; done
+  done
+  IFS=$old_ifs
+  compgen -W "$names" -- "$1"
+  compgen -f -X '!*.y*ml' -- "$1"
+}
+_hpcr_bundles() {  # bundle folders, and the names on the bundle search path ($HPCR_BUNDLE_PATH, ./bundles)
+  local names="" d b old_ifs=$IFS
+  IFS=:
+  for d in $HPCR_BUNDLE_PATH bundles; do
+    for b in "$d"/*/configs; do [[ -d $b ]] && { b=${b%/configs}; names+=" ${b##*/}"; }; done
+  done
+  IFS=$old_ifs
+  compgen -W "$names" -- "$1"
+  compgen -d -- "$1"
+}
+_hpcr_ids_of_line() {  # the ids of the bundle named on the line, as --ID (hpc-runner config --ids)
+  local -a words args
+  read -r -a words <<< "$1"
+  local i command=""
+  for ((i = 1; i < ${#words[@]}; i++)); do
+    case " @ID_COMMANDS@ " in *" ${words[i]} "*) [[ -z $command ]] && command=${words[i]};; esac
+    case ${words[i]} in
+      --bundle|--config_file|--config-file|--meta_file|--meta-file) args+=("${words[i]}" "${words[i+1]}");;
+      --bundle=*|--config_file=*|--config-file=*) args+=("${words[i]}");;
+    esac
+  done
+  [[ -n $command && ${#args[@]} -gt 0 ]] || return 0
+  @PYTHON@ -m hpc_runner config "${args[@]}" --ids 2>/dev/null | sed 's/^/--/'
+}
+_hpcr_complete() {  # shtab's completer, then the bundle's ids after --
+  _shtab_hpc_runner "$@"
+  local line=${COMP_LINE:0:COMP_POINT}
+  local cur=${line##*[[:space:]]}
+  [[ $cur == --* ]] || return 0
+  local id
+  while IFS= read -r id; do
+    [[ $id == "$cur"* ]] && COMPREPLY+=("$id")
+  done < <(_hpcr_ids_of_line "${line% *}")
+  if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then  # bash completes the part after the last colon
+    local colon_word=${cur%"${cur##*:}"} k
+    for k in "${!COMPREPLY[@]}"; do COMPREPLY[k]=${COMPREPLY[k]#"$colon_word"}; done
+  fi
+}
+"""
+BASH_REGISTER = "complete -o bashdefault -F _hpcr_complete hpc-runner"
+
+ZSH_PREAMBLE = r"""
+_hpcr_zsh_profiles() {
+  local -a names; local d f
+  names=(@BUILTIN@)
+  for d in ${(s.:.)HPCR_CLUSTER_PATH} ${XDG_CONFIG_HOME:-$HOME/.config}/hpc-runner/clusters; do
+    for f in $d/*.y(|a)ml(N); do names+=(${${f:t}%.*}); done
+  done
+  compadd -- $names
+  _files -g '*.y(|a)ml'
+}
+_hpcr_zsh_bundles() {
+  local -a names; local d b
+  for d in ${(s.:.)HPCR_BUNDLE_PATH} bundles; do
+    for b in $d/*/configs(N/); do names+=(${b:h:t}); done
+  done
+  compadd -- $names
+  _files -/
+}
+_hpcr_zsh_ids() {  # the ids of the bundle named on the line, as --ID (hpc-runner config --ids)
+  [[ $PREFIX == --* ]] || return 0
+  local i command="" ; local -a args ids known
+  known=(@ID_COMMANDS@)
+  for ((i = 2; i <= $#words; i++)); do
+    (( ${known[(Ie)${words[i]}]} )) && [[ -z $command ]] && command=${words[i]}
+    case ${words[i]} in
+      --bundle|--config_file|--config-file|--meta_file|--meta-file) args+=(${words[i]} ${words[i+1]});;
+      --bundle=*|--config_file=*|--config-file=*) args+=(${words[i]});;
+    esac
+  done
+  [[ -n $command && $#args -gt 0 ]] || return 0
+  ids=(${(f)"$(@PYTHON@ -m hpc_runner config $args --ids 2>/dev/null)"})
+  compadd -- ${ids/#/--}
+}
+_hpcr_zsh() {
+  _shtab_hpc_runner "$@"
+  _hpcr_zsh_ids
+}
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,10 +122,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shell", choices=SHELLS, help="the shell the script is for")
 
 
-def main(args: argparse.Namespace) -> int:
-    """Print the script."""
+def _mark_dynamic(subparsers: dict[str, argparse.ArgumentParser], shtab: object) -> None:
+    """Say which arguments shtab completes with our functions: profiles, bundles, folders."""
+    profiles = {"bash": "_hpcr_profiles", "zsh": "_hpcr_zsh_profiles", "tcsh": "f"}
+    bundles = {"bash": "_hpcr_bundles", "zsh": "_hpcr_zsh_bundles", "tcsh": "d"}
+    for name, sub in subparsers.items():
+        for action in sub._actions:
+            if action.dest == "cluster":
+                action.complete = profiles  # type: ignore[attr-defined]
+            elif action.dest == "bundle" and (action.option_strings or name in ("verify", "pack")):
+                action.complete = bundles  # type: ignore[attr-defined]
+            elif not action.option_strings and name in DIR_COMMANDS:
+                action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
+            elif not action.option_strings and name == "pipeline":
+                action.complete = shtab.FILE  # type: ignore[attr-defined]
+
+
+def script(shell: str) -> str:
+    """Return the completion script for ``shell``."""
     import shtab  # a small, pure-Python dependency; imported by this command only
 
-    parser, _ = build_parser()
-    print(shtab.complete(parser, shell=args.shell))
+    parser, subparsers = build_parser()
+    _mark_dynamic(subparsers, shtab)
+    builtin = " ".join(sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml")))
+    id_commands = " ".join(n for n in COMMANDS if getattr(_load(n), "ACCEPTS_OVERRIDES", False))
+    python = shlex.quote(sys.executable)  # the installation that wrote the script reads the ids
+
+    def fill(text: str) -> str:
+        return text.replace("@BUILTIN@", builtin).replace("@ID_COMMANDS@", id_commands).replace("@PYTHON@", python)
+
+    if shell == "bash":
+        out = shtab.complete(parser, shell="bash", preamble={"bash": fill(BASH_PREAMBLE)})
+        register = "complete -o bashdefault -F _shtab_hpc_runner hpc-runner"
+        if register not in out:  # a shtab that registers otherwise would leave our ids out silently
+            raise RuntimeError("shtab's bash script changed: its `complete` line was not found")
+        return out.replace(register, BASH_REGISTER)
+    if shell == "zsh":
+        out = shtab.complete(parser, shell="zsh", preamble={"zsh": fill(ZSH_PREAMBLE)})
+        for old, new in (("compdef _shtab_hpc_runner -N hpc-runner", "compdef _hpcr_zsh -N hpc-runner"),
+                         ('  _shtab_hpc_runner "$@"\nfi', '  _hpcr_zsh "$@"\nfi')):
+            if old not in out:
+                raise RuntimeError(f"shtab's zsh script changed: {old!r} was not found")
+            out = out.replace(old, new)
+        return out
+    return shtab.complete(parser, shell=shell)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the script."""
+    print(script(args.shell))
     return 0

@@ -18,6 +18,7 @@ EPILOG = """examples:
   hpc-runner config --bundle bundles/synthetic_seg --sources --optimizer::lr 1e-3
   hpc-runner config --bundle bundles/synthetic_seg --resolve --id network_def"""
 ACCEPTS_OVERRIDES = True
+MAX_IDS_LISTED = 5000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sources", action="store_true", help="show where every overridden value came from (file, env or cli)"
     )
     parser.add_argument("--id", metavar="ID", help="print only this id")
+    parser.add_argument("--ids", action="store_true",
+                        help="print every id of the config, one per line (what tab completion offers after --)")
     parser.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format")
     parser.add_argument(
         "--cache-plan",
@@ -92,6 +95,15 @@ def main(args: argparse.Namespace) -> int:
         print(_sources_table(cfg))
         return 0
     data = cfg.expanded()
+    if args.ids:
+        from hpc_runner.config.ids import iter_ids
+
+        # bounded: a completion must answer at once, even for a bundle of 100,000 ids
+        for n, (id_path, _) in enumerate(iter_ids(data)):
+            if n == MAX_IDS_LISTED:
+                break
+            print(id_path)
+        return 0
     notes: list = []
     if args.resolve:
         data, notes = resolve_with_notes(data)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.cli.common import add_preflight_argument
-from hpc_runner.cli.slurm_options import add_cluster_arguments, load_profile_from_args
+from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args
 
 HELP = "queue a study's stages at once: search, select the best point, evaluate, export, sharded inference"
 DESCRIPTION = """Read PIPELINE.yaml (docs/pipelines.md), check every stage (names, kinds, `from`, no cycle; each
@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output_dir", "--output-dir", metavar="DIR",
                         help="the pipeline dir (default runs/<bundle>/pipeline-<time>)")
     add_cluster_arguments(parser)
+    add_json_argument(parser)
     add_preflight_argument(parser)
 
 
@@ -73,8 +74,13 @@ def main(args: argparse.Namespace) -> int:
     refuse_container(profile, "pipeline")
     directory = Path(args.output_dir) if args.output_dir else default_sweep_dir(Path(spec.bundle).name,
                                                                                 prefix="pipeline")
-    res = start_pipeline(spec, profile, directory, argv=sys.argv, log=lambda m: print(m, flush=True),
+    # with --json stdout holds the one JSON object; the progress lines go to stderr
+    out = sys.stderr if args.json else sys.stdout
+    res = start_pipeline(spec, profile, directory, argv=sys.argv, log=lambda m: print(m, file=out, flush=True),
                          dry_run=args.dry_run, preflight=not args.no_preflight)
+    if args.json:
+        print(json.dumps(res.to_json(profile.name)))
+        return 1 if res.failed else 0
     if res.dry_run:
         print(f"# dry run: profile {profile.name}; nothing written, nothing queued")
         for note in res.notes:

@@ -37,7 +37,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
         "--dry_run",
         dest="dry_run",
         action="store_true",
-        help="print the sbatch script and the resolved config; submit nothing, write nothing",
+        help="print the sbatch script (and how to print the resolved config); submit nothing, write nothing",
     )
 
 

@@ -58,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sampler-option", "--sampler_option", dest="sampler_option", action="append", default=[],
                    metavar="KEY=VALUE", help="an option of the Optuna sampler class, e.g. n_startup_trials=4 "
                    "(tpe; default 10); repeatable")
-    g.add_argument("--seed", type=int, metavar="S", help="the sampler's seed")
+    # not --seed: that is the bundle's id everywhere else (`run --seed 1`), so tune passes it on as an override
+    g.add_argument("--sampler-seed", "--sampler_seed", dest="sampler_seed", type=int, metavar="S",
+                   help="the Optuna sampler's seed (the same trials in the same order)")
     g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="tune dir (default runs/<bundle>/tune-<time>)")
     add_cluster_arguments(parser)
     add_json_argument(parser)
@@ -93,7 +95,7 @@ def _main(args: argparse.Namespace) -> int:
     from hpc_runner.tune.submit import submit_tune
 
     settings = TuneSettings(space=list(args.space), trials=args.trials, metric=args.metric,
-                            direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.seed,
+                            direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.sampler_seed,
                             pruner_options=key_values(args.pruner_option, "--pruner-option", "min_resource=1"),
                             sampler_options=key_values(args.sampler_option, "--sampler-option", "n_startup_trials=4"))
     cpus_into_profile_settings(args)

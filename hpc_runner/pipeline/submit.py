@@ -51,6 +51,16 @@ class Started:
     failed: list[str] = field(default_factory=list)  # stages that failed here (local executor)
     dry_run: bool = False
 
+    def to_json(self, profile: str) -> dict[str, Any]:
+        """Return what a script reads (``--json``): the folder, each stage's job ids and what it waits on."""
+        return {
+            "dir": str(self.directory.resolve()), "profile": profile, "dry_run": self.dry_run,
+            "ran_here": self.ran_here, "failed_here": list(self.failed),
+            "stages": {name: {"job_ids": list(jobs), "waits": self.dependencies.get(name)}
+                       for name, jobs in self.jobs.items()},
+            **({"notes": list(self.notes)} if self.dry_run else {}),
+        }
+
 
 def check_new_dir(directory: Path) -> None:
     """Refuse a pipeline dir that exists and is not empty (``resume DIR`` continues one)."""

@@ -47,6 +47,9 @@ def default_sweep_dir(bundle_name: str, root: Path = Path("runs"), prefix: str =
     return path
 
 
+CONFIG_HINT = "`hpc-runner config` with the same bundle, config files and overrides prints it"
+
+
 def _job_name(cfg_name: str, kind: str) -> str:
     return f"hpcr-{kind}-{cfg_name}"[:64]
 
@@ -123,18 +126,16 @@ def submit_run(
                          f"(what `hpc-runner run --resume {Path(path).resolve()}` runs)",
                          hold=hold, dependency=dependency)
     if dry_run:
-        from hpc_runner.config.display import to_plain
-        from hpc_runner.records.rundir import dump_yaml
-
         out = Submitted(path, dry_run=True)
         script = executor.script(request, 1)
         if script is None:
             out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no sbatch script)")
         else:
             out.scripts.append(script)
-        out.notes.append(
-            "# resolved config (config.yaml of the run dir)\n" + dump_yaml(to_plain(_resolved_for_display(cfg, path)))
-        )
+        _resolved_for_display(cfg, path)  # a config that does not resolve is refused by a dry run too
+        # the config is not dumped below the script (hundreds of lines): one command prints it
+        out.notes.append(f"# resolved config: not shown; {CONFIG_HINT}; the job reads it from "
+                         f"{Path(path).resolve()}/config.yaml")
         return out
     if preflight:
         executor.check_resources(request, 1, "the job")
@@ -362,8 +363,6 @@ def _dry_run_sweep(
     note: str,
     pack: int = 1,
 ) -> Submitted:
-    from hpc_runner.config.display import to_plain
-    from hpc_runner.records.rundir import dump_yaml
     from hpc_runner.sweep.governor import group_tasks, plan_arrays
     from hpc_runner.sweep.spec import describe_point
 
@@ -401,8 +400,8 @@ def _dry_run_sweep(
     if len(points) > 50:
         lines.append(f"  ... and {len(points) - 50} more")
     out.notes.append("# points\n" + "\n".join(lines))
-    base = _resolved_for_display(cfg, directory / sr.BASE_DIR)
-    out.notes.append("# resolved base config (each point is this plus its overrides)\n" + dump_yaml(to_plain(base)))
+    _resolved_for_display(cfg, directory / sr.BASE_DIR)  # a config that does not expand is refused here too
+    out.notes.append(f"# resolved base config (each point is it plus its overrides): not shown; {CONFIG_HINT}")
     return out
 
 

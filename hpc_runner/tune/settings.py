@@ -34,7 +34,8 @@ class TuneSettings:
             raise UserError("no --metric given", expected="the trainer's metric_name, e.g. --metric val_dice")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not 0 <= self.seed < 2**32):
-            raise UserError(f"--seed {self.seed} is not a seed Optuna takes", expected="0 <= --seed < 2**32")
+            raise UserError(f"--sampler-seed {self.seed} is not a seed Optuna takes",
+                            expected="0 <= --sampler-seed < 2**32")
         if self.direction not in DIRECTIONS:
             raise UserError(f"unknown direction '{self.direction}'", expected="--direction maximize|minimize")
         make_sampler(self.sampler, self.seed, **self.sampler_options)

@@ -165,7 +165,7 @@ def test_resume_of_ten_billion_points_is_refused_at_once(cli, finished, tmp_path
     ("args", "culprits"),
     [
         (["--pruner-option", "reduction_factor=-1"], ["reduction_factor"]),
-        (["--seed", "-1"], ["--seed"]),
+        (["--sampler-seed", "-1"], ["--sampler-seed"]),
         (["--trials", "0"], ["--trials"]),
     ],
 )

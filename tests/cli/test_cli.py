@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.cli import COMMANDS, build_parser
+from hpc_runner.cli import COMMAND_GROUPS, COMMANDS, build_parser, main
 from hpc_runner.config.argv import split_overrides
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "bundles" / "synthetic_seg"
@@ -27,6 +27,19 @@ def test_help_never_imports_torch_or_monai(command: str | None) -> None:
     modules = _imported_modules(*([command] if command else []), "--help")
     heavy = {m for m in modules if m.split(".")[0] in ("torch", "monai", "numpy", "submitit", "jsonschema")}
     assert not heavy, f"--help imported {sorted(heavy)[:5]}"
+
+
+def test_help_lists_every_command_once_grouped_by_task_and_each_option_under_one_spelling(capsys) -> None:
+    grouped = [name for names in COMMAND_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(COMMANDS)  # a new command must be given a group
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert all(f"  {title}:" in text for title in COMMAND_GROUPS)
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = capsys.readouterr().out
+    assert "--dry-run" in text and "--dry_run" not in text and "--config_file" in text and "--config-file" not in text
 
 
 def test_overrides_are_split_from_known_options() -> None:

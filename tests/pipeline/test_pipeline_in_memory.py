@@ -186,6 +186,21 @@ def test_every_stage_is_queued_at_once_each_waiting_on_its_inputs_and_the_chain_
     assert code == 0 and "chosen: point 1 of search" in out
 
 
+def test_pipeline_json_prints_one_object_with_each_stage_s_job_ids_and_what_it_waits_on(
+        make_cluster, cli, write_pipeline, example, tmp_path: Path) -> None:
+    make_cluster()
+    directory = tmp_path / "study"
+    code, out, err = cli("pipeline", str(write_pipeline(example())), "--cluster", PROFILE, "--output_dir",
+                         str(directory), "--no-preflight", "--json")
+    assert code == 0, err
+    answer = json.loads(out)  # stdout is the one object; the progress lines went to stderr
+    jobs = jobs_of(directory)
+    assert answer["dir"] == str(directory.resolve()) and answer["profile"] == PROFILE
+    assert {name: s["job_ids"] for name, s in answer["stages"].items()} == jobs
+    assert answer["stages"]["best"]["waits"] == f"afterany:{jobs['search'][0]}"
+    assert answer["stages"]["search"]["waits"] is None
+
+
 def test_search_points_that_all_fail_leave_no_job_pending_and_every_later_stage_names_the_cause(
         make_cluster, start, cli) -> None:
     cluster = make_cluster()

@@ -139,3 +139,5 @@ def test_a_request_that_contradicts_itself_or_misnames_a_key_is_refused_naming_b
     fixed = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "jade", "--slurm", "gres=gpu:2", "--slurm",
                         "gpus_per_node=null", "--dry-run", "--no-preflight", "--output_dir", "r1")
     assert fixed.returncode == 0 and "#SBATCH --gres=gpu:2" in fixed.stdout and "gpus-per-node" not in fixed.stdout
+    # the script, not a dump of the resolved config below it (hundreds of lines): a line names the command
+    assert "max_epochs:" not in fixed.stdout and "`hpc-runner config` with the same" in fixed.stdout

@@ -19,8 +19,8 @@ SPACE = ["--space", "learning_rate=loguniform(1e-4,1e-1)", "--space", "network_d
 def tune_args(out: Path, tiny: list[str], *extra: str) -> list[str]:
     epochs = tiny.index("--max_epochs")
     tiny3 = [*tiny[:epochs], "--max_epochs", "3", *tiny[epochs + 2:]]
-    return ["tune", "--bundle", str(BUNDLE), *SPACE, "--metric", "val_dice", "--sampler", "random", "--seed", "0",
-            "--output_dir", str(out), *extra, *tiny3]
+    return ["tune", "--bundle", str(BUNDLE), *SPACE, "--metric", "val_dice", "--sampler", "random", "--sampler-seed",
+            "0", "--output_dir", str(out), *extra, *tiny3]
 
 
 def workers_queued(cluster, out: Path) -> set[str]:
@@ -119,8 +119,8 @@ def test_a_stop_signal_requeues_the_worker_and_it_finishes_the_same_trial_from_i
     train = ["--num_train", "8", "--num_val", "1", "--image_size", "16", "--batch_size", "1", "--max_epochs", "4",
              "--val_interval", "1", "--dataset_dir", str(dataset_dir)]
     res = cli("tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-3,1e-2)", "--metric",
-              "val_dice", "--sampler", "random", "--seed", "0", "--pruner", "none", "--trials", "2", "--parallel", "1",
-              "--cluster", TEST_PROFILE, "--output_dir", str(out), *train)
+              "val_dice", "--sampler", "random", "--sampler-seed", "0", "--pruner", "none", "--trials", "2",
+              "--parallel", "1", "--cluster", TEST_PROFILE, "--output_dir", str(out), *train)
     assert res.returncode == 0, res.stderr[-3000:]
     job = SweepRecord.load(out).submissions()[-1]["workers"]["0"]
     metrics = out / "points" / "0000" / "metrics.jsonl"
@@ -155,8 +155,8 @@ def test_a_worker_cancelled_mid_trial_is_restarted_by_resume_and_finishes_that_t
     train = ["--num_train", "8", "--num_val", "1", "--image_size", "16", "--batch_size", "1", "--max_epochs", "4",
              "--val_interval", "1", "--dataset_dir", str(dataset_dir)]
     res = cli("tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-3,1e-2)", "--metric",
-              "val_dice", "--sampler", "random", "--seed", "0", "--pruner", "none", "--trials", "2", "--parallel", "1",
-              "--cluster", TEST_PROFILE, "--output_dir", str(out), *train)
+              "val_dice", "--sampler", "random", "--sampler-seed", "0", "--pruner", "none", "--trials", "2",
+              "--parallel", "1", "--cluster", TEST_PROFILE, "--output_dir", str(out), *train)
     assert res.returncode == 0, res.stderr[-3000:]
     job = SweepRecord.load(out).submissions()[-1]["workers"]["0"]
     metrics = out / "points" / "0000" / "metrics.jsonl"

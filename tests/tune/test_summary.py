@@ -41,7 +41,7 @@ def test_status_and_collect_of_a_tune_dir_show_trials_best_rungs_and_importances
     tiny4 = [*tiny[:tiny.index("--max_epochs")], "--max_epochs", "4", *tiny[tiny.index("--max_epochs") + 2:]]
     assert main(["tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-4,1e-1)",
                  "--space", "network_def::channels=choice([4,8],[8,16])", "--trials", "5", "--metric", "val_dice",
-                 "--pruner", "asha", "--sampler", "random", "--seed", "0", "--cluster", "local",
+                 "--pruner", "asha", "--sampler", "random", "--sampler-seed", "0", "--cluster", "local",
                  "--output_dir", str(out), *tiny4]) == 0
     points = SweepRecord.load(out).points
     states = [p["state"] for p in points]

@@ -13,7 +13,7 @@ from tests.tune.conftest import BUNDLE
 
 def _tune(out: Path, tiny: list[str], *extra: str) -> int:
     return main(["tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-4,1e-1)",
-                 "--metric", "val_dice", "--sampler", "random", "--seed", "0", "--cluster", "local",
+                 "--metric", "val_dice", "--sampler", "random", "--sampler-seed", "0", "--cluster", "local",
                  "--output_dir", str(out), *extra, *tiny])
 
 
@@ -47,7 +47,7 @@ def test_sampler_options_are_recorded_for_every_worker_and_a_bad_value_exits_2_w
     out = tmp_path / "t"
     assert main(["tune", "--bundle", str(BUNDLE), "--space", "learning_rate=loguniform(1e-4,1e-1)", "--metric",
                  "val_dice", "--sampler", "tpe", "--sampler-option", "n_startup_trials=1", "--pruner", "none",
-                 "--seed", "0", "--trials", "2", "--cluster", "local", "--output_dir", str(out), *tiny]) == 0
+                 "--sampler-seed", "0", "--trials", "2", "--cluster", "local", "--output_dir", str(out), *tiny]) == 0
     record = SweepRecord.load(out)
     assert record.data["tune"]["sampler_options"] == {"n_startup_trials": 1}  # what each worker builds its TPE with
     assert [p["state"] for p in record.points] == ["completed"] * 2

@@ -143,9 +143,11 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 def entry() -> None:
     """The ``hpc-runner`` and ``python -m hpc_runner`` entry point: run ``main`` and exit with its code."""
+    from hpc_runner.progress_bars import no_bars_without_a_terminal
     from hpc_runner.quick_exit import freeze_at_exit
 
     freeze_at_exit()
+    no_bars_without_a_terminal()
     sys.exit(main())
 
 

@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 
 
@@ -25,6 +26,7 @@ def run_monai_command(name: str, argv: Sequence[str]) -> dict[str, Any]:
     from hpc_runner.resources.threads import use_cpu_budget
 
     freeze_at_exit()
+    no_bars_without_a_terminal()
     use_cpu_budget()
     silence_monai_code_warning()  # shown once, when it was submitted; not again in the job
     print(f"hpc-runner: job runs {name} {shlex.join(argv)}", flush=True)

@@ -122,10 +122,12 @@ def submit_select(executor: Any, directory: Path, name: str, dependency: str | N
 
 def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     """The select stage's job (module doc); raise SelectFailed when nothing can be chosen."""
+    from hpc_runner.progress_bars import no_bars_without_a_terminal
     from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.scheduler.job_env import own_job_id
 
     freeze_at_exit()
+    no_bars_without_a_terminal()
     directory = Path(pipeline_dir)
     record = pr.read_settled(directory)
     stage = record.stage(name)

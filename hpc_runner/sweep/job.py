@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import Tee
@@ -111,6 +112,7 @@ def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True)
 def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the prepared run dir of ``hpc-runner submit``; raise RunFailed unless it completes."""
     freeze_at_exit()
+    no_bars_without_a_terminal()
     use_cpu_budget()
     print(f"hpc-runner: job runs {run_dir}", flush=True)
     outcome = run_keeping_overrides(Path(run_dir), entry)
@@ -152,6 +154,7 @@ def run_sweep_point(
     from hpc_runner.resources.shares import device_binding
 
     freeze_at_exit()
+    no_bars_without_a_terminal()
     use_cpu_budget()
     path = materialize_point(sweep_dir, point_dir, overrides, entry)
     print(f"hpc-runner: sweep point {index} runs in {path}", flush=True)

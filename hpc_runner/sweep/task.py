@@ -50,11 +50,13 @@ def run_sweep_task(
 ) -> dict[str, Any]:
     """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+    from hpc_runner.progress_bars import no_bars_without_a_terminal
     from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.scheduler.job_env import own_job_id, requeue_job
     from hpc_runner.sweep.job import RunFailed
 
     freeze_at_exit()
+    no_bars_without_a_terminal()
     task = own_job_id()
     outcomes: dict[int, str] = {}
     messages: dict[int, str] = {}

@@ -35,6 +35,7 @@ def run_tune_worker(
 ) -> dict[str, Any]:
     """Run trials of the tune in ``sweep_dir`` until its budget is started; return this worker's counts."""
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+    from hpc_runner.progress_bars import no_bars_without_a_terminal
     from hpc_runner.quick_exit import freeze_at_exit
     from hpc_runner.resources.threads import use_cpu_budget
     from hpc_runner.scheduler.job_env import own_job_id, requeue_job
@@ -44,6 +45,7 @@ def run_tune_worker(
     from hpc_runner.tune.study import open_study
 
     freeze_at_exit()
+    no_bars_without_a_terminal()
     sweep_dir = str(Path(sweep_dir).resolve())
     record = SweepRecord.load(sweep_dir)
     settings = TuneSettings.from_record(record.data.get("tune"), str(record.file))

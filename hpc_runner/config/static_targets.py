@@ -159,15 +159,15 @@ def _attribute(spec: ModuleSpec, name: str, walk: _Walk, no_submodule: bool = Fa
     walk.files.add(found.path)
     _check_imports(spec, walk)
     if name in found.names:
-        kinds = {_binding_kind(spec, b, walk) for b in found.names[name]}
-        if len(kinds) == 1:
-            return kinds.pop()
+        answers = [_binding_kind(spec, b, walk) for b in found.names[name]]
+        if len({kind for kind, _ in answers}) == 1:
+            return answers[-1]
         raise Undecided(f"'{spec.name}' binds '{name}' in several ways: only running it tells which")
     if name in found.typing_only and found.has_getattr:
         # the lazy pattern: __getattr__ imports on first use what the TYPE_CHECKING block names
-        kinds = {_binding_kind(spec, b, walk) for b in found.typing_only[name]}
-        if len(kinds) == 1:
-            return kinds.pop()
+        answers = [_binding_kind(spec, b, walk) for b in found.typing_only[name]]
+        if len({kind for kind, _ in answers}) == 1:
+            return answers[-1]
     for star in found.stars:
         kind = _star_kind(star, name, walk)
         if kind[0] != _MISSING:

@@ -13,6 +13,7 @@ mtime: an upgrade or an edited file builds it again.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -173,6 +174,12 @@ class MonaiNames:
         if isinstance(module, str) and module.startswith(MAYBE):
             raise Undecided(f"'{module[1:]}' defines '{name}' only with some optional packages: importing tells")
         return module if isinstance(module, str) else None
+
+    def close_to(self, name: str) -> list[str]:
+        """Return up to three component names spelled like ``name`` (for "did you mean")."""
+        index = self._load()
+        sure = [k for k, v in index.items() if not v.startswith(MAYBE)]
+        return difflib.get_close_matches(name, sure, n=3, cutoff=0.8)
 
     def file_of(self, module: str) -> Path:
         """Return the source file of a MONAI module the index names."""

@@ -70,8 +70,9 @@ class _Walk:
 def static_verdict(target: str, names: MonaiNames | None = None) -> StaticVerdict:
     """Return whether ``target`` resolves, read from source files; call it with the bundle on ``sys.path``."""
     walk = _Walk()
+    names = names if names is not None else MonaiNames()
     try:
-        kind, path = _resolve(target, names if names is not None else MonaiNames(), walk)
+        kind, path = _resolve(target, names, walk)
     except Undecided as exc:
         return StaticVerdict(False, why=str(exc))
     files = tuple(sorted(walk.files))
@@ -81,7 +82,16 @@ def static_verdict(target: str, names: MonaiNames | None = None) -> StaticVerdic
         return StaticVerdict(True, f"_target_ '{target}' is not a class or function", files)
     # the words of registry/targets.py's locate_target, so either way of checking says the same
     hint = " (not a MONAI component name, nor an importable dotted path)" if "." not in target else ""
+    close = _close_names(target, names) if "." not in target else []
+    hint += f"; did you mean {', '.join(close)}?" if close else ""
     return StaticVerdict(True, f"_target_ '{target}' cannot be imported: cannot locate '{path}'{hint}", files)
+
+
+def _close_names(target: str, names: MonaiNames) -> list[str]:
+    try:
+        return names.close_to(target)
+    except Undecided:
+        return []
 
 
 def _resolve(target: str, names: MonaiNames, walk: _Walk) -> tuple[str, str]:

@@ -73,6 +73,7 @@ def test_a_missing_name_is_refused_in_the_words_of_the_import_check(names):
         "_target_ 'monai.networks.nets.NoSuchNet' cannot be imported: cannot locate 'monai.networks.nets.NoSuchNet'")
     bare = static_verdict("NoSuchUNet", names)
     assert bare.decided and "not a MONAI component name" in bare.problem
+    assert static_verdict("UNetz", names).problem.endswith("; did you mean UNet?")
     assert static_verdict("monai.networks.nets", names).problem == (
         "_target_ 'monai.networks.nets' is not a class or function")
 

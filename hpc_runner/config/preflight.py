@@ -6,8 +6,10 @@ Only what the run uses is checked: the ids the entry, the init and final ids ref
 (with the entry given; without one, the usual entry names, else everything), and ``$import`` lines.
 
 - every ``_target_`` imports and names a class or function (resolved as MONAI does, see
-  ``registry/targets.py``, with the bundle root on ``sys.path`` so ``scripts.x.Y`` works). Each distinct
-  target string is resolved once per :class:`PreflightCache`. Skipped: computed targets (``@x``, ``$...``)
+  ``registry/targets.py``, with the bundle root on ``sys.path`` so ``scripts.x.Y`` works). The answer is read
+  from the modules' source where it can be (``config/static_targets.py``: no torch or MONAI import on the login
+  node), else the target is imported. Each distinct target string is resolved once per :class:`PreflightCache`.
+  Skipped: computed targets (``@x``, ``$...``)
   and components with ``_disabled_: true``.
 - every ``$`` expression is valid Python once its ``@id`` references are replaced by
   ``__local_refs['id']`` (as MONAI's ``ReferenceResolver.update_refs_pattern`` rewrites it): an
@@ -36,7 +38,9 @@ from typing import Any
 from hpc_runner.config.bundle_config import META_KEY, USUAL_ENTRIES, BundleConfig
 from hpc_runner.config.ids import get_by_id, has_id, iter_ids, join_id, normalize_id
 from hpc_runner.config.monai_bridge import bundle_on_sys_path
+from hpc_runner.config.monai_names import MonaiNames
 from hpc_runner.config.overrides import Override
+from hpc_runner.config.static_targets import static_verdict
 from hpc_runner.config.target_verdicts import TargetVerdicts
 from hpc_runner.errors import ClusterError, ConfigError, UserError
 from hpc_runner.registry.problems import Problem
@@ -56,9 +60,11 @@ class PreflightCache:
 
     targets: dict[tuple[str | None, str], str | None] = field(default_factory=dict)
     expressions: dict[str, str | None] = field(default_factory=dict)
-    resolved: int = 0  # how many targets were really imported (the rest came from this cache or the verdicts)
+    resolved: int = 0  # how many targets were looked up (read from source or imported; the rest were known)
+    imported: int = 0  # how many of those had to be imported: their source alone could not tell
     remembered: int = 0  # how many resolved in an earlier command, from an unchanged package (not imported)
     verdicts: TargetVerdicts = field(default_factory=TargetVerdicts)
+    monai_names: MonaiNames = field(default_factory=MonaiNames)
 
 
 def _maybe_disabled(node: Mapping[str, Any]) -> bool:
@@ -82,6 +88,13 @@ def _target_problem(target: str, bundle_dir: Path | None, cache: PreflightCache)
             cache.targets[key] = None
             return None
         cache.resolved += 1
+        static = static_verdict(target, cache.monai_names)
+        if static.decided:
+            if static.problem is None:
+                cache.verdicts.remember(target, bundle_dir, static.files)
+            cache.targets[key] = static.problem
+            return static.problem
+        cache.imported += 1  # static.why says what the source could not tell
         try:
             obj = locate_target(target)
         except TargetError as exc:
@@ -395,4 +408,4 @@ def check_points(
             )
     known = f" ({cache.remembered} more known from earlier pre-flights)" if cache.remembered else ""
     return (f"pre-flight: base config and {len(checked)} distinct point config(s), "
-            f"{cache.resolved} target(s) imported{known}")
+            f"{cache.resolved} target(s) checked, {cache.imported} of them imported{known}")

@@ -12,6 +12,10 @@ by the interpreter, the target and a stamp of that package:
 - a module of the bundle itself (``scripts.x``), a namespace package or anything found nowhere: no stamp,
   never kept.
 
+A verdict read from source (``config/static_targets.py``) also keeps the size and mtime of each file it read,
+and counts only while they are unchanged: a re-export edited in a source file forgets it even where the stamp
+above (an installed package's ``__init__``) stays the same.
+
 Only successes are kept: a failure is looked up again each time, so installing the missing package fixes
 the next pre-flight at once. The file is the user's own; a damaged or oversized one is ignored.
 """
@@ -28,7 +32,7 @@ from pathlib import Path
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import RecordError, read_record_text
 
-MAX_ENTRIES = 4096  # a verdict is ~70 bytes: the file stays well under 1 MB
+MAX_ENTRIES = 4096  # a verdict is ~70 bytes, ~300 with the files it was read from: the file stays under 1 MB
 MAX_BYTES = 1 << 20
 MAX_TREE_FILES = 5000  # a source tree larger than this is not stamped (walking it would cost what we save)
 _INSTALLED = ("site-packages", "dist-packages")
@@ -90,7 +94,34 @@ def _key(target: str, stamp: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _load(path: Path) -> dict[str, int]:
+def _file_stamps(files: tuple[Path, ...]) -> list[list] | None:
+    """Return [path, size, mtime_ns] of each file (None when one cannot be read: nothing to remember)."""
+    stamps = []
+    for path in files:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        stamps.append([str(path), info.st_size, info.st_mtime_ns])
+    return stamps
+
+
+def _files_unchanged(stamps: object) -> bool:
+    if not isinstance(stamps, list):
+        return stamps == 1  # a verdict of an import: the package stamp is all it depends on
+    for item in stamps:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+            return False
+        try:
+            info = os.stat(item[0])
+        except OSError:
+            return False
+        if [info.st_size, info.st_mtime_ns] != item[1:]:
+            return False
+    return True
+
+
+def _load(path: Path) -> dict[str, object]:
     try:
         text = read_record_text(path, "target verdicts", limit=MAX_BYTES)
         data = json.loads(text) if text else {}
@@ -104,27 +135,32 @@ class TargetVerdicts:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or cache_file()
-        self._entries: dict[str, int] | None = None
+        self._entries: dict[str, object] | None = None
         self._added = 0
 
-    def _all(self) -> dict[str, int]:
+    def _all(self) -> dict[str, object]:
         if self._entries is None:
             self._entries = _load(self.path)
         return self._entries
 
     def known(self, target: str, bundle_dir: Path | None) -> bool:
-        """Return True when ``target`` resolved before from the same, unchanged package."""
+        """Return True when ``target`` resolved before from the same, unchanged package (and source files)."""
         stamp = package_stamp(target, bundle_dir)
-        return stamp is not None and _key(target, stamp) in self._all()
+        if stamp is None:
+            return False
+        entries = self._all()
+        key = _key(target, stamp)
+        return key in entries and _files_unchanged(entries[key])
 
-    def remember(self, target: str, bundle_dir: Path | None) -> None:
-        """Note that ``target`` resolved (kept on ``save``)."""
+    def remember(self, target: str, bundle_dir: Path | None, files: tuple[Path, ...] = ()) -> None:
+        """Note that ``target`` resolved (kept on ``save``); ``files``: the source files a static answer read."""
         stamp = package_stamp(target, bundle_dir)
-        if stamp is not None:
+        stamps = _file_stamps(files) if files else 1
+        if stamp is not None and stamps is not None:
             entries = self._all()
             key = _key(target, stamp)
-            if key not in entries:
-                entries[key] = 1
+            if entries.get(key) != stamps:
+                entries[key] = stamps
                 self._added += 1
 
     def save(self) -> None:

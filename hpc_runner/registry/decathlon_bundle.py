@@ -214,7 +214,7 @@ network_def:
   channels: [16, 32, 64, 128, 256]
   strides: [2, 2, 2, 2]
   num_res_units: 2
-  norm: batch
+  norm: instance                       # batches of one or two 3D crops are too small for batch norm
 loss:
   _target_: DiceCELoss
   to_onehot_y: true

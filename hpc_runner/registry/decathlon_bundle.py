@@ -278,6 +278,7 @@ def metadata(name: str, folder: DecathlonFolder, author: str) -> dict:
         "schema": "https://github.com/Project-MONAI/MONAI-extra-test-data/releases/download/0.8.1/"
                   "meta_schema_20220324.json",
         "required_packages_version": {"nibabel": "", "hpc-runner": ""},
+        "description": f"A 3D UNet trained on {folder.num_training} volumes of {folder.name}",
         "task": f"Segmentation of {', '.join(list(folder.labels.values())[1:])} in {folder.name}",
         "data_source": f"{folder.dataset_json} (Decathlon-style)",
         "data_type": "nifti",
@@ -318,7 +319,7 @@ validated on {split}. Written by `hpc-runner init {name} --from decathlon {folde
 ```
 hpc-runner verify {name} --net
 hpc-runner run training --bundle {name} --max_epochs 2          # a short trial here
-hpc-runner submit --bundle {name} --gpus 1 -- --max_epochs 300  # the real run on the cluster
+hpc-runner submit training --bundle {name} --slurm gpus_per_node=1 --max_epochs 300  # on the cluster
 ```
 
 Change the voxel size, the crop or the length by override: `--pixdim "[1.5,1.5,2]"`,

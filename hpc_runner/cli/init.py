@@ -3,37 +3,72 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 from pathlib import Path
 
-HELP = "create a new bundle from a template (passes verify, runs as is)"
+from hpc_runner.errors import BundleError
+from hpc_runner.registry.decathlon_bundle import init_decathlon_bundle
+from hpc_runner.registry.decathlon_folder import check_decathlon_folder
+from hpc_runner.registry.scaffold import check_name, init_bundle
+from hpc_runner.registry.search import resolve_bundle
+
+DECATHLON = "decathlon"  # the source kind of --from decathlon DIR
+
+HELP = "create a new bundle from a template or for your Decathlon-style data (passes verify, runs as is)"
 DESCRIPTION = """Create a new bundle NAME by copying a template bundle (default: synthetic_seg on the
 search path): the template's name is replaced in its configs, metadata gets NAME, version 0.1.0, a
 changelog entry, you as author and the installed monai/torch/numpy versions, and docs/README.md
-says how to run, verify and share it. The new bundle passes `hpc-runner verify` and runs."""
+says how to run, verify and share it. The new bundle passes `hpc-runner verify` and runs.
+
+With --from decathlon DIR, the bundle trains a 3D UNet on your data instead: DIR is a Medical
+Segmentation Decathlon-style folder (DIR/dataset.json with a "training" list of image/label pairs,
+the volumes in imagesTr/ and labelsTr/). The folder is checked first (every file named exists and
+lies inside DIR); the channels, classes, voxel size and validation split come from it. See
+docs/your-data.md."""
 EPILOG = """examples:
   hpc-runner init spleen_seg                      # creates bundles/spleen_seg
   hpc-runner init spleen_seg --from zoo_bundle --to ~/work/spleen_seg
+  hpc-runner init spleen_seg --from decathlon /data/Task09_Spleen   # train on your own data
+  hpc-runner run training --bundle spleen_seg --max_epochs 2
   hpc-runner run --bundle spleen_seg --max_epochs 1"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the init options."""
     parser.add_argument("name", metavar="NAME", help="name of the new bundle (letters, digits, _)")
-    parser.add_argument("--from", dest="template", metavar="DIR|NAME[@VERSION]",
-                        help="template bundle (default: synthetic_seg)")
+    parser.add_argument("--from", dest="template", nargs="+", metavar=("TEMPLATE|decathlon", "DIR"),
+                        help="a template bundle, DIR|NAME[@VERSION] (default: synthetic_seg); or 'decathlon "
+                        "DIR': a bundle for the Decathlon-style folder DIR (DIR/dataset.json, imagesTr/, labelsTr/)")
     parser.add_argument("--to", metavar="DIR", help="folder of the new bundle (default: bundles/NAME)")
     parser.add_argument("--author", help="authors field of the metadata (default: your user name)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.registry.scaffold import init_bundle
-    from hpc_runner.registry.search import resolve_bundle
-
-    template = resolve_bundle(args.template) if args.template else None
     dest = Path(args.to) if args.to else Path("bundles") / args.name
+    source = args.template or []
+    if len(source) == 2 and source[0] == DECATHLON:
+        return _init_decathlon(args.name, dest, source[1], args.author)
+    if len(source) > 1:
+        raise BundleError(f"--from takes a template, or '{DECATHLON} DIR'; got {' '.join(source)}",
+                          expected=f"--from DIR|NAME[@VERSION] or --from {DECATHLON} DIR")
+    template = resolve_bundle(source[0]) if source else None
     init_bundle(args.name, dest, template, author=args.author)
     print(f"created bundle {args.name} in {dest}")
     print(f"next: edit {dest}/configs, then 'hpc-runner verify {dest} --net' and "
           f"'hpc-runner run --bundle {dest} --max_epochs 1'")
+    return 0
+
+
+def _init_decathlon(name: str, dest: Path, folder: str, author: str | None) -> int:
+    check_name(name)  # the cheap mistake first, before the folder's headers are read
+    checked = check_decathlon_folder(folder)
+    init_decathlon_bundle(name, dest, checked, author=author or getpass.getuser())
+    split = (f"{checked.num_validation} validation cases from dataset.json" if checked.num_validation else
+             "validation split from the training list")
+    print(f"created bundle {name} in {dest}: {checked.num_training} training volumes, {split}, "
+          f"{len(checked.modality)} input channel(s), {len(checked.labels)} classes, voxel size {checked.spacing}")
+    for note in checked.notes:
+        print(f"note: {note}")
+    print(f"next: 'hpc-runner verify {dest} --net' and 'hpc-runner run training --bundle {dest} --max_epochs 2'")
     return 0

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def default_template() -> Path:
                       expected="--from DIR|NAME naming the bundle to start from")
 
 
-def _installed_version(package: str, fallback: str) -> str:
+def installed_version(package: str, fallback: str = "") -> str:
+    """Return the installed version of ``package`` (without a local ``+`` part), else ``fallback``."""
     try:
         return importlib_metadata.version(package).split("+")[0]
     except importlib_metadata.PackageNotFoundError:
@@ -63,9 +65,9 @@ def new_metadata(template_meta: dict, name: str, template: str, author: str) -> 
         f"{str(template_meta.get('description', '')).strip()})",
         authors=author,
         copyright=f"Copyright (c) {year} {author}",
-        monai_version=_installed_version("monai", str(meta.get("monai_version", ""))),
-        pytorch_version=_installed_version("torch", str(meta.get("pytorch_version", ""))),
-        numpy_version=_installed_version("numpy", str(meta.get("numpy_version", ""))),
+        monai_version=installed_version("monai", str(meta.get("monai_version", ""))),
+        pytorch_version=installed_version("torch", str(meta.get("pytorch_version", ""))),
+        numpy_version=installed_version("numpy", str(meta.get("numpy_version", ""))),
     )
     return meta
 
@@ -98,13 +100,19 @@ Bump `version` (and add a `changelog` entry) in `configs/metadata.json` for ever
 """
 
 
-def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: str | None = None) -> Path:
-    """Create bundle ``name`` in folder ``dest`` from ``template``; return ``dest``."""
+def check_name(name: str) -> None:
+    """Raise BundleError unless ``name`` is a usable bundle name."""
     if not NAME_PATTERN.match(name):
         raise BundleError(f"'{name}' is not a usable bundle name",
                           expected="letters, digits and '_', starting with a letter (e.g. spleen_seg)")
-    template = template or default_template()
-    tname, tversion, tmeta = bundle_identity(template)
+
+
+def write_new_bundle(name: str, dest: Path, fill: Callable[[Path], None]) -> Path:
+    """Check ``name`` and ``dest``, let ``fill`` write the bundle into a staging folder, rename it to ``dest``.
+
+    Nothing half-written is ever seen at ``dest``: an error in ``fill`` leaves it as it was.
+    """
+    check_name(name)
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BundleError("the destination already exists and is not empty", where=str(dest),
@@ -113,8 +121,31 @@ def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: 
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-init-", dir=dest.parent))
     try:
         staged = tmp / name
-        found = scan_bundle(template)
-        for rel in found.files:
+        staged.mkdir()
+        fill(staged)
+        if dest.exists():
+            dest.rmdir()
+        staged.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def write_files(staged: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (relative path: text) under ``staged``."""
+    for rel, text in files.items():
+        (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staged / rel).write_text(text, encoding="utf-8")
+
+
+def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: str | None = None) -> Path:
+    """Create bundle ``name`` in folder ``dest`` from ``template``; return ``dest``."""
+    check_name(name)  # before the template is looked for: the name is the first mistake to show
+    template = template or default_template()
+    tname, tversion, tmeta = bundle_identity(template)
+
+    def fill(staged: Path) -> None:
+        for rel in scan_bundle(template).files:
             if rel in SKIPPED:
                 continue
             target = staged / rel
@@ -124,16 +155,10 @@ def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: 
                 text = target.read_text(encoding="utf-8")
                 target.write_text(re.sub(rf"\b{re.escape(tname)}\b", name, text), encoding="utf-8")
         meta = new_metadata(tmeta, name, f"{tname} {tversion}", author or getpass.getuser())
-        (staged / META_RELPATH).parent.mkdir(parents=True, exist_ok=True)
-        (staged / META_RELPATH).write_text(json.dumps(meta, indent=4) + "\n", encoding="utf-8")
-        (staged / "docs").mkdir(exist_ok=True)
-        (staged / "docs" / "README.md").write_text(readme(name, f"{tname} {tversion}"), encoding="utf-8")
-        if dest.exists():
-            dest.rmdir()
-        staged.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+        write_files(staged, {META_RELPATH.as_posix(): json.dumps(meta, indent=4) + "\n",
+                             "docs/README.md": readme(name, f"{tname} {tversion}")})
+
+    return write_new_bundle(name, dest, fill)
 
 
 # ---------------------------------------------------------------- MONAI's init_bundle

@@ -45,3 +45,35 @@ def copy_bundle(src: Path, dest: Path, *, version: str | None = None, name: str 
 def out(proc: subprocess.CompletedProcess) -> str:
     """stdout and stderr together (for assertion messages and searches)."""
     return proc.stdout + proc.stderr
+
+
+def make_decathlon_folder(root: Path, cases: int = 4, size: int = 32, *, validation: int = 0,
+                          modality: dict | None = None) -> Path:
+    """A Decathlon-style folder: ``cases`` noisy spheres of ``size``^3 (1.5 mm voxels) with their labels.
+
+    The last ``validation`` cases go to dataset.json's "validation" list; the rest to "training".
+    """
+    import nibabel as nib
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    (root / "imagesTr").mkdir(parents=True)
+    (root / "labelsTr").mkdir()
+    grid = np.indices((size,) * 3).transpose(1, 2, 3, 0)
+    affine = np.diag([1.5, 1.5, 1.5, 1.0])
+    entries = []
+    for i in range(cases):
+        centre = rng.uniform(size * 0.35, size * 0.65, 3)
+        label = (np.linalg.norm(grid - centre, axis=-1) < size * rng.uniform(0.15, 0.3)).astype(np.uint8)
+        image = (100 + 200 * label + rng.normal(0, 30, label.shape)).astype(np.float32)
+        name = f"case_{i:03d}.nii.gz"
+        nib.save(nib.Nifti1Image(image, affine), root / "imagesTr" / name)
+        nib.save(nib.Nifti1Image(label, affine), root / "labelsTr" / name)
+        entries.append({"image": f"./imagesTr/{name}", "label": f"./labelsTr/{name}"})
+    kept = cases - validation
+    dataset = {"name": "Spheres", "modality": modality or {"0": "MRI"},
+               "labels": {"0": "background", "1": "sphere"}, "numTraining": kept, "training": entries[:kept]}
+    if validation:
+        dataset["validation"] = entries[kept:]
+    (root / "dataset.json").write_text(json.dumps(dataset, indent=2))
+    return root

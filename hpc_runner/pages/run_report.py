@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pages import page
+from hpc_runner.pages.hyperparams import key_hyperparams
+from hpc_runner.pages.run_plots import plot_curves, plot_timeline
 from hpc_runner.pages.rundata import RunData, load_run
+from hpc_runner.pages.transforms import CHART_FILE as TRANSFORMS_FILE
+from hpc_runner.pages.transforms import transforms_html, write_transforms_chart
+from hpc_runner.pages.val_sample import CHART_FILE as SAMPLE_FILE
+from hpc_runner.pages.val_sample import write_val_sample_chart
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.rundir import (
     CONFIG_FILE,
@@ -44,22 +50,17 @@ def write_run_plots(run: RunData, folder: Path) -> list[tuple[Path, bytes, str]]
     The validation sample and the transform chart exist only for runs that have them; a file of either left
     by an earlier report is removed, so plots/ holds exactly what this report shows.
     """
-    from hpc_runner.pages.run_plots import plot_curves, plot_timeline
-    from hpc_runner.pages.transforms import CHART_FILE as TRANSFORMS_FILE
-    from hpc_runner.pages.transforms import write_transforms_chart
-    from hpc_runner.pages.val_sample import CHART_FILE as SAMPLE_FILE
-    from hpc_runner.pages.val_sample import write_val_sample_chart
 
-    out = []
+    title = f"{run.name} - {run.path.name}"
     path = folder / LOSS_FILE
-    out.append((path, plot_curves(run, path), "training loss per iteration and per epoch; validation metric"))
-    optional = {SAMPLE_FILE: write_val_sample_chart(run.path, folder, f"{run.name} - {run.path.name}")}
+    out = [(path, plot_curves(run, path), "training loss per iteration and per epoch; validation metric")]
+    sample = write_val_sample_chart(run.path, folder, title)
     path = folder / TIMELINE_FILE
     caption = "per iteration: time waiting for the next batch (orange) against computing the step (blue)"
-    out.append((path, plot_timeline(run, path), caption))
-    optional[TRANSFORMS_FILE] = write_transforms_chart(run, folder)
-    for name, chart in optional.items():
-        if chart is None:
+    timeline = (path, plot_timeline(run, path), caption)
+    transforms = write_transforms_chart(run, folder)
+    for name, chart in ((SAMPLE_FILE, sample), (TIMELINE_FILE, timeline), (TRANSFORMS_FILE, transforms)):
+        if chart is None:  # a run without validation or timed transforms: no stale file of an earlier report
             (folder / name).unlink(missing_ok=True)
         else:
             out.append(chart)
@@ -135,7 +136,6 @@ def _environment_html(run: RunData) -> str:
 
 
 def _hyperparams_html(run: RunData) -> str:
-    from hpc_runner.pages.hyperparams import key_hyperparams
 
     rows = key_hyperparams(run.config, run.record.get("entry"))
     if not rows:
@@ -155,10 +155,6 @@ def _sample_html(run: RunData, chart: tuple[Path, bytes, str] | None) -> str:
 
 def run_page(run: RunData, plots: list[tuple[Path, bytes, str]]) -> str:
     """Return the HTML page of a run: results and set-up first, a validation sample, then where the time went."""
-    from hpc_runner.pages.transforms import CHART_FILE as TRANSFORMS_FILE
-    from hpc_runner.pages.transforms import transforms_html  # per-transform chart and table (issue 12)
-    from hpc_runner.pages.val_sample import CHART_FILE as SAMPLE_FILE
-
     base = run.path
     by_name = {path.name: (path, png, caption) for path, png, caption in plots}
     title = f"{run.name} run {run.path.name}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from zipfile import BadZipFile
 
 from hpc_runner.pages.figures import new_figure, save_png
 from hpc_runner.records.rundir import VAL_SAMPLE_FILE
@@ -44,7 +45,7 @@ def read_val_sample(run_dir: Path) -> ValSample | None:
             lo, hi = (float(v) for v in np.asarray(data["image_range"]).ravel()[:2])
             shape = [int(v) for v in np.asarray(data["shape"]).ravel()]
             index, epoch = int(data["slice_index"]), int(data["epoch"])
-    except (OSError, ValueError, KeyError, TypeError):  # half-written, hand-made or foreign: no picture, no error
+    except (OSError, ValueError, KeyError, TypeError, BadZipFile):  # half-written, hand-made or foreign: no picture
         return None
     first = arrays[0].shape
     if len(first) != 2 or max(first) > MAX_SIDE or any(a.shape != first for a in arrays):

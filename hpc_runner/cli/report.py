@@ -8,8 +8,10 @@ HELP = "plot a run or a sweep (PNGs) and write one self-contained report.html in
 DESCRIPTION = """Write PNG plots into DIR/plots/ and one self-contained page DIR/report.html (plots
 embedded, no external assets), for a run dir or a sweep dir.
 
-run dir:   loss and metric curves; per-iteration time waiting for data against computing, titled
-           with the bottleneck verdict; summary, overrides, package versions, git state, files.
+run dir:   first the loss and metric curves, the key hyper-parameters (with where config.yaml
+           sets them) and the summary; then image, label and prediction on a slice of the latest
+           validation; then where the time went (data wait against compute, titled with the
+           bottleneck verdict, and each transform's time); overrides, package versions, git state, files.
 sweep dir: every point's loss curve overlaid; the final metric against each swept id; a heatmap
            when two ids are swept; how many points are in each state and, of the failed ones,
            have each cause (one sacct call, as `hpc-runner status`); each point's time split;

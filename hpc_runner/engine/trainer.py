@@ -44,6 +44,7 @@ from hpc_runner.engine.distributed import (
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, rng_for_rank, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
 from hpc_runner.engine.trainer_args import better, check_trainer_arguments, warn_amp_on_cpu
+from hpc_runner.engine.val_sample import middle_slice, write_val_sample
 from hpc_runner.pages import bottleneck
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.metrics_log import MetricsLog, truncate_after_step
@@ -598,18 +599,26 @@ class Trainer:
 
     def validate(self) -> float | None:
         """Run the metric over the validation loader and return its value (None without one)."""
+        return self._validate(epoch=None)[0]
+
+    def _validate(self, epoch: int | None) -> tuple[float | None, dict[str, Any] | None]:
+        """Return the metric's value and, with an ``epoch`` on rank 0, the first item's middle slice."""
         if self.val_loader is None or self.metric is None:
-            return None
+            return None, None
         from monai.data import decollate_batch
 
         model = self._model()  # the bare module: no DDP gradient hooks in evaluation
         model.eval()
         self.metric.reset()
+        sample = None
+        keep_sample = epoch is not None and self.main and self.output_dir is not None
         with torch.no_grad(), self._autocast():
             for batch in self.val_loader:
                 batch = move_to_device(batch, self.device)
                 inputs, labels = batch[self.image_key], batch[self.label_key]
                 outputs = self.inferer(inputs, model) if self.inferer is not None else model(inputs)
+                if keep_sample:  # the outputs are at hand: one slice of the first item, no extra forward pass
+                    sample, keep_sample = middle_slice(inputs, labels, outputs, epoch), False
                 preds = [self.post_pred(o) for o in decollate_batch(outputs)] if self.post_pred else outputs
                 targets = [self.post_label(t) for t in decollate_batch(labels)] if self.post_label else labels
                 self.metric(y_pred=preds, y=targets)
@@ -617,7 +626,7 @@ class Trainer:
         if isinstance(value, list | tuple):
             value = value[0]
         self.metric.reset()
-        return float(value.item() if hasattr(value, "item") else value)
+        return float(value.item() if hasattr(value, "item") else value), sample
 
     def run(self) -> dict[str, Any]:
         """Train to ``max_epochs`` (continuing from the newest checkpoint) and return the summary."""
@@ -656,7 +665,9 @@ class Trainer:
                 if (epoch + 1) % self.val_interval == 0 or epoch + 1 == self.max_epochs:
                     # every rank validates on the whole set: MONAI metrics all-gather across ranks, and
                     # gathering identical copies gives exactly the single-process value
-                    value = self.validate()
+                    value, sample = self._validate(epoch)
+                    if sample is not None:  # each validation replaces it: the report shows the latest
+                        write_val_sample(self.output_dir, sample)
                     if value is not None:
                         record[self.metric_name] = value
                         self.history["metrics"].append([epoch, value])

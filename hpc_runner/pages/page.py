@@ -30,6 +30,9 @@ table.sortable th{cursor:pointer;user-select:none;white-space:nowrap}
 table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
 table.sortable th[aria-sort=descending]::after{content:" \\25BC"}
 .scroll{overflow-x:auto}td.overrides{font-family:monospace;font-size:.85em;min-width:16em}
+.columns{display:flex;flex-wrap:wrap;gap:1em 2.5em;align-items:flex-start}.columns>div{flex:0 1 auto;min-width:18em}
+.columns>div.wide{flex:1 1 30em}.columns h3{margin:.3em 0}
+td.id{font-family:monospace;font-size:.85em;color:#555}
 .state-COMPLETED{color:#2a7a3a}.state-failed{color:#b22;font-weight:600}.warn{color:#b22}.note{color:#555;font-style:italic}
 """
 
@@ -141,6 +144,11 @@ def table(columns: Sequence[str] | None, rows: Iterable[Sequence[Cell]], table_i
 def key_values(items: Iterable[tuple[str, Any]], table_id: str) -> str:
     """Return a two-column table of names and values (not sortable)."""
     return table(None, [[Cell(k), value_cell(v)] for k, v in items], table_id, sortable=False)
+
+
+def section(section_id: str, heading: str, parts: Iterable[str]) -> str:
+    """Return ``<section id=...>`` with an ``<h2>`` heading and the parts (a fragment link can open it)."""
+    return f'<section id="{esc(section_id)}"><h2>{esc(heading)}</h2>\n' + "\n".join(parts) + "\n</section>"
 
 
 def document(title: str, parts: Iterable[str]) -> str:

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pages import page
+from hpc_runner.pages.hyperparams import key_hyperparams
+from hpc_runner.pages.run_plots import plot_curves, plot_timeline
 from hpc_runner.pages.rundata import RunData, load_run
+from hpc_runner.pages.transforms import CHART_FILE as TRANSFORMS_FILE
+from hpc_runner.pages.transforms import transforms_html, write_transforms_chart
+from hpc_runner.pages.val_sample import CHART_FILE as SAMPLE_FILE
+from hpc_runner.pages.val_sample import write_val_sample_chart
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.rundir import (
     CONFIG_FILE,
@@ -18,12 +24,15 @@ from hpc_runner.records.rundir import (
     OVERRIDES_FILE,
     RUN_FILE,
     SUMMARY_FILE,
+    VAL_SAMPLE_FILE,
 )
 from hpc_runner.scheduler.job_env import job_summary
 
 REPORT_FILE = "report.html"
 PLOTS_DIR = "plots"
-FILES = (CONFIG_FILE, OVERRIDES_FILE, RUN_FILE, LOG_FILE, METRICS_FILE, SUMMARY_FILE, ERROR_FILE, "model.pt")
+FILES = (CONFIG_FILE, OVERRIDES_FILE, RUN_FILE, LOG_FILE, METRICS_FILE, SUMMARY_FILE, VAL_SAMPLE_FILE, ERROR_FILE,
+         "model.pt")
+LOSS_FILE, TIMELINE_FILE = "loss.png", "timeline.png"
 
 
 @dataclass
@@ -36,15 +45,25 @@ class Report:
 
 
 def write_run_plots(run: RunData, folder: Path) -> list[tuple[Path, bytes, str]]:
-    """Write the run's PNGs into ``folder``; return (path, PNG bytes, caption) of each."""
-    from hpc_runner.pages.run_plots import plot_curves, plot_timeline
+    """Write the run's PNGs into ``folder``; return (path, PNG bytes, caption) of each, every file written.
 
-    out = []
-    path = folder / "loss.png"
-    out.append((path, plot_curves(run, path), "training loss per iteration and per epoch; validation metric"))
-    path = folder / "timeline.png"
+    The validation sample and the transform chart exist only for runs that have them; a file of either left
+    by an earlier report is removed, so plots/ holds exactly what this report shows.
+    """
+
+    title = f"{run.name} - {run.path.name}"
+    path = folder / LOSS_FILE
+    out = [(path, plot_curves(run, path), "training loss per iteration and per epoch; validation metric")]
+    sample = write_val_sample_chart(run.path, folder, title)
+    path = folder / TIMELINE_FILE
     caption = "per iteration: time waiting for the next batch (orange) against computing the step (blue)"
-    out.append((path, plot_timeline(run, path), caption))
+    timeline = (path, plot_timeline(run, path), caption)
+    transforms = write_transforms_chart(run, folder)
+    for name, chart in ((SAMPLE_FILE, sample), (TIMELINE_FILE, timeline), (TRANSFORMS_FILE, transforms)):
+        if chart is None:  # a run without validation or timed transforms: no stale file of an earlier report
+            (folder / name).unlink(missing_ok=True)
+        else:
+            out.append(chart)
     return out
 
 
@@ -116,26 +135,51 @@ def _environment_html(run: RunData) -> str:
     return "\n".join(parts) or "<p>Not recorded (the run has not started).</p>"
 
 
+def _hyperparams_html(run: RunData) -> str:
+
+    rows = key_hyperparams(run.config, run.record.get("entry"))
+    if not rows:
+        return f"<p>None found ({CONFIG_FILE} is missing or names no trainer, learning rate or batch size).</p>"
+    cells = [[page.Cell(r.name), page.Cell(r.value), page.Cell(r.where, cls="id")] for r in rows]
+    return page.table(["", "value", f"where in {CONFIG_FILE}"], cells, "hyperparams", sortable=False)
+
+
+def _sample_html(run: RunData, chart: tuple[Path, bytes, str] | None) -> str:
+    if chart is not None:
+        return page.image(chart[1], "validation sample", chart[2])
+    if not run.vals:
+        return "<p>No validation in this run, so no image, label and prediction to show.</p>"
+    return (f"<p>No {VAL_SAMPLE_FILE} in this run dir (the validation's outputs are not images shaped like "
+            "its labels, or the run was made by an older hpc-runner).</p>")
+
+
 def run_page(run: RunData, plots: list[tuple[Path, bytes, str]]) -> str:
-    """Return the HTML page of a run."""
+    """Return the HTML page of a run: results and set-up first, a validation sample, then where the time went."""
     base = run.path
+    by_name = {path.name: (path, png, caption) for path, png, caption in plots}
     title = f"{run.name} run {run.path.name}"
     parts = [f"<h1>{page.esc(title)}</h1>", f'<p class="meta">{page.esc(run.path.resolve())}</p>']
     rerun_of = run.record.get("rerun_of")
     if rerun_of:
         src = Path(str(rerun_of))
         parts.append(f'<p class="meta">Re-run of {page.link(src, base, src)}.</p>')
-    parts.append("<h2>Summary</h2>" + page.key_values(_summary_items(run), "summary"))
     parts.append(_error_html(run))
-    parts.append("<h2>Where the time went</h2>" + _bottleneck_html(run))
-    from hpc_runner.pages.transforms import transforms_html  # per-transform chart and table (issue 12)
-
-    parts.append(transforms_html(run))
-    parts.append("<h2>Plots</h2>")
-    parts += [page.image(png, path.stem, caption) for path, png, caption in plots]
+    # what a reader comes for first: the curves, the figures and what was trained with what (issue 35)
+    results = [page.image(by_name[LOSS_FILE][1], "loss", by_name[LOSS_FILE][2])] if LOSS_FILE in by_name else []
+    results.append('<div class="columns"><div class="wide"><h3>Hyper-parameters</h3>' + _hyperparams_html(run)
+                   + "</div><div><h3>Summary</h3>" + page.key_values(_summary_items(run), "summary") + "</div></div>")
+    parts.append(page.section("results", "Results", results))
+    parts.append(page.section("sample", "Validation sample", [_sample_html(run, by_name.get(SAMPLE_FILE))]))
+    timeline = by_name.get(TIMELINE_FILE)
+    profiling = [_bottleneck_html(run)]
+    if timeline is not None:
+        profiling.append(page.image(timeline[1], "timeline", timeline[2]))
+    profiling.append(transforms_html(run, by_name.get(TRANSFORMS_FILE)))
+    parts.append(page.section("profiling", "Where the time went", profiling))
     parts.append("<h2>Overrides</h2>" + _overrides_html(run))
     parts.append("<h2>Environment</h2>" + _environment_html(run))
     files = [page.link(base / f, base, f) for f in FILES if (base / f).is_file()]
+    files += [page.link(path, base, f"{PLOTS_DIR}/{path.name}") for path, _, _ in plots]
     parts.append("<h2>Files</h2><p>" + " &middot; ".join(files) + "</p>")
     command = f"hpc-runner rerun {shlex.quote(str(run.path))}"
     parts.append(f"<h2>Run it again</h2><p>Exactly, into a new run dir: <code>{page.esc(command)}</code></p>")

@@ -1,4 +1,4 @@
-"""What a report needs from one run dir: run.yaml, summary.json, metrics.jsonl and overrides.yaml, read once."""
+"""What a report needs from one run dir: run.yaml, config.yaml, summary.json, metrics.jsonl, overrides.yaml."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.records.read import RecordError, read_json_record
-from hpc_runner.records.rundir import METRICS_FILE, OVERRIDES_FILE, RUN_FILE, SUMMARY_FILE, RunDir
+from hpc_runner.records.rundir import CONFIG_FILE, METRICS_FILE, OVERRIDES_FILE, RUN_FILE, SUMMARY_FILE, RunDir
 
 RECORD_KEYS = ("kind", "step", "epoch", "batch")
 
@@ -25,7 +25,7 @@ def as_float(value: Any) -> float | None:
 
 @dataclass
 class RunData:
-    """One run dir, read: its record, summary, metric records by kind and overrides."""
+    """One run dir, read: its record, resolved config, summary, metric records by kind and overrides."""
 
     path: Path
     record: dict[str, Any] = field(default_factory=dict)
@@ -34,6 +34,7 @@ class RunData:
     vals: list[dict[str, Any]] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -129,6 +130,8 @@ def load_run(path: str | Path) -> RunData:
     data.record = record if isinstance(record, dict) else {}
     overrides = _read_yaml(rd, OVERRIDES_FILE)
     data.overrides = [o for o in overrides if isinstance(o, dict)] if isinstance(overrides, list) else []
+    config = _read_yaml(rd, CONFIG_FILE)
+    data.config = config if isinstance(config, dict) else {}
     data.summary = _read_json(rd.file(SUMMARY_FILE))
     buckets = {"iter": data.iters, "val": data.vals, "epoch": data.epochs}
     for rec in read_metrics(rd.file(METRICS_FILE)):

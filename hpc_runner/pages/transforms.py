@@ -65,23 +65,30 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return page.table(["transform", "stage", "kind", "calls", "total s", "mean ms", "threads"], body, "transforms")
 
 
-def transforms_html(run: RunData, folder: Path | None = None) -> str:
-    """Return the report's per-transform section (chart, slowest named, sortable table); also write the PNG.
+def write_transforms_chart(run: RunData, folder: Path) -> tuple[Path, bytes, str] | None:
+    """Write plots/transforms.png; return (path, PNG, caption), or None for a run without timed transforms."""
+    rows = transform_rows(run)
+    if not rows:
+        return None
+    path = folder / CHART_FILE
+    caption = "time per transform over the run; the advice above says what to change"
+    return path, plot_transforms(rows, path, f"{run.name} - {run.path.name}"), caption
 
-    The PNG goes to ``folder`` (default: the run's plots/). A run without timed transforms gets one line.
+
+def transforms_html(run: RunData, chart: tuple[Path, bytes, str] | None) -> str:
+    """Return the report's per-transform section: the slowest named, the chart written before, a sortable table.
+
+    A run without timed transforms gets one line.
     """
     rows = transform_rows(run)
-    head = "<h2>Transforms</h2>"
+    head = "<h3>Transforms</h3>"
     if not rows:
         return head + "<p>No transform timed (the data pipeline has no MONAI Compose run in this process).</p>"
-    png = plot_transforms(rows, (folder or run.path / "plots") / CHART_FILE, f"{run.name} - {run.path.name}")
     everything = sum(float(r["total_s"]) for r in rows)
     slowest = "; ".join(
         f"{r['name']} ({r.get('stage')}, {float(r['total_s']):.3g} s, "
         f"{float(r['total_s']) / everything:.0%} of transform time)" if everything else r["name"]
         for r in rows[:3]
     )
-    caption = "time per transform over the run; the advice above says what to change"
-    return (
-        head + f"<p>Slowest: {page.esc(slowest)}.</p>" + page.image(png, "transforms", caption) + _table(rows)
-    )
+    figure = page.image(chart[1], "transforms", chart[2]) if chart is not None else ""
+    return head + f"<p>Slowest: {page.esc(slowest)}.</p>" + figure + _table(rows)

@@ -8,6 +8,7 @@ Layout (every file written atomically)::
     log.txt          stdout of the run and hpc-runner's log
     metrics.jsonl    one JSON object per iteration / validation / epoch (written by the trainer)
     summary.json     final figures (written by the trainer)
+    val_sample.npz   the middle slice of the latest validation's first item: image, label, prediction
     checkpoints/     trainer checkpoints
     error.txt        the traceback of a failed run
 """
@@ -35,6 +36,7 @@ LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ERROR_FILE = "error.txt"
+VAL_SAMPLE_FILE = "val_sample.npz"
 CHECKPOINT_DIR = "checkpoints"
 RECORD_LOCK = ".run.lock"  # the lock of run.yaml's one writer (records/file_lock.py)
 

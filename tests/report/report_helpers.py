@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import shutil
 import subprocess
@@ -70,6 +72,27 @@ class Chromium:
     def dom(self, page: Path, fragment: str = "") -> str:
         """Return the DOM after the page's scripts ran (``fragment``, e.g. ``#sort=-val_dice``, is in the URL)."""
         return self._run("--dump-dom", page.resolve().as_uri() + fragment).stdout
+
+
+# Appended to a copy of a page: once it has loaded, the top of each <section> (page coordinates) and every
+# image's natural width (0: it did not decode) are written into an attribute that --dump-dom shows.
+LAYOUT_PROBE = """<script>window.addEventListener('load',function(){var out={sections:{},images:[]};
+Array.prototype.forEach.call(document.querySelectorAll('section[id]'),function(s){
+ out.sections[s.id]=s.getBoundingClientRect().top+window.scrollY;});
+Array.prototype.forEach.call(document.images,function(i){out.images.push([i.alt,i.naturalWidth]);});
+document.body.setAttribute('data-layout',JSON.stringify(out));});</script>"""
+
+
+def page_layout(chromium: Chromium, page: Path, size: str = "1200,900") -> dict:
+    """Return where Chromium laid out ``page``: {"sections": {id: top px}, "images": [[alt, naturalWidth]]}."""
+    probe = page.with_name(f".layout-{page.name}")  # beside the page: the same relative links
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8")
+    try:
+        dom = chromium._run(f"--window-size={size}", "--dump-dom", probe.resolve().as_uri()).stdout
+    finally:
+        probe.unlink()
+    start = dom.index('data-layout="') + len('data-layout="')
+    return json.loads(html.unescape(dom[start : dom.index('"', start)]))
 
 
 def find_chromium() -> str | None:

@@ -1,4 +1,8 @@
-"""The report of one real run dir: valid PNGs, an escaped self-contained page, Chromium renders and sorts it."""
+"""The report of one real run dir: valid PNGs, an escaped self-contained page, Chromium renders and sorts it.
+
+The page reads top down as a user reads it (issue 35): the curves and the hyper-parameters, a validation slice,
+then where the time went; the count that ``report`` prints is the number of PNGs in plots/.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,11 @@ import sys
 from pathlib import Path
 
 import yaml
-from report_helpers import assert_png, hpc_runner
+from report_helpers import assert_png, hpc_runner, page_layout
 
 from hpc_runner.pages.bottleneck import analyse
 from hpc_runner.records.metrics_log import read_metrics
+from hpc_runner.records.rundir import VAL_SAMPLE_FILE
 from hpc_runner.report.build import build_report
 
 
@@ -26,11 +31,15 @@ def _rows(dom: str, table_id: str) -> list[list[str]]:
 def test_run_report_plots_and_page(report_run: Path) -> None:
     report = build_report(report_run)
     assert report.kind == "run" and report.html == report_run / "report.html"
-    assert [p.name for p in report.pngs] == ["loss.png", "timeline.png"]
+    names = ["loss.png", "val_sample.png", "timeline.png", "transforms.png"]
+    assert [p.name for p in report.pngs] == names
+    assert sorted(p.name for p in (report_run / "plots").iterdir()) == sorted(names)
     for png in report.pngs:
         assert_png(png, (900, 300))
     text = report.html.read_text(encoding="utf-8")
-    assert text.count("data:image/png;base64,") == 3
+    assert text.count("data:image/png;base64,") == len(names)
+    for name in names:  # each plot is also listed under Files
+        assert f'<a href="plots/{name}">plots/{name}</a>' in text
     assert not re.search(r"""(src|href)=["']https?://""", text), "the page must not load anything from outside"
     summary = json.loads((report_run / "summary.json").read_text())
     assert html.escape(summary["bottleneck"]["verdict"]) in text
@@ -39,6 +48,39 @@ def test_run_report_plots_and_page(report_run: Path) -> None:
     # relative links, URL-quoted: the run dir's name has a space
     assert '<a href="config.yaml">config.yaml</a>' in text and '<a href="log.txt">' in text
     assert "hpc-runner rerun &#x27;" in text  # the quoted path of the dir with a space
+
+
+def test_hyper_parameters_name_where_in_the_config_they_were_found(report_run: Path) -> None:
+    text = build_report(report_run).html.read_text(encoding="utf-8")
+    rows = {row[0]: row[1:] for row in _rows(text, "hyperparams")}
+    assert rows["learning rate"] == ["0.002", "optimizer::lr -&gt; learning_rate"]
+    assert rows["batch size"] == ["2", "train_loader::batch_size -&gt; batch_size"]
+    assert rows["epochs"] == ["2", "trainer::max_epochs -&gt; max_epochs"]
+    assert rows["network"][0].startswith("UNet(spatial_dims=3, in_channels=1, out_channels=2, channels=[8, 16, 32")
+    assert rows["optimizer"] == ["torch.optim.Adam", "trainer::optimizer -&gt; optimizer"]
+    assert rows["seed"] == ["0", "trainer::seed -&gt; seed"]
+
+
+def test_the_last_validation_left_one_small_slice(report_run: Path) -> None:
+    import numpy as np
+
+    path = report_run / VAL_SAMPLE_FILE
+    assert 0 < path.stat().st_size < 8192
+    with np.load(path, allow_pickle=False) as sample:
+        assert sample["image"].shape == sample["label"].shape == sample["prediction"].shape == (16, 16)
+        assert int(sample["epoch"]) == 1 and list(sample["shape"]) == [16, 16, 16]  # the second (last) epoch
+        assert set(np.unique(sample["label"])) == {0, 1}
+
+
+def test_a_run_without_validation_says_so_in_one_line(run_copy: Path) -> None:
+    kept = [r for r in read_metrics(run_copy / "metrics.jsonl") if r.get("kind") != "val"]
+    (run_copy / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (run_copy / VAL_SAMPLE_FILE).unlink()
+    report = build_report(run_copy)  # the copy's plots/ has the val_sample.png of the first report
+    text = report.html.read_text(encoding="utf-8")
+    assert "No validation in this run" in text and 'alt="validation sample"' not in text
+    assert sorted(p.name for p in (run_copy / "plots").iterdir()) == sorted(p.name for p in report.pngs)
+    assert "val_sample.png" not in [p.name for p in report.pngs]
 
 
 def test_report_escapes_recorded_text(run_copy: Path) -> None:
@@ -77,9 +119,12 @@ def test_report_names_the_error_of_a_failed_run(run_copy: Path) -> None:
 
 
 def test_cli_report_and_no_matplotlib_at_cli_import(run_copy: Path, tmp_path: Path) -> None:
+    (run_copy / "plots" / "transforms.png").unlink()  # written again: counted once, as what this report wrote
     out = hpc_runner("report", str(run_copy), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "report.html" in out.stdout and (run_copy / "plots" / "timeline.png").is_file()
+    printed = int(re.search(r"wrote (\d+) PNG plot\(s\)", out.stdout)[1])
+    assert printed == len(list((run_copy / "plots").glob("*.png"))) == 4
     bad = hpc_runner("report", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert bad.returncode == 2 and "not a run dir or a sweep dir" in bad.stderr
     probe = "import sys, hpc_runner.cli as c; c.build_parser(); print('matplotlib' in sys.modules)"
@@ -91,11 +136,19 @@ def test_chromium_renders_and_sorts_the_run_page(report_run: Path, chromium, tmp
     page = build_report(report_run).html
     shot = chromium.screenshot(page, tmp_path / "shot.png")
     assert_png(shot, (1200, 900))
+    # top down as a user reads it: curves and set-up, the validation slice, then the profiling
+    layout = page_layout(chromium, page)
+    tops = layout["sections"]
+    assert tops["results"] < tops["sample"] < tops["profiling"], tops
+    assert tops["results"] < 300, "the curves start near the top of the page"
+    widths = dict(layout["images"])
+    assert list(widths) == ["loss", "validation sample", "timeline", "transforms"]
+    assert all(w > 0 for w in widths.values()), f"an image did not decode: {widths}"
     ids = [re.sub(r"<.*?>", "", row[0]) for row in _rows(page.read_text(encoding="utf-8"), "overrides")]
     assert "dataset_dir" in ids and "output_dir" in ids
     # #sort=-id clicks the "id" header twice: descending; the DOM is dumped after the page's script ran
     dom = chromium.dom(page, "#sort=-id")
-    assert dom.count("<img") == 3 and "data:image/png;base64," in dom
+    assert dom.count("<img") == 4 and "data:image/png;base64," in dom
     got = [re.sub(r"<.*?>", "", row[0]) for row in _rows(dom, "overrides")]
     assert got == sorted(ids, reverse=True) and got != ids
     assert 'aria-sort="descending"' in dom

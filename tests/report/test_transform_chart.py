@@ -11,7 +11,7 @@ from report_helpers import assert_png
 
 from hpc_runner.pages import page
 from hpc_runner.pages.rundata import load_run
-from hpc_runner.pages.transforms import CHART_FILE, STAGE_COLORS, transforms_html
+from hpc_runner.pages.transforms import CHART_FILE, STAGE_COLORS, transforms_html, write_transforms_chart
 from hpc_runner.report.build import build_report
 
 ROWS = [
@@ -33,7 +33,8 @@ def _run_dir(tmp_path: Path, rows: list[dict]) -> Path:
 
 def test_section_has_the_chart_the_slowest_and_an_escaped_table(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, ROWS)
-    html = transforms_html(load_run(run))
+    data = load_run(run)
+    html = transforms_html(data, write_transforms_chart(data, run / "plots"))
     assert_png(run / "plots" / CHART_FILE, (900, 200))
     assert html.count("data:image/png;base64,") == 1
     assert "Slowest: Spacingd (every epoch, 12.5 s, 78% of transform time)" in html
@@ -44,7 +45,9 @@ def test_section_has_the_chart_the_slowest_and_an_escaped_table(tmp_path: Path) 
 
 def test_a_run_without_timed_transforms_gets_one_line_and_no_chart(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, [])
-    assert "No transform timed" in transforms_html(load_run(run))
+    data = load_run(run)
+    assert write_transforms_chart(data, run / "plots") is None
+    assert "No transform timed" in transforms_html(data, None)
     assert not (run / "plots").exists()
 
 
@@ -61,9 +64,9 @@ def test_chromium_renders_the_chart_of_a_real_run(report_run: Path, chromium, tm
     run = Path(shutil.copytree(report_run, tmp_path / "copy"))
     report = build_report(run)
     text = report.html.read_text(encoding="utf-8")
-    assert "<h2>Transforms</h2>" in text and "RandFlipd" in text and "LoadImaged" in text
+    assert "<h3>Transforms</h3>" in text and "RandFlipd" in text and "LoadImaged" in text
     # the section alone on a page, so the screenshot shows it whatever the page above it holds
-    section = text[text.index("<h2>Transforms</h2>") : text.index("<h2>Plots</h2>")]
+    section = text[text.index("<h3>Transforms</h3>") : text.index("<h2>Overrides</h2>")]
     alone = tmp_path / "transforms.html"
     alone.write_text(page.document("transforms", [section]), encoding="utf-8")
     shot = chromium.screenshot(alone, tmp_path / "shot.png", size="1200,700")

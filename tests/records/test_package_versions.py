@@ -18,8 +18,9 @@ def test_the_distribution_is_ours_and_its_version_is_recorded_under_hpc_runner()
     assert re.search(r'^hpc-runner = "hpc_runner\.cli:entry"$', pyproject, re.M)  # the command keeps its name
     versions = package_versions()
     assert versions["hpc-runner"] == metadata.version(DISTRIBUTION) == __version__
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "pip install 'hpc-runner[" not in readme and "pip install 'hpc-bundle-runner[" in readme
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    wrong = [str(p) for p in pages if "pip install 'hpc-runner" in p.read_text(encoding="utf-8")]
+    assert wrong == [] and "`hpc-bundle-runner`" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_every_install_hint_of_the_code_names_our_distribution() -> None:

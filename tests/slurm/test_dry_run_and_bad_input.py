@@ -19,7 +19,7 @@ def _written(cwd: Path) -> list[str]:
     return sorted(p.name for p in cwd.iterdir() if p.name not in skip)
 
 
-def test_sweep_dry_run_prints_scripts_points_and_config_and_writes_nothing(offline_cli):
+def test_sweep_dry_run_prints_scripts_and_points_names_the_config_command_and_writes_nothing(offline_cli):
     out = offline_cli("sweep", "training", "--bundle", BUNDLE, "--cluster", "slurm", "--dry-run",
                       "--sweep", "learning_rate=1e-3,1e-4", "--sweep", "network_def::channels=[8,16],[16,32],[4,8]",
                       "--max_epochs", "2", "--array-parallelism", "2", "--output_dir", "sw")
@@ -34,12 +34,13 @@ def test_sweep_dry_run_prints_scripts_points_and_config_and_writes_nothing(offli
     # the log folder holds no job id: it exists before sbatch, so a job that starts at once can open its log
     assert f"#SBATCH --output={logs}/%A_%a_0_log.out" in text and f"#SBATCH --error={logs}/%A_%a_0_log.err" in text
     assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text
-    assert "max_epochs: 2" in text and f"output_dir: {offline_cli.cwd / 'sw' / 'base'}" in text
+    # the base config is not dumped below the scripts: one line names the command that prints it
+    assert "max_epochs: 2" not in text and "`hpc-runner config` with the same bundle" in text
     assert _written(offline_cli.cwd) == []
     assert offline_cli.calls() == {"sbatch": 0, "sacct": 0, "squeue": 0, "scancel": 0}
 
 
-def test_submit_dry_run_prints_the_sbatch_script_and_config(offline_cli):
+def test_submit_dry_run_prints_the_sbatch_script_and_where_the_config_will_be(offline_cli):
     offline_cli.write_profile("gpu", "extends: jade\npartitions: [small, gpu]\npartition: gpu\naccount: proj\n")
     out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "gpu", "--dry-run", "--hold",
                       "--slurm", "time=00:30:00", "--trainer::max_epochs", "3", "--output_dir", "r1")
@@ -50,7 +51,7 @@ def test_submit_dry_run_prints_the_sbatch_script_and_config(offline_cli):
         assert line in out.stdout
     assert "--array" not in out.stdout
     assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'slurm'}/%j_0_log.out" in out.stdout  # no job id folder
-    assert "max_epochs: 3" in out.stdout
+    assert "max_epochs: 3" not in out.stdout and f"reads it from {offline_cli.cwd / 'r1'}/config.yaml" in out.stdout
     assert _written(offline_cli.cwd) == []
     assert offline_cli.calls()["sbatch"] == 0
 

@@ -34,6 +34,9 @@
 #                the kernel kills the step and sacct says OUT_OF_MEMORY. Without one,
 #                JobAcctGatherParams=OverMemoryKill polls RSS every second and kills the step;
 #                22.05 then records FAILED, the job log "Exceeded job memory limit".
+#   binding      task/affinity with TaskPluginParam=None: a step is bound to its CPUs only when asked
+#                (srun --cpu-bind=cores, SLURM_CPU_BIND=cores), so the srun that gets fewer CPUs than
+#                its job shows it (tests/slurm/test_cpu_binding.py); unasked, nothing is bound.
 #   node failure SlurmdTimeout=30: a node whose slurmd died is DOWN (its jobs NODE_FAIL) ~30-40 s later.
 #   arrays       MaxArraySize=$LOCAL_SLURM_MAX_ARRAY_SIZE (default 1001, common on real
 #                clusters): array indices must be < MaxArraySize, so --array=0-1000 is
@@ -175,10 +178,14 @@ install_if_changed() {
 write_configs() {
   local node cpus ncpu mem names task_plugin acct_params
   node=$(hostname -s)
+  # task/affinity binds a step's tasks to CPUs when asked (--cpu-bind, SLURM_CPU_BIND): as on real
+  # clusters, a step that srun gives fewer CPUs than the job then sees fewer. TaskPluginParam=None below:
+  # nothing is bound unless asked, because every emulated node is this same machine and binding by default
+  # would put two nodes' first jobs on the same core.
   if [[ $MEMORY_LIMITS == cgroup ]]; then
-    task_plugin=task/cgroup acct_params="# JobAcctGatherParams: none (the cgroup limits memory)"
+    task_plugin=task/affinity,task/cgroup acct_params="# JobAcctGatherParams: none (the cgroup limits memory)"
   else
-    task_plugin=task/none acct_params=JobAcctGatherParams=OverMemoryKill
+    task_plugin=task/affinity acct_params=JobAcctGatherParams=OverMemoryKill
   fi
   mapfile -t names < <(node_names)
   # slurmd -C reports this machine's real layout; declaring more than exists drains the node. Every
@@ -223,6 +230,7 @@ MailProg=/bin/true
 # Track processes by parentage (no systemd needed). Memory: see MEMORY_LIMITS below.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=$task_plugin
+TaskPluginParam=None
 MpiDefault=none
 SelectType=select/cons_tres
 # Memory is a consumable resource, so a job's --mem is its limit (OverMemoryKill below); a job

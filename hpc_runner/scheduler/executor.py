@@ -205,6 +205,11 @@ class Executor(ABC):
         ``timeout`` seconds (None: it can, or there is nothing to ask)."""
         return None
 
+    def no_gpu_hint(self) -> str | None:
+        """When the jobs would get no GPU: how to ask for one, in this scheduler's words (None: they get GPUs, or
+        the executor has none to give)."""
+        return None
+
     def describe_cluster(self, partition: str | None = None) -> list[tuple[str, Any, str]]:
         """Return the lines of a profile written from what the scheduler says (key, value, where it came from)."""
         raise ClusterError(f"the {self.kind} executor has no scheduler to ask for a profile",

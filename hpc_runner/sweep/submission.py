@@ -118,6 +118,7 @@ def submit_run(
 
         check_config(cfg, entry=entry or "run")
     _warn_code_once(cfg)
+    warn_no_gpu(cfg, executor)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
     check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
@@ -283,6 +284,7 @@ def submit_sweep(
         note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points],
                                         entry=entry or "run")
     _warn_code_once(cfg)
+    warn_no_gpu(cfg, executor)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
@@ -316,6 +318,26 @@ def submit_sweep(
         out.local_failures = executor.run_pending(log)
         out.ran_here = True
     return out
+
+
+def warn_no_gpu(cfg: BundleConfig, executor: Executor) -> str | None:
+    """Warn (and return the text) when the bundle builds one of MONAI's networks but its jobs ask for no GPU: it
+    would train on the CPU, hours instead of minutes. Silent for a config whose device is the CPU."""
+    import warnings
+
+    from hpc_runner.config.networks import network_ids, runs_on_cpu
+
+    hint = executor.no_gpu_hint()
+    if hint is None or runs_on_cpu(cfg.config):
+        return None
+    nets = network_ids(cfg.config)
+    if not nets:
+        return None
+    where, target = nets[0]
+    text = (f"{where} builds {target}, but profile '{executor.name}' asks for no GPU: the job would run it on "
+            f"the CPU. Ask for one with {hint}, or set device: cpu to mean it")
+    warnings.warn(text, UserWarning, stacklevel=2)
+    return text
 
 
 def _warn_code_once(cfg: BundleConfig) -> None:

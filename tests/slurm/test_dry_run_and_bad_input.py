@@ -142,3 +142,17 @@ def test_a_request_that_contradicts_itself_or_misnames_a_key_is_refused_naming_b
     assert fixed.returncode == 0 and "#SBATCH --gres=gpu:2" in fixed.stdout and "gpus-per-node" not in fixed.stdout
     # the script, not a dump of the resolved config below it (hundreds of lines): a line names the command
     assert "max_epochs:" not in fixed.stdout and "`hpc-runner config` with the same" in fixed.stdout
+
+
+def test_a_gpu_network_with_no_gpu_request_warns_naming_how_to_ask_for_one(offline_cli):
+    args = ("--dry-run", "--no-preflight", "--output_dir", "r1")
+    out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "slurm", *args)  # the built-in 1 CPU, no GPU
+    assert out.returncode == 0, out.stderr
+    assert "network_def builds UNet, but profile 'slurm' asks for no GPU" in out.stderr
+    assert "--slurm gpus_per_node=1" in out.stderr and out.stderr.count("asks for no GPU") == 1
+    # a GPU asked for (jade: gpus_per_node 1; or gres), or a config that says it runs on the CPU: no warning
+    for extra in (["--cluster", "jade"], ["--cluster", "slurm", "--slurm", "gres=gpu:1"],
+                  ["--cluster", "slurm", "--device", "cpu"]):
+        quiet = offline_cli("submit", "--bundle", BUNDLE, *extra, *args)
+        assert quiet.returncode == 0 and "asks for no GPU" not in quiet.stderr, (extra, quiet.stderr)
+    assert _written(offline_cli.cwd) == [] and offline_cli.calls()["sbatch"] == 0

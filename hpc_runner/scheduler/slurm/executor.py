@@ -286,6 +286,13 @@ class SlurmExecutor(Executor):
     runs_here = False
     profile_keys = PROFILE_KEYS
 
+    def no_gpu_hint(self) -> str | None:
+        """How to ask SLURM for a GPU when the profile asks for none (gpus_per_node, gpus_per_task, gres gpu)."""
+        settings = self.profile.settings
+        if settings.get("gpus_per_node") or settings.get("gpus_per_task") or "gpu" in str(settings.get("gres") or ""):
+            return None
+        return "--slurm gpus_per_node=1 (or gres=gpu:TYPE:1; `hpc-runner cluster show` lists the GPU types)"
+
     @classmethod
     def check_profile(cls, settings: Mapping[str, Any], where: str) -> None:
         """ClusterError for a value sbatch could not take, or that must not reach a job script."""

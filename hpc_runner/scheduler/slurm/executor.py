@@ -15,6 +15,7 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+from hpc_runner.scheduler.slurm.partition_choice import partition_for
 from hpc_runner.scheduler.units import slurm_time
 
 EXPORT_BASES = ("ALL", "NONE", "NIL")
@@ -293,6 +294,10 @@ class SlurmExecutor(Executor):
             return None
         return "--slurm gpus_per_node=1 (or gres=gpu:TYPE:1; `hpc-runner cluster show` lists the GPU types)"
 
+    def __init__(self, profile: ClusterProfile) -> None:
+        super().__init__(profile)
+        self._partition_choice: tuple[str | None, str] | None = None  # asked of sinfo once, when first needed
+
     @classmethod
     def check_profile(cls, settings: Mapping[str, Any], where: str) -> None:
         """ClusterError for a value sbatch could not take, or that must not reach a job script."""
@@ -333,10 +338,21 @@ class SlurmExecutor(Executor):
         check_time_room(self.profile)
 
     def parameters(self, request: JobRequest) -> dict[str, Any]:
-        """Return submitit's parameters for ``request`` under this profile (every value checked)."""
-        return slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
-                                array_parallelism=request.array_parallelism, chdir=request.chdir,
-                                exclude=request.exclude, dependency=request.dependency, describe=request.describe)
+        """Return submitit's parameters for ``request`` under this profile (every value checked); a profile that
+        names no partition gets the one that fits the request (said once, on stderr)."""
+        params = slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
+                                  array_parallelism=request.array_parallelism, chdir=request.chdir,
+                                  exclude=request.exclude, dependency=request.dependency, describe=request.describe)
+        if "partition" not in params and (chosen := self._fitting_partition()):
+            params["partition"] = chosen
+        return params
+
+    def _fitting_partition(self) -> str | None:
+        if self._partition_choice is None:
+            self._partition_choice = partition_for(self.profile)
+            if self._partition_choice[0]:
+                print(f"hpc-runner: {self._partition_choice[1]}", file=sys.stderr, flush=True)
+        return self._partition_choice[0]
 
     def check_resources(self, request: JobRequest, count: int, what: str) -> None:
         """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""

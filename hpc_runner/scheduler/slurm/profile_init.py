@@ -71,7 +71,7 @@ def parse_sinfo(text: str) -> list[Partition]:
     return list(found.values())
 
 
-def _minutes(limit: str) -> int | None:
+def limit_minutes(limit: str) -> int | None:
     """A partition's time limit in minutes (None for ``infinite`` or what cannot be read)."""
     try:
         return parse_time_minutes(limit)
@@ -109,7 +109,7 @@ def profile_lines(partitions: Sequence[Partition], associations: Sequence[dict[s
     if chosen.mem_mb:
         lines.append(("mem_gb", max(1, chosen.mem_mb // 1024 // share),
                       f"sinfo: {chosen.mem_mb} MB a node" + (f", shared by its {gpus} GPUs" if gpus else "")))
-    limit = _minutes(chosen.time_limit)
+    limit = limit_minutes(chosen.time_limit)
     minutes = min(limit, DEFAULT_HOURS * 60) if limit else DEFAULT_HOURS * 60
     lines.append(("time", slurm_time(minutes), f"sinfo: the partition allows {chosen.time_limit}; a first profile asks "
                   f"for {DEFAULT_HOURS} hours at most"))

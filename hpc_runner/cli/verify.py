@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TextIO
 
 HELP = "check a bundle without running it: metadata, configs, imports, MANIFEST, --net shapes"
 DESCRIPTION = """Check a bundle without training anything, offline, and report every problem at once
@@ -37,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-imports", action="store_true", help="skip the _target_ import checks (fast)")
 
 
+def progress_printer(stream: TextIO) -> Callable[[str], None] | None:
+    """Return what shows verify's steps as they start, on a terminal only (a log or a pipe gets the result)."""
+    if not stream.isatty():
+        return None
+    return lambda step: print(f"hpc-runner verify: checking {step}...", file=stream, flush=True)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
     from hpc_runner.config.verify import verify_bundle
@@ -44,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
 
     bundle_dir = resolve_bundle(args.bundle)
     report = verify_bundle(bundle_dir, imports=not args.no_imports, net=args.net, net_id=args.net_id,
-                           safe=args.safe)
+                           safe=args.safe, progress=progress_printer(sys.stderr))
     if report.problems:
         for p in report.problems:
             print(p.line())

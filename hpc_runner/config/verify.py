@@ -9,7 +9,7 @@ network's input/output shapes.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,19 +93,24 @@ def verify_bundle(
     safe: bool = False,
     check_manifest: bool = True,
     environ: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> VerifyReport:
-    """Check a bundle without running it and return every problem found."""
+    """Check a bundle without running it and return every problem found (``progress``: told each step as it
+    starts; the CLI shows them on a terminal, since importing the targets and --net take seconds)."""
     from hpc_runner.config.verify_configs import check_configs
 
+    step = progress or (lambda _: None)
     bundle_dir = Path(bundle_dir)
     env = verify_environ(environ)
     meta_path = bundle_dir / META_RELPATH
     report = VerifyReport(bundle_dir, bundle_dir.name, "?")
     if check_manifest:
+        step("MANIFEST")
         found, note = manifest_problems(bundle_dir)
         report.problems += found
         if note:
             report.notes.append(note)
+    step("metadata")
     if meta_path.is_file():
         meta, meta_where, found = meta_problems(meta_path)
         report.problems += found
@@ -117,6 +122,7 @@ def verify_bundle(
         meta, meta_where = {}, {}
         report.problems.append(Problem(str(meta_path), None, "missing (every bundle needs configs/metadata.json)"))
     # under --safe only allow-listed modules are imported (by the safe checks), nothing else runs
+    step("configs" + (" and their _target_ imports" if imports and not safe else ""))
     sets, found, notes = check_configs(bundle_dir, meta, meta_where, meta_path if meta else None, env,
                                        imports=imports and not safe)
     report.problems += found
@@ -124,6 +130,7 @@ def verify_bundle(
     loaded = [s.cfg for s in sets if s.cfg is not None]
     unsafe: list[Problem] = []
     if safe and loaded:
+        step("--safe rules")
         unsafe = _safe_problems(loaded, bundle_dir, env)
         report.problems += unsafe
         if not unsafe:
@@ -133,6 +140,7 @@ def verify_bundle(
     elif net and sets and sets[0].cfg is not None:
         from hpc_runner.config.verify_net import net_problems
 
+        step(f"the network {net_id} on a dummy input (--net)")
         found, note = net_problems(sets[0].cfg, net_id)
         report.problems += found
         if note:

@@ -77,9 +77,12 @@ def test_every_problem_at_once_cli_subprocess(cli, tmp_path: Path) -> None:
     _check_report(proc.returncode, proc.stdout, proc.stderr, expected)
 
 
-def test_example_bundle_passes_with_net() -> None:
-    report = verify_bundle(EXAMPLE, net=True)
+def test_example_bundle_passes_with_net_telling_each_step_as_it_starts() -> None:
+    steps: list[str] = []
+    report = verify_bundle(EXAMPLE, net=True, progress=steps.append)
     assert report.ok, [p.line() for p in report.problems]
+    assert steps == ["MANIFEST", "metadata", "configs and their _target_ imports",
+                     "the network network_def on a dummy input (--net)"]
     assert "network_def: input (1, 1, 64, 64, 64) -> output (1, 2, 64, 64, 64)" in report.notes
 
 
@@ -141,3 +144,18 @@ def test_verify_net_cli(cli, tmp_path: Path) -> None:
     _edit(bundle / "configs" / "train.yaml", "out_channels: 2", "out_channels: 5")
     proc = cli("verify", bundle, "--net")
     assert proc.returncode == 2 and "the network outputs 5 channels" in proc.stdout, out(proc)
+
+
+def test_verify_shows_its_steps_on_a_terminal_only() -> None:
+    import io
+
+    from hpc_runner.cli.verify import progress_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress_printer(io.StringIO()) is None  # a log or a pipe: only the result
+    shown = Terminal()
+    progress_printer(shown)("metadata")
+    assert shown.getvalue() == "hpc-runner verify: checking metadata...\n"

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from hpc_runner.cli.common import load_config_from_args
+from hpc_runner.cli.inner_run import inner_run, make_folders, remove_made, requeue_after_stop
 from hpc_runner.engine.container import (
     RUNTIMES,
     ContainerSpec,
@@ -78,30 +79,16 @@ def checked_record(spec: ContainerSpec, cfg: Any, always: list[str]) -> dict[str
 
 def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
     """Run ``args`` (a parsed `run --container`) inside the image; return its exit code."""
-    from hpc_runner.cli.sandbox_run import _make_folders, _requeue, named_readable
+    from hpc_runner.cli.sandbox_run import named_readable
     from hpc_runner.engine.sandbox import FRESH_ENV, run_sandboxed
-    from hpc_runner.records.rundir import RunDir, check_folder_path, default_run_dir
+    from hpc_runner.records.rundir import RunDir
 
-    argv = list(getattr(args, "_argv", None) or sys.argv[1:])
-    if args.resume:
-        from hpc_runner.config.overrides import parse_cli_overrides
-        from hpc_runner.config.recorded import load_recorded_config
-
-        run_dir = os.path.abspath(args.resume)
-        cfg = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))[0]
-    else:
-        plain = argparse.Namespace(**vars(args))
-        plain.container = None
-        cfg = load_config_from_args(plain)
-        output_dir = args.output_dir or str(default_run_dir(cfg.name))
-        if args.output_dir is None:
-            argv += ["--output_dir", os.path.abspath(output_dir)]
-        check_folder_path(output_dir)
-        run_dir = os.path.abspath(output_dir)
+    run = inner_run(args, _load_outside_the_image)
+    argv, run_dir, cfg = run.argv, run.run_dir, run.cfg
     # the run dir, the working folder, the bundle and the files named on the command line (not this Python's own)
     always = [run_dir, *(p for p in named_readable(args, cfg, None) if not _python_path(p))]
     record = checked_record(spec, cfg, always)  # before the run dir is made: a bad image leaves nothing
-    made = _make_folders(run_dir)
+    made = make_folders(run_dir)
     binds = config_binds(cfg.config, always)
     try:
         RunDir(run_dir).update_record(container=record)  # prepare_run inside keeps it
@@ -114,17 +101,20 @@ def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
             print(f"hpc-runner: container: {shlex.join(command)}", file=sys.stderr, flush=True)
         rc = run_sandboxed(command, env=starter_env(os.environ), target=lambda pid: pid)
         if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where no SLURM command is
-            _requeue(run_dir)
+            requeue_after_stop(run_dir)
         return rc
     finally:
-        if made and os.listdir(run_dir) in ([], ["run.yaml"], [".run.lock", "run.yaml"]):  # nothing ran
+        if made and sorted(os.listdir(run_dir)) in ([], ["run.yaml"], [".run.lock", "run.yaml"]):  # nothing ran
             for name in os.listdir(run_dir):
                 os.remove(os.path.join(run_dir, name))
-            for path in reversed(made):
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    continue
+            remove_made(made)
+
+
+def _load_outside_the_image(args: argparse.Namespace) -> Any:
+    """Load the config as the run inside will (bad input is refused here), without the container options."""
+    plain = argparse.Namespace(**vars(args))
+    plain.container = None
+    return load_config_from_args(plain)
 
 
 def _python_path(path: str) -> bool:

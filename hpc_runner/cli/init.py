@@ -6,12 +6,6 @@ import argparse
 import getpass
 from pathlib import Path
 
-from hpc_runner.errors import BundleError
-from hpc_runner.registry.decathlon_bundle import init_decathlon_bundle
-from hpc_runner.registry.decathlon_folder import check_decathlon_folder
-from hpc_runner.registry.scaffold import check_name, init_bundle
-from hpc_runner.registry.search import resolve_bundle
-
 DECATHLON = "decathlon"  # the source kind of --from decathlon DIR
 
 HELP = "create a new bundle from a template or for your Decathlon-style data (passes verify, runs as is)"
@@ -45,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    # imported here, as by every command module: `hpc-runner --help` loads each command's module, and these
+    # bring jsonschema (0.1-0.7 s)
+    from hpc_runner.errors import BundleError
+    from hpc_runner.registry.scaffold import init_bundle
+    from hpc_runner.registry.search import resolve_bundle
+
     dest = Path(args.to) if args.to else Path("bundles") / args.name
     source = args.template or []
     if len(source) == 2 and source[0] == DECATHLON:
@@ -61,6 +61,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _init_decathlon(name: str, dest: Path, folder: str, author: str | None) -> int:
+    from hpc_runner.registry.decathlon_bundle import init_decathlon_bundle
+    from hpc_runner.registry.decathlon_folder import check_decathlon_folder
+    from hpc_runner.registry.scaffold import check_name
+
     check_name(name)  # the cheap mistake first, before the folder's headers are read
     checked = check_decathlon_folder(folder)
     init_decathlon_bundle(name, dest, checked, author=author or getpass.getuser())

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.cli.common import cli_values, named_writable
+from hpc_runner.cli.inner_run import inner_run, make_folders, remove_made, requeue_after_stop
 from hpc_runner.errors import UserError
 from hpc_runner.records.safe_mark import SAFE_MARK, read_mark, write_mark
 
@@ -38,29 +39,11 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         raise UserError("--safe runs the bundle in a sandbox without network, and this is one process of a "
                         "distributed run, whose ranks talk over the network; nothing was run",
                         expected="--safe in a single-process run, or a distributed run without --safe")
-    argv = list(getattr(args, "_argv", None) or sys.argv[1:])
-    if args.resume:
-        from hpc_runner.config.overrides import parse_cli_overrides
-        from hpc_runner.config.recorded import load_recorded_config
-
-        run_dir = os.path.abspath(args.resume)  # bad input (not a run dir) is refused here, before any sandbox
-        cfg = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))[0]
-        extra = list(cfg.sandbox_writable)  # what its mark let it write when it started
-    else:
-        extra = []
-        cfg = _load_without_allow_list(args)
-        output_dir = args.output_dir
-        if output_dir is None:
-            from hpc_runner.records.rundir import default_run_dir
-
-            output_dir = str(default_run_dir(cfg.name))
-            argv += ["--output_dir", os.path.abspath(output_dir)]
-        from hpc_runner.records.rundir import check_folder_path
-
-        check_folder_path(output_dir)
-        run_dir = os.path.abspath(output_dir)
+    run = inner_run(args, _load_without_allow_list)
+    argv, run_dir, cfg = run.argv, run.run_dir, run.cfg
+    extra = list(cfg.sandbox_writable) if run.resumed else []  # what its mark let it write when it started
     writable = list(dict.fromkeys([run_dir, *named_writable(args), *extra]))
-    made = [path for folder in writable for path in _make_folders(folder)]
+    made = [path for folder in writable for path in make_folders(folder)]
     had_mark = read_mark(run_dir) is not None
     mark = str(write_mark(run_dir, writable[1:]))  # outside, before it starts: bound read-only inside
     environ = dict(os.environ)
@@ -86,29 +69,12 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         if rc == 2 and not had_mark and os.path.exists(mark):  # refused on bad input: the run dir as it was
             os.remove(mark)
         if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where SLURM cannot be reached
-            _requeue(run_dir)
+            requeue_after_stop(run_dir)
         return rc
     finally:
         if run_dir in made and os.listdir(run_dir) == [SAFE_MARK]:  # nothing ran: the mark goes with the folder
             os.remove(mark)
-        for path in reversed(made):  # only the folders this side made, and only when the run left them empty
-            try:
-                os.rmdir(path)
-            except OSError:
-                continue
-
-
-def _requeue(run_dir: str) -> None:
-    """Ask SLURM to requeue this job (the run inside checkpointed and stopped); say what happened."""
-    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
-
-    if not own_job_id():
-        return
-    job = requeue_job()
-    then = (f"requeued SLURM job {job}; it continues from the checkpoint" if job else
-            f"SLURM is ending job {own_job_id()} (cancelled or not requeueable); continue with: "
-            f"hpc-runner run --resume {run_dir}")
-    print(f"hpc-runner: {then}", file=sys.stderr, flush=True)
+        remove_made(made)
 
 
 def _load_without_allow_list(args: argparse.Namespace) -> Any:
@@ -147,14 +113,3 @@ def _user_config(environ: dict[str, str]) -> str | None:
 
     path = user_config_path(environ)
     return str(path.resolve()) if path.is_file() else None
-
-
-def _make_folders(folder: str) -> list[str]:
-    """Make ``folder`` and its missing parents; return the ones made, outermost first."""
-    missing = []
-    path = Path(folder)
-    while not path.exists() and path != path.parent:
-        missing.append(str(path))
-        path = path.parent
-    os.makedirs(folder, exist_ok=True)
-    return list(reversed(missing))

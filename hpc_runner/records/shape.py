@@ -71,6 +71,24 @@ def check_json_depth(text: str, path: str | Path) -> None:
             depth -= 1
 
 
+def plainly_shallow(text: str) -> bool:
+    """True when YAML ``text`` can neither expand nor nest past MAX_DEPTH, seen without parsing it: no anchor or
+    alias character at all, and a bound on its nesting within MAX_DEPTH: every bracket open at once, plus, for
+    the deepest line, twice its indent (a block sequence may sit at its key's indent, once per indent) and its
+    dashes, colons and question marks (compact nesting on one line). False says only: check the events."""
+    if "&" in text or "*" in text:
+        return False
+    brackets = text.count("[") + text.count("{")  # every one open at once, at worst
+    deepest = 0
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        deepest = max(deepest, 2 * (len(line) - len(stripped)) + 1 + stripped.count("-") + stripped.count(":")
+                      + stripped.count("?"))
+        if brackets + deepest > MAX_DEPTH:
+            return False
+    return True
+
+
 def check_yaml_shape(loader: Any, path: str | Path, max_nodes: int | None = None) -> None:
     """Read ``loader``'s events; raise ConfigError for nesting over MAX_DEPTH, aliases adding over
     MAX_ALIAS_NODES nodes, an alias inside its own anchor (a cycle), or (``max_nodes``) more nodes as

@@ -31,9 +31,11 @@ USAGE_COLUMNS = ("elapsed_s", "time_limit_s", "cpus", "cpu_efficiency", "max_rss
                  "gpu_mem_mb")
 
 
-def result_rows(target: Target, states: list[PointState], answer: Any = None) -> tuple[list[str], list[dict[str, Any]]]:
+def result_rows(target: Target, states: list[PointState], answer: Any = None,
+                used: dict[int, Any] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
     """Return the column names and one row per point (params, state, metrics, wall time, job id; with the
-    scheduler's ``answer``, what its job used: elapsed against the limit, CPU efficiency, memory)."""
+    scheduler's ``answer``, what its job used: elapsed against the limit, CPU efficiency, memory; ``used``:
+    each point's usage when the caller has it already)."""
     params = target.param_ids
     rows: list[dict[str, Any]] = []
     metric_names: list[str] = []
@@ -60,8 +62,8 @@ def result_rows(target: Target, states: list[PointState], answer: Any = None) ->
         if answer is not None:
             from hpc_runner.sweep.usage import point_usage
 
-            used = point_usage(st, answer).to_json()
-            row.update({c: used.get(c) for c in USAGE_COLUMNS})
+            usage = (used[st.index] if used is not None and st.index in used else point_usage(st, answer)).to_json()
+            row.update({c: usage.get(c) for c in USAGE_COLUMNS})
         row["job_id"] = st.job_id
         row["requeues"] = st.requeues
         row["run_dir"] = str(st.run_dir)

@@ -221,8 +221,9 @@ def suggested_for(target: Any, states: Sequence[Any]) -> bool:
         return True
 
 
-def for_target(target: Any, states: Sequence[Any], answer: Any) -> Suggestion:
-    """Return the suggestion for a loaded sweep or run (sweep/targets.py) from its states and the status call."""
+def for_target(target: Any, states: Sequence[Any], answer: Any, used: dict[int, Any] | None = None) -> Suggestion:
+    """Return the suggestion for a loaded sweep or run (sweep/targets.py) from its states and the status call
+    (``used``: each point's usage when the caller has it already, sweep/usage.py ``usages``)."""
     from hpc_runner.sweep.usage import usages
 
     settings: dict[str, Any] = {}
@@ -230,7 +231,7 @@ def for_target(target: Any, states: Sequence[Any], answer: Any) -> Suggestion:
         settings = dict(target.executor().profile.settings)
     except Exception:  # an unreadable recorded profile: suggest from sacct's figures alone
         settings = {}
-    return from_states(states, usages(list(states), answer), settings)
+    return from_states(states, used if used is not None else usages(list(states), answer), settings)
 
 
 def suggested_settings(path: str) -> tuple[dict[str, Any], Suggestion]:

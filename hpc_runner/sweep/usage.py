@@ -18,7 +18,7 @@ shorter than that may have none). Nothing here calls the scheduler: the answer i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,7 @@ class PointUsage:
 
     def to_json(self) -> dict[str, Any]:
         """Return the fields ``status --json`` prints, rounded (None where unknown)."""
-        data = asdict(self)
-        out = {k: _round(data[k]) for k in JSON_FIELDS}
+        out = {k: _round(getattr(self, k)) for k in JSON_FIELDS}  # (not asdict: it deep-copies, 10,000 times)
         if self.gpu_source:
             out["gpu_source"] = self.gpu_source
         return out

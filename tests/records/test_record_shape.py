@@ -42,3 +42,20 @@ def test_status_of_a_sweep_folder_whose_record_is_an_alias_bomb_exits_2_naming_i
                          timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "sweep.yaml" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_only_a_record_that_is_plainly_shallow_skips_the_pass_over_its_events() -> None:
+    from hpc_runner.records.shape import MAX_DEPTH, plainly_shallow
+
+    assert plainly_shallow("status: completed\nrun:\n  attempts: 1\n  tags: [a, b]\nerrors:\n- x: 1\n")
+    assert not plainly_shallow("a: &x {k: 1}\nb: *x\n")  # an anchor: the events are checked
+    assert not plainly_shallow("a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1))
+    assert not plainly_shallow("a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(MAX_DEPTH // 2)))
+    assert not plainly_shallow("- " * (MAX_DEPTH + 1) + "x\n")  # compact nesting on one line
+
+
+def test_a_record_nested_past_the_bound_without_brackets_is_refused_naming_its_depth(tmp_path: Path) -> None:
+    deep = "".join(" " * i + f"k{i}:\n" for i in range(150)) + " " * 150 + "v\n"
+    with pytest.raises(RecordError) as err:
+        parse_yaml_record(deep, tmp_path / "run.yaml", "run record")
+    assert "levels deep" in err.value.paragraph()

@@ -11,9 +11,11 @@ MAX_PRINTED_ROWS = 50
 def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
     """``collect DIR`` of a run, sweep or tune dir: results.csv and results.md; return the points' states."""
     from hpc_runner.sweep.collect import result_rows, write_results
+    from hpc_runner.sweep.usage import usages
 
     states, answer = target.states()
-    columns, rows = result_rows(target, states, answer)  # with what each point's job used (the same sacct call)
+    used = usages(states, answer) if answer is not None else None  # once, for the rows and the right-size line
+    columns, rows = result_rows(target, states, answer, used)  # what each point's job used: the same sacct call
     csv_path, md_path = write_results(target, columns, rows, args.out)
     if not args.quiet:
         text = md_path.read_text(encoding="utf-8").splitlines()
@@ -21,16 +23,16 @@ def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
         if len(text) > MAX_PRINTED_ROWS + 2:
             print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")
     print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
-    _right_size(target, states, answer)
+    _right_size(target, states, answer, used)
     return states
 
 
-def _right_size(target, states, answer) -> None:
+def _right_size(target, states, answer, used=None) -> None:
     """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
     from hpc_runner.sweep.right_size import for_target, suggested_for
 
     if suggested_for(target, states):
-        suggestion = for_target(target, states, answer)
+        suggestion = for_target(target, states, answer, used)
         print(f"right-size: {suggestion.line()}")
         if suggestion.changes:
             print(f"  next time: --right-size {target.path}   (or {' '.join(suggestion.options())})")

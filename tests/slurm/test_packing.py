@@ -48,8 +48,10 @@ def bundle(tmp_path: Path) -> Path:
 
 def make_sweep(cli, slurm_cluster, bundle: Path, name: str, *args: str) -> Path:
     """A sweep dir written by the real CLI; its held array is cancelled (the test submits the tasks)."""
+    # the local cluster's GPUs are stand-ins; SLURM_CPU_BIND=cores binds each step to its CPUs, as clusters with
+    # task/affinity do: a packed step given fewer CPUs than its task would show (each slot binds to its own)
     cli.write_profile(PROFILE, "extends: slurm\ncpus_per_task: 1\ntime: 10\nsignal_delay_s: 20\n"
-                      "env: {HPCR_FAKE_GPUS: \"1\"}\n")  # the local cluster's GPUs are stand-ins
+                      "env: {HPCR_FAKE_GPUS: \"1\", SLURM_CPU_BIND: cores}\n")
     res = cli("sweep", "--bundle", str(bundle), "--cluster", PROFILE, "--hold", "--output_dir", name, *args)
     assert res.returncode == 0, res.stdout + res.stderr
     sweep = cli.cwd / name

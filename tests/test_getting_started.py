@@ -39,5 +39,7 @@ def test_every_command_of_getting_started_runs(tmp_path: Path) -> None:
         res = subprocess.run(["bash", "-c", prelude + command], cwd=tmp_path, capture_output=True, text=True,
                              timeout=600)
         assert res.returncode == 0, f"{command}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+        # its output is a pipe, as a batch log is: no progress-bar redraws (MONAI's "Loading dataset")
+        assert "\r" not in res.stderr and "Loading dataset" not in res.stderr, (command, res.stderr[-2000:])
     assert (tmp_path / "runs" / "first" / "report.html").is_file()
     assert (tmp_path / "runs" / "first-sweep" / "results.csv").read_text().count("\n") == 3  # header + 2 points

@@ -24,7 +24,7 @@ from pathlib import Path
 from hpc_runner.config.module_source import ModuleBindings, Undecided, bindings_of, find_module
 from hpc_runner.config.target_verdicts import cache_file
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.records.read import RecordError, read_record_text
+from hpc_runner.records.read import read_json_cache
 
 PACKAGE = "monai"  # ComponentLocator.MOD_START
 # monai/__init__.py's load_submodules exclude pattern (MONAI 1.6): these modules load only when imported
@@ -156,7 +156,7 @@ class MonaiNames:
         self._files = _module_files(root)
         stamp = _stamp(root, self._files)
         path = self.path or index_file()
-        kept = _read(path)
+        kept = read_json_cache(path, "MONAI names", limit=MAX_BYTES)
         if kept.get("stamp") == stamp and isinstance(kept.get("names"), dict):
             self._index = kept["names"]
         else:
@@ -185,12 +185,3 @@ class MonaiNames:
         """Return the source file of a MONAI module the index names."""
         self._load()
         return self._files[module]
-
-
-def _read(path: Path) -> dict:
-    try:
-        text = read_record_text(path, "MONAI names", limit=MAX_BYTES)
-        data = json.loads(text) if text else {}
-    except (RecordError, ValueError):
-        return {}  # a cache: a damaged file is the same as none
-    return data if isinstance(data, dict) else {}

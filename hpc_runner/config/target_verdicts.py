@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.records.read import RecordError, read_record_text
+from hpc_runner.records.read import read_json_cache
 
 MAX_ENTRIES = 4096  # a verdict is ~70 bytes, ~300 with the files it was read from: the file stays under 1 MB
 MAX_BYTES = 1 << 20
@@ -121,13 +121,6 @@ def _files_unchanged(stamps: object) -> bool:
     return True
 
 
-def _load(path: Path) -> dict[str, object]:
-    try:
-        text = read_record_text(path, "target verdicts", limit=MAX_BYTES)
-        data = json.loads(text) if text else {}
-    except (RecordError, ValueError):
-        return {}  # a cache: a damaged file is the same as none
-    return data if isinstance(data, dict) else {}
 
 
 class TargetVerdicts:
@@ -140,7 +133,7 @@ class TargetVerdicts:
 
     def _all(self) -> dict[str, object]:
         if self._entries is None:
-            self._entries = _load(self.path)
+            self._entries = read_json_cache(self.path, "target verdicts", limit=MAX_BYTES)
         return self._entries
 
     def known(self, target: str, bundle_dir: Path | None) -> bool:

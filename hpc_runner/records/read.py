@@ -188,6 +188,17 @@ class JsonLines:
         return f"{path}: {len(self.damaged)} damaged line(s) skipped (line {lines})"
 
 
+def read_json_cache(path: Path, what: str, limit: int = MAX_BYTES) -> dict[str, Any]:
+    """Return a cache file's JSON object; {} when it is absent, unreadable, damaged or not an object (a cache:
+    a damaged file is the same as none, and it is rebuilt)."""
+    try:
+        text = read_record_text(path, what, limit=limit)
+        data = json.loads(text) if text else {}
+    except (RecordError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_json_lines(path: Path, what: str = "JSON-lines file") -> JsonLines:
     """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged."""
     out = JsonLines()

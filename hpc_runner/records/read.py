@@ -34,7 +34,7 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def _check_kind(mode: int, path: Path, what: str, pipe: bool, error: type[UserError]) -> None:
+def _check_kind(mode: int, path: str | Path, what: str, pipe: bool, error: type[UserError]) -> None:
     if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
         return
     raise error(f"the {what} is {_kind(mode)}, not a regular file", where=str(path),
@@ -42,18 +42,21 @@ def _check_kind(mode: int, path: Path, what: str, pipe: bool, error: type[UserEr
                 "folder), so that reading it ends")
 
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+
+
 def open_regular(path: Path, what: str, *, pipe: bool = False, error: type[UserError] = RecordError) -> int | None:
     """Return a blocking read-only descriptor of ``path`` (None when it does not exist), ``error`` naming it
     when it is not a regular file (``pipe``: or a named pipe): stat-ed before the open, checked again after."""
     try:
-        _check_kind(os.stat(path).st_mode, Path(path), what, pipe, error)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        _check_kind(os.stat(path).st_mode, path, what, pipe, error)
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise error(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
     try:
-        _check_kind(os.fstat(fd).st_mode, Path(path), what, pipe, error)  # the path may have changed since
+        _check_kind(os.fstat(fd).st_mode, path, what, pipe, error)  # the path may have changed since
         os.set_blocking(fd, True)  # opened non-blocking so that nothing could hang the open itself
     except BaseException:
         os.close(fd)
@@ -71,17 +74,18 @@ def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, 
     it (opening a FIFO blocks until a writer comes), and checked again on the open descriptor (the path
     may have changed in between); at most ``limit`` bytes are read. ``pipe``: a named pipe (``<(...)`` in
     bash) is read too, up to ``limit``; devices never are."""
-    path = Path(path)
     fd = open_regular(path, what, pipe=pipe, error=error)
     if fd is None:
         return None
-    with os.fdopen(fd, "rb") as f:
-        # f.read(n) allocates n bytes up front: ask for the file's size (a pipe's is 0), then for what it grew
-        parts = [f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)]
+    try:  # os.read, not a file object: status reads 20,000 small records of a sweep
+        # a read of n allocates n bytes up front: ask for the file's size (a pipe's is 0), then for what it grew
+        parts = [os.read(fd, min(os.fstat(fd).st_size, limit) + 1)]
         got = len(parts[0])
-        while got <= limit and (chunk := f.read(min(1 << 20, limit + 1 - got))):
+        while got <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - got))):
             parts.append(chunk)
             got += len(chunk)
+    finally:
+        os.close(fd)
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
         size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"

@@ -183,6 +183,7 @@ class Executor(ABC):
 
     kind: str = ""  # the profile's ``executor:`` value that selects this class (scheduler/select.py)
     runs_here: bool = False  # the tasks run in this process (the caller waits for them)
+    limits_wait: bool = False  # reading the limits waits on the scheduler's services: worth starting it early
     # the profile keys this executor understands besides profiles.COMMON_KEYS: key -> (types, what to say)
     profile_keys: ClassVar[Mapping[str, KeySpec]] = {}
 

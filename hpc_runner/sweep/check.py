@@ -76,50 +76,65 @@ def _cheap_ok(cfg: BundleConfig, ov: Override) -> bool:
     return not isinstance(old, dict | list) and check_value_type(old, ov.value) is None
 
 
-def check_whole_numbers(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> None:
+def _value_key(value: Any) -> tuple[Any, ...]:
+    """A hashable key of a swept value: scalars as themselves with their type (1, 1.0 and True differ), others as
+    JSON (a point of 10,000 numbers needs no JSON text per value)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return (type(value), value)
+    return (object, _key(value))
+
+
+def distinct_values(points: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], tuple[int, str, Any]]:
+    """Return each distinct (spelled id, value) of the points with the first point that has it: ``(n, id, value)``,
+    in the order of the points (so the first bad value found is in the first bad point)."""
+    seen: dict[tuple[Any, ...], tuple[int, str, Any]] = {}
+    for n, point in enumerate(points):
+        for spelled, value in point.items():
+            key = (spelled, _value_key(value))
+            if key not in seen:
+                seen[key] = (n, spelled, value)
+    return seen
+
+
+def check_whole_numbers(cfg: BundleConfig, points: Sequence[dict[str, Any]],
+                        distinct: dict[tuple[Any, ...], tuple[int, str, Any]] | None = None) -> None:
     """ClusterError naming the first point that gives a fraction (2.5) to an id the config holds as a whole number
     other than 0 (``batch_size: 2``): a sweep is many jobs, each would fail when it starts. (``run`` takes
     it, as MONAI does; a 0 may be a rate, ``weight_decay: 0``, so it takes fractions.)"""
-    for n, point in enumerate(points):
-        for spelled, value in point.items():
-            if not isinstance(value, float) or value.is_integer() or not math.isfinite(value):
-                continue
-            ov = make_override(spelled, value)
-            if ov.add or not has_id(cfg.config, ov.id):
-                continue
-            old = get_by_id(cfg.config, ov.id)
-            if isinstance(old, int) and not isinstance(old, bool) and old != 0:
-                raise ClusterError(
-                    f"sweep point {n} ({describe_point(point)}) gives id '{ov.id}' the fraction {value!r}, and the "
-                    f"config holds it as a whole number ({old!r}); nothing was submitted", id_path=ov.id,
-                    where=cfg.where.get(ov.id),
-                    expected=f"whole numbers for {ov.id}, or --{ov.id} {float(old)!r} with the sweep if it takes "
-                    "fractions")
+    for n, spelled, value in (distinct if distinct is not None else distinct_values(points)).values():
+        if not isinstance(value, float) or value.is_integer() or not math.isfinite(value):
+            continue
+        ov = make_override(spelled, value)
+        if ov.add or not has_id(cfg.config, ov.id):
+            continue
+        old = get_by_id(cfg.config, ov.id)
+        if isinstance(old, int) and not isinstance(old, bool) and old != 0:
+            raise ClusterError(
+                f"sweep point {n} ({describe_point(points[n])}) gives id '{ov.id}' the fraction {value!r}, and the "
+                f"config holds it as a whole number ({old!r}); nothing was submitted", id_path=ov.id,
+                where=cfg.where.get(ov.id),
+                expected=f"whole numbers for {ov.id}, or --{ov.id} {float(old)!r} with the sweep if it takes "
+                "fractions")
 
 
 def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
     """Raise ClusterError naming the first invalid point; return how the points were checked."""
     if not points:
         raise ClusterError("the sweep has no points")
-    check_whole_numbers(cfg, points)
+    distinct = distinct_values(points)
+    check_whole_numbers(cfg, points, distinct)
     ids = list(points[0])
-    per_value = not _nested(ids) and not any(has_references(v) for p in points for v in p.values())
+    per_value = not _nested(ids) and not any(has_references(v) for _, _, v in distinct.values())
     if per_value:
-        checked: set[tuple[str, str]] = set()
-        for n, point in enumerate(points):
-            for spelled, value in point.items():
-                key = (spelled, _key(value))
-                if key in checked:
-                    continue
-                ov = make_override(spelled, value)
-                if not _cheap_ok(cfg, ov):
-                    try:
-                        cfg.with_overrides([ov])
-                    except ConfigError as exc:
-                        raise _point_error(n, point, exc) from None
-                checked.add(key)
+        for n, spelled, value in distinct.values():
+            ov = make_override(spelled, value)
+            if not _cheap_ok(cfg, ov):
+                try:
+                    cfg.with_overrides([ov])
+                except ConfigError as exc:
+                    raise _point_error(n, points[n], exc) from None
         check_safe_points(cfg, points)
-        return f"{len(checked)} distinct values checked once each"
+        return f"{len(distinct)} distinct values checked once each"
     for n, point in enumerate(points):
         try:
             cfg.with_overrides([make_override(k, v) for k, v in point.items()])
@@ -127,6 +142,19 @@ def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
             raise _point_error(n, point, exc) from None
     check_safe_points(cfg, points)
     return f"{len(points)} points checked whole (nested ids or references in the values)"
+
+
+def _may_matter(spelled_id: str, value: Any) -> bool:
+    """False for a number, bool or null given to an id other than ``_disabled_``: it cannot change a target, an
+    expression or a path (config/preflight.py decides for the rest)."""
+    return not (value is None or isinstance(value, int | float | bool)) or spelled_id.endswith("_disabled_")
+
+
+def preflight_overrides(points: Sequence[dict[str, Any]]) -> list[list[Override]]:
+    """Each point's overrides for the pre-flight's ``check_points``, none for a point of numbers only (10,000
+    points of a learning-rate grid build no Override)."""
+    return [[make_override(k, v) for k, v in p.items()] if any(_may_matter(k, v) for k, v in p.items()) else []
+            for p in points]
 
 
 def check_safe_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> None:

@@ -443,6 +443,11 @@ def read_point(path: str | Path, index: int) -> dict[str, Any]:
     return record.points[index]
 
 
+def created(record: SweepRecord, timeout: float = 600.0) -> contextlib.AbstractContextManager[Ledger]:
+    """Take the new sweep's lock, write its first sweep.yaml and yield its Ledger (``locked`` without the read)."""
+    return Ledger.created(record, timeout)
+
+
 def new_points(params: Iterable[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     """Return the point entries of a new sweep (state submitting until the first sbatch says otherwise)."""
     return [{"index": i, "dir": point_dir_name(i, count), "params": p, "job_id": None, "submit": SUBMITTING}

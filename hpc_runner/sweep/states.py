@@ -22,6 +22,7 @@ from typing import Any
 
 from hpc_runner.errors import UserError
 from hpc_runner.records.read import open_regular, read_record_text
+from hpc_runner.records.run_head import run_head
 from hpc_runner.scheduler.executor import DONE, FAILED_STATES, Executor, SchedulerAnswer, is_local_job, is_scheduler_job
 from hpc_runner.scheduler.job_env import recorded_restarts
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
@@ -138,10 +139,21 @@ def _read_record(run_dir: Path) -> dict:
         return {}
 
 
+def _status_and_job(run_dir: Path) -> tuple[str | None, str]:
+    """run.yaml's status and job id: from its lines when it is plainly as written (records/run_head.py), else parsed."""
+    try:  # bounded, a regular file only
+        text = read_record_text(run_dir / "run.yaml", "run record")
+    except UserError:
+        return None, ""
+    head = run_head(text) if text is not None else (None, None)
+    if head is not None:
+        return head[0], head[1] or ""
+    rec = _read_record(run_dir)
+    return rec.get("status"), str((rec.get("job") or {}).get("id") or "")
+
+
 def _state_from_record(run_dir: Path, local: bool, job_id: str | None = None) -> tuple[str, str]:
-    rec = _read_record(run_dir) if run_dir.is_dir() else {}
-    status = rec.get("status")
-    recorded_job = str((rec.get("job") or {}).get("id") or "")
+    status, recorded_job = _status_and_job(run_dir) if run_dir.is_dir() else (None, "")
     if job_id and is_scheduler_job(job_id) and is_scheduler_job(recorded_job) and recorded_job != job_id:
         # run.yaml is an earlier job's (a retry or resume sent the point again, and sacct does not list the
         # new job yet): not the point's state

@@ -21,6 +21,7 @@ from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import RunDir, check_folder_path, now_iso, timestamp_name
 from hpc_runner.scheduler.executor import Executor, JobRequest
 from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.read_ahead import read_ahead
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.governor import outside_the_job
 from hpc_runner.sweep.spec import SweepSpec
@@ -275,20 +276,20 @@ def submit_sweep(
     check_entry(cfg, entry)
     executor = executor_for(profile)
     executor.check_time()
+    limits_reader = read_ahead(executor, limits_reader)  # the scheduler answers while the points are checked
     points = spec.points()
     note = check_points(cfg, points)
     if preflight:
         from hpc_runner.config.preflight import check_points as preflight_points
-        from hpc_runner.sweep.check import make_override
+        from hpc_runner.sweep.check import preflight_overrides
 
-        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in points],
-                                        entry=entry or "run")
+        note += "; " + preflight_points(cfg, preflight_overrides(points), entry=entry or "run")
     _warn_code_once(cfg)
     warn_no_gpu(cfg, executor)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
-        return _dry_run_sweep(cfg, directory, points, executor, hold, array_parallelism, note, pack)
+        return _dry_run_sweep(cfg, directory, points, executor, hold, array_parallelism, note, pack, limits_reader)
     created = _fresh_dir(directory, "the sweep dir")
     record = new_sweep_record(directory, cfg, entry, spec, points, profile, argv, note)
     if pack > 1 or pack_parallel > 1:
@@ -299,10 +300,9 @@ def submit_sweep(
     try:
         base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
         base.update_record(status="sweep-base", note="the shared config of the sweep; points/NNNN are its runs")
-        sr.write_new(record)
         # Held from the first sbatch until the waiting points are recorded: a task that ends at once
         # must find them, or no one would top them up (sweep/governor.py).
-        with sr.locked(directory) as ledger:
+        with sr.created(record) as ledger:
             out = submit_points(ledger, range(len(points)), executor, entry=entry, reason="sweep", hold=hold,
                                 array_parallelism=array_parallelism, log=log, preflight=preflight,
                                 limits_reader=limits_reader)
@@ -384,6 +384,7 @@ def _dry_run_sweep(
     array_parallelism: int | None,
     note: str,
     pack: int = 1,
+    limits_reader: Callable[[Executor], Any] | None = None,
 ) -> Submitted:
     from hpc_runner.sweep.governor import group_tasks, plan_arrays
     from hpc_runner.sweep.spec import describe_point
@@ -397,7 +398,7 @@ def _dry_run_sweep(
     if executor.script(request, 1) is None:
         out.notes.append(f"profile '{executor.name}' runs the points here, one after another (no sbatch script)")
     else:
-        limits = executor.limits()
+        limits = limits_reader(executor) if limits_reader else executor.limits()
         out.limits = limits
         tasks = group_tasks(range(len(points)), pack)
         sizes, waiting_tasks = plan_arrays(len(tasks), limits.free_slots, limits.max_array_size)

@@ -55,12 +55,11 @@ class SweepKind(SearchStage):
         """Each point's values, then each point's config."""
         from hpc_runner.config.preflight import check_points
         from hpc_runner.sweep.check import check_points as check_values
-        from hpc_runner.sweep.check import make_override
+        from hpc_runner.sweep.check import preflight_overrides
 
         assert sc.cfg is not None
         note = check_values(sc.cfg, sc.points)
-        return note + "; " + check_points(sc.cfg, [[make_override(k, v) for k, v in p.items()] for p in sc.points],
-                                          cache, entry=entry)
+        return note + "; " + check_points(sc.cfg, preflight_overrides(sc.points), cache, entry=entry)
 
     def group_size(self, sc: StageConfig, max_array: int) -> int:
         """One array of its tasks (``pack`` points each), at most MaxArraySize."""

@@ -285,6 +285,7 @@ class SlurmExecutor(Executor):
 
     kind = "slurm"
     runs_here = False
+    limits_wait = True  # sacctmgr waits on slurmdbd, squeue on slurmctld (~0.3 s together)
     profile_keys = PROFILE_KEYS
 
     def no_gpu_hint(self) -> str | None:

@@ -3,8 +3,9 @@
 # the GPU checks (scripts/gpu_checks.py, with gpu_transforms_match_the_cpu_path: the random transforms after
 # prefetch against the CPU path), the example bundle in fp32, AMP and with --gpu_transforms (its val_dice beside
 # fp32's), the device-prefetch benchmark in both regimes, and the CUDA-capable tests with the GPU visible.
-# Wheels in .whl/ (monai & co.) are installed first. The whole script ends within GPU_SESSION_S seconds (default 450, plus at most 30 s for
-# pytest to write its summary): about 8 minutes on an H100 machine with 16 cores.
+# Wheels in .whl/ (monai & co.) are installed first. The whole script ends within GPU_SESSION_S seconds
+# (default 450, plus at most 30 s for pytest to write its summary): about 8 minutes on an H100 machine with
+# 16 cores.
 # The GPU machine has torch but none of these: put them in .whl/ first (pip download --no-deps --only-binary=:all:
 # --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl NAME), and carry .whl:
 #   monai==1.6.1 nibabel submitit jsonschema jsonschema-specifications referencing rpds-py fire termcolor

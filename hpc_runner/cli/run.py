@@ -14,6 +14,7 @@ from hpc_runner.cli.common import (
     add_preflight_argument,
     add_profile_arguments,
     add_writable_argument,
+    environment_setting,
     load_config_from_args,
     profile_request,
 )
@@ -126,15 +127,8 @@ def gpu_transforms_request(args: argparse.Namespace) -> Iterator[None]:
         return
     from hpc_runner.engine.trainer_args import GPU_TRANSFORMS_ENV
 
-    before = os.environ.get(GPU_TRANSFORMS_ENV)
-    os.environ[GPU_TRANSFORMS_ENV] = "1"
-    try:
+    with environment_setting(GPU_TRANSFORMS_ENV, "1"):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(GPU_TRANSFORMS_ENV, None)
-        else:
-            os.environ[GPU_TRANSFORMS_ENV] = before
 
 
 def _recorded_image(run_dir: str) -> tuple[str | None, str | None]:

@@ -144,3 +144,12 @@ def test_unbatched_items_are_augmented_one_by_one():
     got, want = device_epoch(deferred, tail, 1), cpu_epoch(reference, 1)
     assert_same_batches(got, want)
     assert not np.shares_memory(got[0]["image"].numpy(), deferred.dataset.dataset._cache[0]["image"].numpy())
+
+
+def test_worker_processes_defer_as_worker_threads_do():
+    make = TAILS["bundle"]
+    reference = loader(make())
+    deferred = CachedDataset(make_volumes(n=6, size=12), chain([prefix(), make()]), progress=False)
+    dl = ThreadDataLoader(deferred, batch_size=2, shuffle=True, num_workers=1, use_thread_workers=False, seed=7)
+    tail = dl.defer_random_transforms()
+    assert_same_batches(device_epoch(dl, tail, 1), cpu_epoch(reference, 1))

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # What a session lent a GPU machine runs, in priority order (each step bounded, logs to $OUT or ./gpu-logs):
-# the GPU checks (scripts/gpu_checks.py), the example bundle in fp32 and AMP, the device-prefetch benchmark
-# in both regimes, and the CUDA-capable tests with the GPU visible. Wheels in .whl/ (monai & co.) are
-# installed first. The whole script ends within GPU_SESSION_S seconds (default 450, plus at most 30 s for
-# pytest to write its summary): about 8 minutes on an H100 machine with 16 cores.
+# the GPU checks (scripts/gpu_checks.py, with gpu_transforms_match_the_cpu_path: the random transforms after
+# prefetch against the CPU path), the example bundle in fp32, AMP and with --gpu_transforms (its val_dice beside
+# fp32's), the device-prefetch benchmark in both regimes, and the CUDA-capable tests with the GPU visible.
+# Wheels in .whl/ (monai & co.) are installed first. The whole script ends within GPU_SESSION_S seconds
+# (default 450, plus at most 30 s for pytest to write its summary): about 8 minutes on an H100 machine with
+# 16 cores.
 # The GPU machine has torch but none of these: put them in .whl/ first (pip download --no-deps --only-binary=:all:
 # --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl NAME), and carry .whl:
 #   monai==1.6.1 nibabel submitit jsonschema jsonschema-specifications referencing rpds-py fire termcolor
@@ -37,6 +39,8 @@ step() {
 step 100 gpu_checks python3 scripts/gpu_checks.py
 step 50 example_fp32 python3 -m hpc_runner run training --bundle bundles/synthetic_seg --output_dir /tmp/r_fp32
 step 50 example_amp python3 -m hpc_runner run training --bundle bundles/synthetic_seg --output_dir /tmp/r_amp --trainer#amp true
+step 40 example_gpu_transforms python3 -m hpc_runner run training --bundle bundles/synthetic_seg \
+  --output_dir /tmp/r_gput --gpu_transforms
 step 90 bench_device_prefetch python3 bench/device_prefetch.py
 # SIGINT, as Ctrl-C: pytest (and xdist) stop and still write the short summary (-rfE: failures and errors by
 # name); -v logs each result as it comes, so the names survive even a KILL 30 s later

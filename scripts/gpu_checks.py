@@ -5,7 +5,8 @@
 Each check is one decision of issue 27 or of the data path, run for real: the build's kernels match
 this GPU, a rank's device, NCCL collectives (world size 1: one GPU cannot hold two NCCL ranks), AMP
 training with a GradScaler, a mid-epoch resume on the GPU (random states and Adam's step on the CPU,
-weights equal to the straight run), device prefetch from pinned memory, and when prefetch pins (auto).
+weights equal to the straight run), device prefetch from pinned memory, when prefetch pins (auto), and
+gpu_transforms (the random transforms after the copy draw what the loader threads draw).
 """
 
 from __future__ import annotations
@@ -215,6 +216,38 @@ def prefetch_pins_only_when_compute_bound() -> str:
     return f"compute-bound: {heavy.pin_choice.line()}; waiting: {waiting.pin_choice.line()}"
 
 
+def gpu_transforms_match_the_cpu_path() -> str:
+    """The random transforms run on the GPU after prefetch give each item the augmentation of the CPU path."""
+    from monai.data import CacheDataset
+    from monai.transforms import Compose, RandAffined, RandFlipd, RandGaussianNoised, RandRotate90d
+
+    from hpc_runner.data import DevicePrefetcher, ThreadDataLoader
+
+    keys = ("image", "label")
+
+    def loader() -> ThreadDataLoader:
+        chain = Compose([RandFlipd(keys, prob=0.5, spatial_axis=0), RandRotate90d(keys, prob=0.5),
+                         RandGaussianNoised("image", prob=0.8, std=0.2),
+                         RandAffined(keys, prob=0.9, rotate_range=(0.3, 0.3, 0.3), padding_mode="zeros")])
+        return ThreadDataLoader(CacheDataset(data(8), chain, progress=False), batch_size=2, shuffle=True, seed=5,
+                                num_workers=2, use_thread_workers=True)
+
+    cpu, gpu = loader(), loader()
+    tail = gpu.defer_random_transforms()
+    worst = 0.0
+    for epoch in (0, 1):
+        cpu.set_epoch(epoch)
+        gpu.set_epoch(epoch)
+        for want, got in zip(cpu, DevicePrefetcher(gpu, DEVICE), strict=True):
+            got = tail(got)
+            assert got["image"].device.type == torch.device(DEVICE).type, got["image"].device
+            for k in keys:
+                # bilinear resampling on the GPU is not bit-identical to the CPU's; the draws are the same
+                worst = max(worst, float((got[k].cpu() - want[k]).abs().max()))
+    assert worst < 1e-3, f"largest difference from the CPU path {worst:g}"
+    return f"{tail.line(DEVICE)}; max |gpu - cpu| {worst:.2e} over 2 epochs"
+
+
 def main() -> int:
     """Run every check; exit 1 if any failed."""
     if not torch.cuda.is_available():
@@ -223,7 +256,8 @@ def main() -> int:
     os.environ.setdefault("HPCR_QUIET", "1")
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}", flush=True)
     for fn in (arch_matches_this_gpu, rank_device_on_one_gpu, nccl_collectives, amp_training,
-               mid_epoch_resume_on_gpu, prefetch_overlaps_copy, prefetch_pins_only_when_compute_bound):
+               mid_epoch_resume_on_gpu, prefetch_overlaps_copy, prefetch_pins_only_when_compute_bound,
+               gpu_transforms_match_the_cpu_path):
         check(fn)
     failed = [name for name, ok, _ in RESULTS if not ok]
     print(f"gpu_checks: {len(RESULTS) - len(failed)} ok, {len(failed)} failed {failed or ''}")

@@ -135,15 +135,22 @@ def profile_request(args: argparse.Namespace) -> Iterator[None]:
         return
     from hpc_runner.engine.profiler import DEFAULT_STEPS, ENV
 
-    before = os.environ.get(ENV)
-    os.environ[ENV] = str(steps or DEFAULT_STEPS)
+    with environment_setting(ENV, str(steps or DEFAULT_STEPS)):
+        yield
+
+
+@contextlib.contextmanager
+def environment_setting(name: str, value: str) -> Iterator[None]:
+    """Set the environment variable ``name`` to ``value`` for the duration (jobs started meanwhile inherit it)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[ENV] = before
+            os.environ[name] = before
 
 
 def load_config_from_args(args: argparse.Namespace, **kwargs: Any):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from hpc_runner.cli.common import (
@@ -12,6 +14,7 @@ from hpc_runner.cli.common import (
     add_preflight_argument,
     add_profile_arguments,
     add_writable_argument,
+    environment_setting,
     load_config_from_args,
     profile_request,
 )
@@ -32,6 +35,7 @@ EPILOG = """examples:
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00 --restart   # no checkpoint loads
   hpc-runner run training --bundle bundles/synthetic_seg --profile   # trace + top ops in RUN_DIR/profile/
+  hpc-runner run --bundle bundles/synthetic_seg --gpu_transforms   # random transforms after the copy to the GPU
 exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
 ACCEPTS_OVERRIDES = True
 EXIT_FAILED, EXIT_PREEMPTED = 1, 3
@@ -57,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_container_arguments(parser)
     add_preflight_argument(parser)
     add_profile_arguments(parser)
+    parser.add_argument(
+        "--gpu_transforms", "--gpu-transforms", action="store_true",
+        help="run the random transforms of the training data on the device, after the copy, with the seeds the "
+        "loader threads would use (the same augmentation); sets HPCR_GPU_TRANSFORMS, recorded in run.yaml; "
+        "the Trainer's gpu_transforms, when the bundle sets it, decides instead",
+    )
     add_cpus_argument(parser, submits=False)
 
 
@@ -89,12 +99,12 @@ def main(args: argparse.Namespace) -> int:
 
         spec = container_for(args)
         if spec is not None:
-            with profile_request(args):
+            with profile_request(args), gpu_transforms_request(args):
                 return run_in_container(args, spec)
     if args.safe and not inside_sandbox():  # the bundle's code runs only inside the sandbox (docs/security.md)
         from hpc_runner.cli.sandbox_run import run_in_sandbox
 
-        with profile_request(args):
+        with profile_request(args), gpu_transforms_request(args):
             return run_in_sandbox(args)
     if args.writable and not args.safe:
         from hpc_runner.errors import UserError
@@ -103,10 +113,22 @@ def main(args: argparse.Namespace) -> int:
                         expected="--safe --writable DIR, or neither")
     restore = install_stop_handlers()
     try:
-        with profile_request(args):
+        with profile_request(args), gpu_transforms_request(args):
             return _run(args)
     finally:
         restore()
+
+
+@contextlib.contextmanager
+def gpu_transforms_request(args: argparse.Namespace) -> Iterator[None]:
+    """Set HPCR_GPU_TRANSFORMS=1 for the duration when --gpu_transforms was given; restore it after."""
+    if not getattr(args, "gpu_transforms", False):
+        yield
+        return
+    from hpc_runner.engine.trainer_args import GPU_TRANSFORMS_ENV
+
+    with environment_setting(GPU_TRANSFORMS_ENV, "1"):
+        yield
 
 
 def _recorded_image(run_dir: str) -> tuple[str | None, str | None]:

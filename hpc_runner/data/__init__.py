@@ -1,6 +1,7 @@
 """The data path: threaded loading, seeded thread-parallel transforms and device prefetch."""
 
 from hpc_runner.data.buffer import IDLE_EXIT_S, BufferIterator, ThreadBuffer, buffer_iterator
+from hpc_runner.data.device_transforms import DeviceTail
 from hpc_runner.data.items import DataItemError, ItemFetcher
 from hpc_runner.data.loader import EpochShardSampler, EpochShuffleSampler, ThreadDataLoader
 from hpc_runner.data.pool import OrderedMap, WorkerPool, thread_map
@@ -14,6 +15,7 @@ __all__ = [
     "BufferIterator",
     "DataItemError",
     "DevicePrefetcher",
+    "DeviceTail",
     "EpochShardSampler",
     "EpochShuffleSampler",
     "ItemFetcher",

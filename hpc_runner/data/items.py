@@ -6,6 +6,7 @@ import operator
 import re
 from typing import Any
 
+from hpc_runner.data.device_transforms import loader_view, with_seeds
 from hpc_runner.data.seeding import describe, isolate, item_seeds, random_targets, reseed
 
 _MONAI_APPLY = re.compile(r"^applying transform (.*)$", re.S)
@@ -78,10 +79,18 @@ def item_error(
 
 
 class ItemFetcher:
-    """Fetch dataset items with per-item random states, from a private (per-thread) view of the dataset."""
+    """Fetch dataset items with per-item random states, from a private (per-thread) view of the dataset.
 
-    def __init__(self, dataset: Any, seed: int, *, private: bool = True) -> None:
-        self.dataset = isolate(dataset) if private else dataset
+    With ``device_point`` (``gpu_transforms``) the chain stops before that transform and each item carries
+    its seeds to the device side (``hpc_runner.data.device_transforms``).
+    """
+
+    def __init__(self, dataset: Any, seed: int, *, private: bool = True, device_point: int | None = None) -> None:
+        if device_point is not None:
+            self.dataset = loader_view(dataset, device_point)  # always a private copy: its chain is replaced
+        else:
+            self.dataset = isolate(dataset) if private else dataset
+        self.device_point = device_point
         self.seed = int(seed)
         self.targets = random_targets(self.dataset)
         transform = getattr(self.dataset, "transform", None)
@@ -89,13 +98,16 @@ class ItemFetcher:
 
     def __call__(self, epoch: int, position: int, index: Any) -> Any:
         """Return dataset[index], transformed with the random states of (seed, epoch, position, index)."""
+        seeds: list[int] = []
         if self.targets:
             try:
                 key = operator.index(index)  # numpy integers from custom samplers seed like ints
             except TypeError:
                 key = position
-            reseed(self.targets, item_seeds(self.seed, epoch, position, key, len(self.targets)))
+            seeds = item_seeds(self.seed, epoch, position, key, len(self.targets))
+            reseed(self.targets, seeds)
         try:
-            return self.dataset[index]
+            item = self.dataset[index]
         except Exception as exc:
             raise item_error(exc, position=position, index=index, epoch=epoch, fallback=self._fallback) from exc
+        return item if self.device_point is None else with_seeds(item, seeds)

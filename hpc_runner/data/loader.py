@@ -23,6 +23,7 @@ from monai.data.utils import list_data_collate
 from monai.data.utils import worker_init_fn as monai_worker_init_fn
 
 from hpc_runner.data.buffer import BufferIterator, ThreadBuffer
+from hpc_runner.data.device_transforms import DeviceTail
 from hpc_runner.data.items import ItemFetcher
 from hpc_runner.data.pool import OrderedMap
 from hpc_runner.data.prefetch import pin_batch
@@ -119,15 +120,16 @@ class _ListSampler(torch.utils.data.Sampler[Any]):
 class _SeededItems(torch.utils.data.Dataset):
     """Dataset over keys (epoch, position, index) for worker processes: seeds each item, then fetches it."""
 
-    def __init__(self, dataset: Any, seed: int) -> None:
+    def __init__(self, dataset: Any, seed: int, device_point: int | None = None) -> None:
         self.dataset = dataset
         self.seed = seed
+        self.device_point = device_point
         self._fetcher: ItemFetcher | None = None
 
     def __getitem__(self, key: tuple[int, int, Any]) -> Any:
         if self._fetcher is None:
             # A worker process has its own copy of the dataset: no per-thread copy needed.
-            self._fetcher = ItemFetcher(self.dataset, self.seed, private=False)
+            self._fetcher = ItemFetcher(self.dataset, self.seed, private=False, device_point=self.device_point)
         epoch, position, index = key
         return self._fetcher(epoch, position, index)
 
@@ -181,7 +183,7 @@ class _ProcessBatches(Iterator[Any]):
 
     def _inner(self, keyed: list[Any]) -> torch.utils.data.DataLoader:
         loader, sampler = self._loader, _ListSampler(keyed)
-        items = _SeededItems(loader.dataset, loader.seed)
+        items = _SeededItems(loader.dataset, loader.seed, loader.device_point)
         if self._auto:
             return torch.utils.data.DataLoader(items, batch_sampler=sampler, **loader._inner_kwargs())
         return torch.utils.data.DataLoader(items, batch_size=None, sampler=sampler, **loader._inner_kwargs())
@@ -329,6 +331,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         self.max_in_flight = max_in_flight
         self.thread_priority = thread_priority
         self.prefetch = bool(prefetch)
+        self.device_point: int | None = None  # set by defer_random_transforms (gpu_transforms)
         self._epoch = 0
         self._epoch_used = False
         self._pending_skip = 0
@@ -404,6 +407,19 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
             object.__setattr__(self, "batch_sampler", batches)
         return self
 
+    def defer_random_transforms(self) -> DeviceTail:
+        """Leave the random transforms of every item to the returned DeviceTail, to run after the device copy.
+
+        From now on the loader runs each item's chain only up to its device point and passes the item's
+        seeds along; the DeviceTail, called on each batch once it is on the device, runs the rest with
+        those seeds, so a batch is augmented as the loader alone would have done it.
+        """
+        if isinstance(self.dataset, torch.utils.data.IterableDataset):
+            raise ValueError("gpu_transforms needs a map-style dataset; this loader's is an IterableDataset")
+        tail = DeviceTail(self.dataset, self.collate_fn)
+        self.device_point = tail.point
+        return tail
+
     # -- iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> BufferIterator:  # type: ignore[override]
         return self.iter_from(None)
@@ -454,7 +470,7 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         position = sum(sizes[:first])
         todo = batches[first:]
         if self.num_workers == 0 or not self.use_thread_workers:
-            fetch = ItemFetcher(self.dataset, self.seed)
+            fetch = ItemFetcher(self.dataset, self.seed, device_point=self.device_point)
             for b in todo:
                 if auto:
                     items = [fetch(epoch, position + j, idx) for j, idx in enumerate(b)]
@@ -472,13 +488,14 @@ class ThreadDataLoader(torch.utils.data.DataLoader):
         workers = self.num_workers
         per_batch = max(sizes) if sizes else 1
         in_flight = self.max_in_flight or max(2 * workers, 2 * per_batch)
-        dataset, seed = self.dataset, self.seed
+        dataset, seed, point = self.dataset, self.seed, self.device_point
 
         def work(fetch: ItemFetcher, _: int, key: tuple[int, Any]) -> Any:
             return fetch(epoch, key[0], key[1])
 
         omap: OrderedMap[Any] = OrderedMap(
-            keys, work, lambda: ItemFetcher(dataset, seed), workers, in_flight, priority=self.thread_priority
+            keys, work, lambda: ItemFetcher(dataset, seed, device_point=point), workers, in_flight,
+            priority=self.thread_priority,
         )
         try:
             for b in todo:

@@ -43,8 +43,9 @@ from hpc_runner.engine.distributed import (
 )
 from hpc_runner.engine.seeding import capture_rng, derive_seed, restore_rng, rng_for_rank, seed_everything
 from hpc_runner.engine.stop import Preempted, Pruned, stop_requested
-from hpc_runner.engine.trainer_args import better, check_trainer_arguments, warn_amp_on_cpu
+from hpc_runner.engine.trainer_args import better, check_trainer_arguments, gpu_transforms_wanted, warn_amp_on_cpu
 from hpc_runner.engine.val_sample import middle_slice, write_val_sample
+from hpc_runner.errors import ConfigError
 from hpc_runner.pages import bottleneck
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.metrics_log import MetricsLog, truncate_after_step
@@ -64,6 +65,30 @@ def _reseed_transforms(loader: Any, seed: int) -> None:
         from monai.data.utils import set_rnd
 
         set_rnd(dataset, seed)
+
+
+def defer_random_transforms(loader: Any, device: torch.device, say: bool) -> Any:
+    """Return the DeviceTail that runs ``loader``'s random transforms after the copy to ``device`` (gpu_transforms).
+
+    ConfigError when the loader cannot leave them (not our ThreadDataLoader, an IterableDataset, no Compose).
+    """
+    defer = getattr(loader, "defer_random_transforms", None)
+    if not callable(defer):
+        raise ConfigError(
+            f"gpu_transforms needs the train loader to be hpc_runner.data.ThreadDataLoader, "
+            f"not {type(loader).__name__}",
+            id_path="trainer#gpu_transforms",
+            expected="train_loader: {_target_: hpc_runner.data.ThreadDataLoader, ...}, or gpu_transforms: false",
+        )
+    try:
+        tail = defer()
+    except ValueError as exc:
+        raise ConfigError(str(exc), id_path="trainer#gpu_transforms",
+                          expected="a map-style dataset of dict items with a MONAI Compose, or gpu_transforms: false",
+                          ) from exc
+    if say:
+        print(f"hpc-runner: {tail.line(device)}", flush=True)
+    return tail
 
 
 def choose_device(
@@ -244,6 +269,7 @@ class Trainer:
         grad_clip_norm: float | None = None,
         resume: bool = True,
         ddp: dict[str, Any] | None = None,
+        gpu_transforms: bool | None = None,
     ) -> None:
         check_trainer_arguments(max_epochs, val_interval, checkpoint_interval, keep_checkpoints, scheduler_interval,
                                 grad_clip_norm, metric_mode)
@@ -291,6 +317,10 @@ class Trainer:
         self.grad_clip_norm = grad_clip_norm
         self.resume = resume
         self.main = is_main_process()
+        # the random transforms after the device copy (hpc_runner.data.device_transforms); None: in the loader
+        self.gpu_transforms = gpu_transforms_wanted(gpu_transforms)
+        self._device_tail = (defer_random_transforms(train_loader, self.device, self.main)
+                             if self.gpu_transforms else None)
         self.scaler = torch.amp.GradScaler("cuda") if self.amp and self.device.type == "cuda" else None
         # state that a checkpoint carries
         self.epoch = 0
@@ -551,6 +581,8 @@ class Trainer:
                     break
                 # on the data side of the clock: a copy the prefetcher did not make already is data wait
                 batch = move_to_device(batch, self.device)
+                if self._device_tail is not None:  # gpu_transforms: each item's random transforms, on the device
+                    batch = self._device_tail(batch)
                 start = ledger.mark()
                 loss = self._train_step(batch)
                 self._profiler.step()
@@ -728,6 +760,7 @@ class Trainer:
             "best_metric": self.history["best_metric"],
             "best_epoch": (self.history["best_epoch"] + 1) if self.history["best_epoch"] is not None else None,
             "resumed_from": resumed_from,
+            "gpu_transforms": self.gpu_transforms,
             "bottleneck": report.to_dict(),
             "transforms": transforms,
         }

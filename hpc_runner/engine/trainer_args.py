@@ -11,9 +11,11 @@ import warnings
 from typing import Any
 
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.environment import switch
 
 AMP_ON_CPU = ("amp: true on the CPU runs bfloat16 autocast, which was ~20x slower than float32 on a 2-core VM "
               "(CPUs without native bfloat16 emulate it); set amp: false for CPU runs, or measure both")
+GPU_TRANSFORMS_ENV = "HPCR_GPU_TRANSFORMS"  # set by `hpc-runner run --gpu_transforms`; jobs inherit it
 _amp_on_cpu_warned = False  # one warning per process: a sweep or a tune builds many Trainers
 
 
@@ -63,3 +65,13 @@ def warn_amp_on_cpu(amp: bool, device_type: str) -> bool:
     _amp_on_cpu_warned = True
     warnings.warn(AMP_ON_CPU, RuntimeWarning, stacklevel=3)
     return True
+
+
+def gpu_transforms_wanted(value: bool | None) -> bool:
+    """Whether the random transforms run on the device: the Trainer's ``gpu_transforms``, else HPCR_GPU_TRANSFORMS."""
+    if value is None:
+        return switch(GPU_TRANSFORMS_ENV, default=False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"Trainer gpu_transforms {value!r} is not valid",
+                          expected="gpu_transforms: true, false, or null (then HPCR_GPU_TRANSFORMS decides)")
+    return value

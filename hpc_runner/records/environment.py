@@ -27,6 +27,7 @@ FIXED_SETTINGS: dict[str, tuple[str, ...]] = {
     "HPCR_TENSORBOARD": SWITCH,  # tracking/tensorboard.py
     "HPCR_TRANSFORM_TIMING": SWITCH,  # data/transform_timing.py
     "HPCR_FAKE_GPUS": SWITCH,  # engine/assigned_gpus.py
+    "HPCR_GPU_TRANSFORMS": SWITCH,  # engine/trainer_args.py (`hpc-runner run --gpu_transforms`)
 }
 
 

@@ -72,7 +72,7 @@ def test_a_misspelt_hpcr_lock_is_refused_naming_it_and_the_values_it_takes(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["HPCR_TENSORBOARD", "HPCR_TRANSFORM_TIMING", "HPCR_FAKE_GPUS"])
+@pytest.mark.parametrize("name", ["HPCR_TENSORBOARD", "HPCR_TRANSFORM_TIMING", "HPCR_FAKE_GPUS", "HPCR_GPU_TRANSFORMS"])
 def test_the_other_fixed_set_settings_refuse_a_value_they_do_not_take(name, monkeypatch, capsys):
     from hpc_runner.cli import main
     from hpc_runner.errors import UserError

@@ -79,9 +79,13 @@ def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, 
         return None
     try:  # os.read, not a file object: status reads 20,000 small records of a sweep
         # a read of n allocates n bytes up front: ask for the file's size (a pipe's is 0), then for what it grew
-        parts = [os.read(fd, min(os.fstat(fd).st_size, limit) + 1)]
+        st = os.fstat(fd)
+        want = min(st.st_size, limit) + 1
+        parts = [os.read(fd, want)]
         got = len(parts[0])
-        while got <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - got))):
+        # a regular file that gave less than asked is at its end: no second read to find that out
+        done = stat.S_ISREG(st.st_mode) and got < want
+        while not done and got <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - got))):
             parts.append(chunk)
             got += len(chunk)
     finally:

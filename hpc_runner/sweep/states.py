@@ -153,7 +153,7 @@ def _status_and_job(run_dir: Path) -> tuple[str | None, str]:
 
 
 def _state_from_record(run_dir: Path, local: bool, job_id: str | None = None) -> tuple[str, str]:
-    status, recorded_job = _status_and_job(run_dir) if run_dir.is_dir() else (None, "")
+    status, recorded_job = _status_and_job(run_dir)  # (None, "") without a run dir
     if job_id and is_scheduler_job(job_id) and is_scheduler_job(recorded_job) and recorded_job != job_id:
         # run.yaml is an earlier job's (a retry or resume sent the point again, and sacct does not list the
         # new job yet): not the point's state

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
@@ -161,6 +161,18 @@ class JobRequest:
     dependency: str | None = None
     # what the job runs, in words a user reads in the script (its body runs a pickle: this says what it holds)
     describe: str | None = None
+
+
+ARRAY_ENTRY = "hpcr_array_entry"  # the attribute that marks a function an array's tasks may run by name
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def array_entry(fn: F) -> F:
+    """Mark ``fn`` as what an array's tasks may run, named in a file of arguments (scheduler/slurm/command_array.py):
+    a file in a shared folder can name only such a function, never other code."""
+    setattr(fn, ARRAY_ENTRY, True)
+    return fn
 
 
 def is_local_job(job_id: str | None) -> bool:

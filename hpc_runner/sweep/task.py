@@ -34,6 +34,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.scheduler.executor import array_entry
+
 # per-point outcomes of a task (what run_sweep_task returns under "points")
 COMPLETED, FAILED, PREEMPTED = "completed", "failed", "preempted"
 SKIPPED = "skipped"  # completed before (the task was requeued), or now another job's
@@ -41,6 +43,7 @@ NOT_STARTED = "not-started"  # a stop request came first: the requeued task runs
 RETURNED = "returned"  # not enough time left in the job: back to the sweep as waiting
 
 
+@array_entry
 def run_sweep_task(
     sweep_dir: str,
     points: list[dict[str, Any]],

@@ -30,7 +30,8 @@ def test_sweep_dry_run_prints_scripts_and_points_names_the_config_command_and_wr
     assert "#SBATCH --array=0-2%2" in text and "points 0-2, 3-5" in text
     assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
     logs = offline_cli.cwd / "sw" / "slurm"
-    assert f"-u -m submitit.core._submit {logs}\n" in text
+    # its tasks read their arguments from one JSON file (a command array), not one pickle each
+    assert f"-u -m hpc_runner.scheduler.slurm.array_task {logs}/array-ID.json\n" in text
     # the log folder holds no job id: it exists before sbatch, so a job that starts at once can open its log
     assert f"#SBATCH --output={logs}/%A_%a_0_log.out" in text and f"#SBATCH --error={logs}/%A_%a_0_log.err" in text
     assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text

@@ -17,8 +17,9 @@ from warm_python import WARM
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.scheduler.profiles import load_profile
+from hpc_runner.scheduler.slurm.command_array import args_file_for
 from hpc_runner.scheduler.slurm.executor import sbatch_script, slurm_parameters
-from hpc_runner.scheduler.slurm.job_script import prove_script, safe_job_name
+from hpc_runner.scheduler.slurm.job_script import ARRAY_TASK_MODULE, prove_script, safe_job_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
@@ -139,7 +140,7 @@ _FIELDS = ("partition", "account", "qos", "constraint", "exclude", "gres", "mem"
            "sbatch", "srun_args", "python", "chdir", "folder")
 
 
-def _build(field: str, value: str, base: Path) -> tuple[str, dict, Path]:
+def _build(field: str, value: str, base: Path) -> tuple[str, str, dict, Path]:
     """Put ``value`` into one field the way a user (or a bundle) can, and return the script and what built it."""
     overrides: dict = {}
     chdir, folder, job_name = str(base), base / "slurm", "run"
@@ -163,7 +164,8 @@ def _build(field: str, value: str, base: Path) -> tuple[str, dict, Path]:
         folder = base / value / "slurm"
     profile = load_profile("slurm", overrides)
     params = slurm_parameters(profile, job_name=job_name, chdir=chdir)
-    return sbatch_script(profile, folder, params), params, folder
+    array = sbatch_script(profile, folder, params, map_count=3, args_file=args_file_for(folder))  # a command array
+    return sbatch_script(profile, folder, params), array, params, folder
 
 
 def _sbatch_block(script: str) -> tuple[dict[str, str], list[str]]:
@@ -183,7 +185,7 @@ def _sbatch_block(script: str) -> tuple[dict[str, str], list[str]]:
 @given(field=st.sampled_from(_FIELDS), value=_HOSTILE)
 def test_any_string_in_any_field_is_refused_or_lands_exactly_where_intended(tmp_path, field, value):
     try:
-        script, params, folder = _build(field, value, tmp_path)
+        script, array, params, folder = _build(field, value, tmp_path)
     except (ClusterError, UserError):
         event(f"{field}: refused")
         return  # refused with a one-paragraph error: nothing was made
@@ -204,6 +206,11 @@ def test_any_string_in_any_field_is_refused_or_lands_exactly_where_intended(tmp_
     words = shlex.split(rest[1])
     assert words[0] == "srun" and words[-3:] == ["-m", "submitit.core._submit", str(folder.absolute())]
     assert all("\n" not in ln for ln in commands)
+    # a command array's script: the same options and setup, its tasks run the arguments file in the same folder
+    array_options, array_commands = _sbatch_block(array)
+    assert array_options["array"] == "0-2%3" and array_commands[:-1] == commands[:-1]
+    words = shlex.split(array_commands[-1])
+    assert words[-3:-1] == ["-m", ARRAY_TASK_MODULE] and Path(words[-1]).parent == folder.absolute()
 
 
 @pytest.mark.slow

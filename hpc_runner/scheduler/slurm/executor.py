@@ -15,6 +15,13 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+from hpc_runner.scheduler.slurm.command_array import (
+    args_file_for,
+    sbatch_error,
+    submit_command_array,
+    task_arguments,
+    usable_folder,
+)
 from hpc_runner.scheduler.slurm.partition_choice import partition_for
 from hpc_runner.scheduler.units import slurm_time
 
@@ -206,13 +213,15 @@ def python_command(profile: ClusterProfile) -> str:
 
 
 def sbatch_script(
-    profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None
+    profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None,
+    args_file: Path | None = None,
 ) -> str:
-    """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven."""
+    """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven; with
+    ``args_file``, the command array's (scheduler/slurm/command_array.py)."""
     from hpc_runner.scheduler.slurm.job_script import checked_script
 
     try:
-        return checked_script(parameters, folder, python_command(profile), map_count, profile.where)
+        return checked_script(parameters, folder, python_command(profile), map_count, profile.where, args_file)
     except (TypeError, ValueError) as exc:
         raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})", where=profile.where) from None
 
@@ -236,18 +245,6 @@ def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, A
     except ValueError as exc:
         raise ClusterError(f"submitit refused a parameter of the profile ({exc})", where=profile.where) from None
     return executor
-
-
-def sbatch_error(exc: BaseException) -> ClusterError:
-    """Return the ClusterError for a failed sbatch call, with sbatch's own message."""
-    text = str(exc).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    relevant = [ln for ln in lines if "error" in ln.lower()] or lines[:3]
-    message = " ".join(relevant)[:600] or type(exc).__name__
-    return ClusterError(
-        f"sbatch refused the submission: {message}",
-        hint="Check the partition, account, qos and limits in the cluster profile (or --slurm KEY=VALUE)",
-    )
 
 
 def submit_array(executor: Any, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]]) -> list[Any]:
@@ -360,18 +357,32 @@ class SlurmExecutor(Executor):
         from hpc_runner.scheduler.slurm.resource_check import check_resources
 
         parameters = self.parameters(request)
-        script = sbatch_script(self.profile, request.folder, parameters, map_count=count if count > 1 else None)
-        check_resources(self.profile, script, parameters, what=what)
+        check_resources(self.profile, self._script(request, count, parameters), parameters, what=what)
 
     def script(self, request: JobRequest, count: int) -> str | None:
-        """Return the proven sbatch script of a group of ``count`` tasks."""
-        return sbatch_script(self.profile, request.folder, self.parameters(request),
-                             map_count=count if count > 1 else None)
+        """Return the proven sbatch script of a group of ``count`` tasks (an array's: its command array's, with the
+        name its arguments file is shown by)."""
+        return self._script(request, count, self.parameters(request))
+
+    def _script(self, request: JobRequest, count: int, parameters: dict[str, Any]) -> str:
+        array = count > 1 and usable_folder(request.folder)
+        return sbatch_script(self.profile, request.folder, parameters, map_count=count if count > 1 else None,
+                             args_file=args_file_for(request.folder, shown=True) if array else None)
 
     def submit(self, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]], request: JobRequest) -> list[Job]:
-        """One sbatch: ``map_array`` for several tasks, ``submit`` for one; the script is proven first."""
-        executor = make_executor(self.profile, request.folder, self.parameters(request))
+        """One sbatch: a command array for several tasks of plain arguments (else ``map_array``), ``submit`` for
+        one; the script is proven first."""
         count = len(argument_lists[0]) if argument_lists else 0
+        parameters = self.parameters(request)
+        text = task_arguments(fn, argument_lists) if count > 1 and usable_folder(request.folder) else None
+        if text is not None:
+            try:
+                return submit_command_array(request.folder, parameters, python_command(self.profile), text, count,
+                                            self.profile.where)
+            except (TypeError, ValueError) as exc:
+                raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})",
+                                   where=self.profile.where) from None
+        executor = make_executor(self.profile, request.folder, parameters)
         if count == 1:
             jobs = [submit_one(executor, fn, *(a[0] for a in argument_lists))]
         else:

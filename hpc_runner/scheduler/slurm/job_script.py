@@ -58,6 +58,8 @@ SUBMITIT_DEFAULTS: dict[str, Any] = {"job_name": "submitit", "time": 5, "nodes":
 _NOT_OPTIONS = frozenset({"command", "folder", "map_count", "array_parallelism", "additional_parameters", "setup",
                           "teardown", "signal_delay_s", "stderr_to_stdout", "srun_args", "use_srun"})
 _SUBMIT_MODULE = "submitit.core._submit"
+# what an array's tasks run when their arguments are one JSON file (scheduler/slurm/command_array.py)
+ARRAY_TASK_MODULE = "hpc_runner.scheduler.slurm.array_task"
 
 
 def safe_job_name(text: str) -> str:
@@ -173,14 +175,22 @@ def intended_options(parameters: Mapping[str, Any], folder: Path, map_count: int
     return options
 
 
-def intended_command(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None) -> list[str]:
-    """Return the words of the srun line that runs the job (submitit's ``srun ... python -u -m ...``)."""
+def _run_words(folder: Path, args_file: Path | None) -> list[str]:
+    """What python runs: submitit's runner of the folder's pickles, or ours of an array's JSON file of arguments."""
+    if args_file is not None:
+        return ["-u", "-m", ARRAY_TASK_MODULE, str(args_file)]
+    return ["-u", "-m", _SUBMIT_MODULE, str(folder)]
+
+
+def intended_command(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None,
+                     args_file: Path | None = None) -> list[str]:
+    """Return the words of the srun line that runs the job (``srun ... python -u -m ...``)."""
     stdout, stderr = _log_patterns(folder, map_count)
     words = ["srun", "--unbuffered", "--output", stdout]
     if not parameters.get("stderr_to_stdout"):
         words += ["--error", stderr]
     words += [str(a) for a in parameters.get("srun_args") or []]
-    return [*words, *shlex.split(python), "-u", "-m", _SUBMIT_MODULE, str(folder)]
+    return [*words, *shlex.split(python), *_run_words(folder, args_file)]
 
 
 def _parse_option(line: str) -> tuple[str, str | None]:
@@ -203,6 +213,7 @@ def prove_script(
     python: str,
     map_count: int | None = None,
     where: str | None = None,
+    args_file: Path | None = None,
 ) -> None:
     """ClusterError unless ``script`` is exactly: the ``#SBATCH`` block of the intended options, the setup
     lines, and the srun command with the intended words (see the module doc)."""
@@ -251,12 +262,14 @@ def prove_script(
         words = shlex.split(tail[0])
     except ValueError as exc:
         raise fail(f"its command cannot be read back ({exc})") from None
-    if words != intended_command(parameters, folder, python, map_count):
+    if words != intended_command(parameters, folder, python, map_count, args_file):
         raise fail(f"its command is not the one intended: {tail[0][:200]!r}")
 
 
-def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None) -> str:
-    """Return the script submitit writes for these parameters (the same function sbatch's file comes from).
+def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None,
+                     args_file: Path | None = None) -> str:
+    """Return the script submitit writes for these parameters (the same function sbatch's file comes from);
+    with ``args_file``, the same script whose tasks run an array's JSON file of arguments instead of pickles.
 
     The one use of a private function of a dependency (submitit's ``_make_sbatch_string``), on purpose: submitit
     writes the file sbatch reads with it (an array through a ``SlurmExecutor`` it makes itself, so no subclass of
@@ -267,18 +280,21 @@ def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, m
     from submitit.slurm.slurm import _make_sbatch_string
 
     folder = Path(folder).expanduser().absolute()  # as SlurmExecutor.__init__ does
-    command = " ".join([python, "-u -m", _SUBMIT_MODULE, shlex.quote(str(folder))])
+    command = " ".join([python, *(shlex.quote(w) for w in _run_words(folder, args_file))])
     return _make_sbatch_string(command=command, folder=folder, map_count=map_count, **parameters)
 
 
 def checked_script(
-    parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None, where: str | None = None
+    parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None, where: str | None = None,
+    args_file: Path | None = None,
 ) -> str:
     """Check every value, generate the script, prove it, and return it."""
     check_parameters(parameters, where)
     check_path(Path(folder).expanduser().absolute(), "the job's log folder", where)
+    if args_file is not None:
+        check_path(Path(args_file), "the array's arguments file", where)
     check_python_command(python, where)
-    script = generated_script(parameters, folder, python, map_count)
-    prove_script(script, parameters, folder, python, map_count, where)
+    script = generated_script(parameters, folder, python, map_count, args_file)
+    prove_script(script, parameters, folder, python, map_count, where, args_file)
     return script
 

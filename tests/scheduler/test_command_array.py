@@ -1,0 +1,72 @@
+"""A command array: one JSON file of arguments per array, read by each task; what is not JSON goes to submitit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.scheduler.slurm.array_task import task_call
+from hpc_runner.scheduler.slurm.command_array import args_file_for, task_arguments, usable_folder
+from hpc_runner.sweep.task import run_sweep_task
+
+
+def echo_args(*args: object) -> None:
+    """Not one of hpc-runner's functions: a command array refuses to name it."""
+
+
+def test_a_sweep_tasks_arguments_are_one_json_file_each_task_reads_its_own(tmp_path: Path) -> None:
+    points = [[{"index": i, "dir": f"points/{i:04d}", "overrides": {"lr": 10.0 ** -i, "net::ch": [8, 16]}}]
+              for i in range(3)]
+    text = task_arguments(run_sweep_task, [["/s"] * 3, points, ["training"] * 3, [{"cluster": "c"}] * 3, [1] * 3])
+    assert text is not None
+    args_file = args_file_for(tmp_path)
+    args_file.write_text(text)
+    fn, args = task_call(args_file, 2)
+    assert fn is run_sweep_task and args == ["/s", points[2], "training", {"cluster": "c"}, 1]
+    with pytest.raises(ValueError, match="no arguments for task 3"):
+        task_call(args_file, 3)
+
+
+@pytest.mark.parametrize("argument_lists", [
+    [[(1, 2), (3, 4)]],  # tuples would come back as lists
+    [[object(), object()]],  # not JSON at all
+    [[float("nan"), 1.0]],  # not JSON either
+])
+def test_arguments_that_would_not_read_back_equal_go_to_submitit(argument_lists: list) -> None:
+    assert task_arguments(run_sweep_task, argument_lists) is None
+
+
+def test_only_hpc_runners_array_entries_are_named_or_called(tmp_path: Path) -> None:
+    assert task_arguments(echo_args, [[1, 2]]) is None  # a test module's function: submitit pickles it instead
+    assert task_arguments(write_text_atomic, [["a", "b"], ["c", "d"]]) is None  # ours, but no array entry
+    for function in ("os:system", "hpc_runner.records.atomic:write_text_atomic"):
+        args_file = tmp_path / "array-edited.json"
+        args_file.write_text(json.dumps({"function": function, "tasks": [[str(tmp_path / "pwned"), "x"]]}))
+        with pytest.raises(ValueError, match="not a function"):
+            task_call(args_file, 0)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_folder_with_a_job_id_pattern_cannot_hold_the_file_before_sbatch(tmp_path: Path) -> None:
+    assert usable_folder(tmp_path / "slurm") and not usable_folder(tmp_path / "slurm" / "%A")
+
+
+def test_a_task_whose_call_raises_ends_with_status_1_and_the_traceback(tmp_path: Path) -> None:
+    """As under submitit's runner (the calls that return are the sweeps of tests/slurm)."""
+    args_file = tmp_path / "array-x.json"
+    missing = str(tmp_path / "no-sweep")
+    args_file.write_text(task_arguments(run_sweep_task, [[missing], [[{"index": 0, "dir": "points/0000",
+                                                                       "overrides": {}}]]]) or "")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "SLURM_ARRAY_TASK_ID": "0"}
+    for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "hpc_runner.scheduler.slurm.array_task", str(args_file)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "Traceback" in res.stderr, res.stdout + res.stderr
+    assert subprocess.run(cmd[:-1], env=env, capture_output=True, text=True).returncode == 2  # no file named

@@ -13,6 +13,7 @@ exists before sbatch (no ``%j`` in it); otherwise ``map_array``.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from hpc_runner.scheduler.executor import ARRAY_ENTRY, Job
 from hpc_runner.scheduler.slurm.job_script import checked_script
 
 ARGS_PREFIX = "array-"
+_SUBMITTED = re.compile(r"Submitted batch job (\d+)")  # sbatch's answer (on a federation: "... on cluster X")
 # the arguments file a dry run shows (a submission names its own: array-<12 hex digits>.json)
 SHOWN_ARGS = f"{ARGS_PREFIX}ID.json"
 
@@ -70,11 +72,12 @@ def submit_command_array(folder: Path, parameters: dict[str, Any], python: str, 
     script_file = args_file.with_suffix(".sh")
     write_text_atomic(script_file, script)
     try:
-        res = subprocess.run(["sbatch", "--parsable", str(script_file)], capture_output=True, text=True)
+        res = subprocess.run(["sbatch", str(script_file)], capture_output=True, text=True)  # as submitit calls it
     except OSError as exc:
         res = subprocess.CompletedProcess(["sbatch"], 127, "", str(exc))
-    job_id = res.stdout.strip().split(";")[0] if res.returncode == 0 else ""
-    if not job_id.isdigit():
+    said = _SUBMITTED.search(res.stdout) if res.returncode == 0 else None
+    job_id = said.group(1) if said else ""
+    if not job_id:
         args_file.unlink(missing_ok=True)
         script_file.unlink(missing_ok=True)
         raise _refused(res)

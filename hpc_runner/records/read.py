@@ -45,7 +45,8 @@ def _check_kind(mode: int, path: str | Path, what: str, pipe: bool, error: type[
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 
-def open_regular(path: Path, what: str, *, pipe: bool = False, error: type[UserError] = RecordError) -> int | None:
+def open_regular(path: Path | str, what: str, *, pipe: bool = False,
+                 error: type[UserError] = RecordError) -> int | None:
     """Return a blocking read-only descriptor of ``path`` (None when it does not exist), ``error`` naming it
     when it is not a regular file (``pipe``: or a named pipe): stat-ed before the open, checked again after."""
     try:
@@ -64,7 +65,7 @@ def open_regular(path: Path, what: str, *, pipe: bool = False, error: type[UserE
     return fd
 
 
-def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
+def read_record_bytes(path: Path | str, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
                       error: type[UserError] = RecordError) -> bytes | None:
     """Return a file's bytes (None when it does not exist); ``error`` (a UserError naming the file) when it
     cannot be read as one: hpc-runner's one bounded reader, for records, configs, macros' files, MANIFESTs,
@@ -97,7 +98,7 @@ def read_record_bytes(path: Path, what: str = "record", limit: int = MAX_BYTES, 
     return data
 
 
-def read_record_text(path: Path, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
+def read_record_text(path: Path | str, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
                      error: type[UserError] = RecordError) -> str | None:
     """Return a file's text (None when it does not exist); ``error`` when it is not UTF-8 text."""
     data = read_record_bytes(path, what, limit, pipe=pipe, error=error)
@@ -166,7 +167,7 @@ def read_yaml_record(path: Path, what: str = "record", kind: type | None = dict)
     return data
 
 
-def read_json_record(path: Path, what: str = "record", kind: type | None = dict) -> Any:
+def read_json_record(path: Path | str, what: str = "record", kind: type | None = dict) -> Any:
     """Return a JSON record (None when absent); RecordError when unreadable or not of ``kind``."""
     text = read_record_text(path, what)
     if text is None:

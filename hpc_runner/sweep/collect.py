@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric
 
 def _summary(run_dir: Path) -> dict[str, Any]:
     try:  # bounded, a regular file only: a point's summary.json may be anything in a shared sweep folder
-        return read_json_record(run_dir / SUMMARY_FILE, "run summary") or {}
+        return read_json_record(os.path.join(run_dir, SUMMARY_FILE), "run summary") or {}  # a string, as usage.py
     except RecordError:
         return {}
 

@@ -13,6 +13,7 @@ without running the point -> NOT-STARTED (resume sends it again).
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -142,7 +143,7 @@ def _read_record(run_dir: Path) -> dict:
 def _status_and_job(run_dir: Path) -> tuple[str | None, str]:
     """run.yaml's status and job id: from its lines when it is plainly as written (records/run_head.py), else parsed."""
     try:  # bounded, a regular file only
-        text = read_record_text(run_dir / "run.yaml", "run record")
+        text = read_record_text(os.path.join(run_dir, "run.yaml"), "run record")  # a string: no Path per point
     except UserError:
         return None, ""
     head = run_head(text) if text is not None else (None, None)

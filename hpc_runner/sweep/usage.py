@@ -18,6 +18,7 @@ shorter than that may have none). Nothing here calls the scheduler: the answer i
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def from_sacct(info: dict[str, str], steps: dict[str, Any] | None) -> PointUsage
 def sampled_gpu(run_dir: Path) -> dict[str, float] | None:
     """Return the mean and peak GPU utilisation (%) and the peak GPU memory (MB) of the run dir's samples
     (``gpu_usage.jsonl``: one JSON line per sample, ``{"t", "gpus": [{"index", "util", "mem_mb"}]}``)."""
-    path = Path(run_dir) / GPU_SAMPLES_FILE
+    path = os.path.join(run_dir, GPU_SAMPLES_FILE)  # a string: no Path object per point of a 10,000-point collect
     try:  # bounded, a regular file only: status and report read it from a shared sweep folder
         data = read_record_bytes(path, "GPU samples")
     except UserError:

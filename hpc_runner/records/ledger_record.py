@@ -170,14 +170,7 @@ class Transactions(Generic[R]):
         returned queued its jobs)."""
         path = Path(path)
         with exclusive(path / cls.RECORD.LOCK, timeout, what=f"the {cls.RECORD.NOUN} {path}"):
-            ledger = cls(cls.RECORD.load(path))
-            try:
-                yield ledger
-            except BaseException:
-                if ledger.events:
-                    ledger.record.save()
-                raise
-            ledger.record.save()
+            yield from cls._saved(cls.RECORD.load(path))
 
     @classmethod
     @contextlib.contextmanager
@@ -186,14 +179,20 @@ class Transactions(Generic[R]):
         the record in memory (what was just written needs no reading back); saved as ``locked`` saves."""
         with exclusive(record.path / cls.RECORD.LOCK, timeout, what=f"the {cls.RECORD.NOUN} {record.path}"):
             record.write_new()
-            ledger = cls(record)
-            try:
-                yield ledger
-            except BaseException:
-                if ledger.events:
-                    ledger.record.save()
-                raise
-            ledger.record.save()
+            yield from cls._saved(record)
+
+    @classmethod
+    def _saved(cls: type[T], record: R) -> Iterator[T]:
+        """Yield the record's transactions (under its lock); save the record after them, and after an exception
+        when transitions were applied before it."""
+        ledger = cls(record)
+        try:
+            yield ledger
+        except BaseException:
+            if ledger.events:
+                ledger.record.save()
+            raise
+        ledger.record.save()
 
     @classmethod
     def read_settled(cls, path: str | Path, timeout: float = 600.0) -> LedgerRecord:

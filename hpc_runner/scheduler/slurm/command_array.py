@@ -23,7 +23,6 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.scheduler.executor import ARRAY_ENTRY, Job
-from hpc_runner.scheduler.slurm.job_script import checked_script
 
 ARGS_PREFIX = "array-"
 _SUBMITTED = re.compile(r"Submitted batch job (\d+)")  # sbatch's answer (on a federation: "... on cluster X")
@@ -58,15 +57,12 @@ def args_file_for(folder: Path, shown: bool = False) -> Path:
     return Path(folder).expanduser().absolute() / name
 
 
-def submit_command_array(folder: Path, parameters: dict[str, Any], python: str, text: str, count: int,
-                         where: str | None = None) -> list[Job]:
-    """Write the arguments file and the proven script, sbatch it once; return a Job per task (ClusterError with
-    sbatch's message when it refuses; nothing is left behind then)."""
+def submit_command_array(args_file: Path, script: str, text: str, count: int) -> list[Job]:
+    """Write the arguments file and the (proven) script beside it, sbatch it once; return a Job per task
+    (ClusterError with sbatch's message when it refuses; nothing is left behind then)."""
     from submitit.core.utils import JobPaths
 
-    folder = Path(folder).expanduser().absolute()
-    args_file = args_file_for(folder)
-    script = checked_script(parameters, folder, python, count, where, args_file=args_file)
+    folder = args_file.parent
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args_file, text)
     script_file = args_file.with_suffix(".sh")

@@ -376,12 +376,9 @@ class SlurmExecutor(Executor):
         parameters = self.parameters(request)
         text = task_arguments(fn, argument_lists) if count > 1 and usable_folder(request.folder) else None
         if text is not None:
-            try:
-                return submit_command_array(request.folder, parameters, python_command(self.profile), text, count,
-                                            self.profile.where)
-            except (TypeError, ValueError) as exc:
-                raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})",
-                                   where=self.profile.where) from None
+            args_file = args_file_for(request.folder)
+            script = sbatch_script(self.profile, request.folder, parameters, count, args_file)
+            return submit_command_array(args_file, script, text, count)
         executor = make_executor(self.profile, request.folder, parameters)
         if count == 1:
             jobs = [submit_one(executor, fn, *(a[0] for a in argument_lists))]

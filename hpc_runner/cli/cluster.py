@@ -83,7 +83,7 @@ def _show(args: argparse.Namespace) -> int:
     limits = None
     if executor.unreachable(timeout=2.0) is None:
         try:
-            limits = executor.limits()
+            limits = executor.limits(fresh=True)  # what the cluster allows now, not a kept answer
         except UserError:
             limits = None
     if args.json:

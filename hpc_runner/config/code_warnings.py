@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.records.user_cache import user_cache_dir
 
 MAX_ENTRIES = 2000
 MAX_BYTES = 1 << 20
@@ -20,8 +20,7 @@ MAX_BYTES = 1 << 20
 
 def memory_file() -> Path:
     """Return where the keys of the bundles warned about live."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hpc-runner" / "code-warnings.json"
+    return user_cache_dir() / "code-warnings.json"
 
 
 def bundle_key(cfg: BundleConfig) -> str | None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import read_json_cache
+from hpc_runner.records.user_cache import user_cache_dir
 
 MAX_ENTRIES = 4096  # a verdict is ~70 bytes, ~300 with the files it was read from: the file stays under 1 MB
 MAX_BYTES = 1 << 20
@@ -41,8 +42,7 @@ _MONAI = "monai"  # a bare name (``UNet``) is one of MONAI's components
 
 def cache_file() -> Path:
     """Return where the verdicts live (``$XDG_CACHE_HOME/hpc-runner/targets.json``, else ``~/.cache/...``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hpc-runner" / "targets.json"
+    return user_cache_dir() / "targets.json"
 
 
 def _tree_stamp(folder: Path) -> str | None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from hpc_runner.config.sandbox_marks import INSIDE_CONTAINER_ENV
 from hpc_runner.errors import UserError
+from hpc_runner.records.user_cache import user_cache_dir
 from hpc_runner.scheduler.job_env import job_variables
 
 RUNTIMES = ("charliecloud", "apptainer", "singularity", "podman")
@@ -267,8 +268,7 @@ def check_unchanged(recorded: Mapping[str, Any], where: str) -> None:
 
 def image_cache_dir(environ: Mapping[str, str]) -> Path:
     """Where the image checks are cached (``$XDG_CACHE_HOME/hpc-runner/containers``)."""
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hpc-runner" / "containers"
+    return user_cache_dir(environ) / "containers"
 
 
 def image_fingerprint(image: str) -> str:

@@ -12,12 +12,14 @@ from typing import Any
 
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
+from hpc_runner.scheduler.executor import job_entry
 
 
 class CommandFailed(RuntimeError):
     """The command refused its input inside the job (the pre-flight missed it); the message is the paragraph."""
 
 
+@job_entry
 def run_monai_command(name: str, argv: Sequence[str]) -> dict[str, Any]:
     """Run MONAI bundle command ``name`` with ``argv`` (as after ``hpc-runner NAME``); raise unless it succeeds."""
     from hpc_runner.config.monai_bridge import silence_monai_code_warning

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pipeline import record as pr
+from hpc_runner.scheduler.executor import job_entry
 
 JOB_FOLDER = "job"
 COMMAND_FILE = "command.yaml"
@@ -70,6 +71,7 @@ def submit_export(executor: Any, directory: Path, name: str, dependency: str | N
         return executor.submit(run_export_stage, [[str(directory.resolve())], [name]], request)[0].job_id
 
 
+@job_entry
 def run_export_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     """The export stage's job: ckpt_export of the chosen weights; raise ExportFailed when it cannot."""
     from hpc_runner.monai_cli.job import run_monai_command

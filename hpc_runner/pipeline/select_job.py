@@ -35,6 +35,7 @@ from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.selection import Candidate, Decision, decide, has_weights, metric_value, read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
+from hpc_runner.scheduler.executor import job_entry
 
 Log = Callable[[str], None]
 CHOICE_FILE = "choice.json"
@@ -120,6 +121,7 @@ def submit_select(executor: Any, directory: Path, name: str, dependency: str | N
     return job.job_id
 
 
+@job_entry
 def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     """The select stage's job (module doc); raise SelectFailed when nothing can be chosen."""
     from hpc_runner.progress_bars import no_bars_without_a_terminal

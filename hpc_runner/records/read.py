@@ -49,6 +49,13 @@ def open_regular(path: Path | str, what: str, *, pipe: bool = False,
                  error: type[UserError] = RecordError) -> int | None:
     """Return a blocking read-only descriptor of ``path`` (None when it does not exist), ``error`` naming it
     when it is not a regular file (``pipe``: or a named pipe): stat-ed before the open, checked again after."""
+    opened = _open_checked(path, what, pipe, error)
+    return None if opened is None else opened[0]
+
+
+def _open_checked(path: Path | str, what: str, pipe: bool,
+                  error: type[UserError]) -> tuple[int, os.stat_result] | None:
+    """open_regular's descriptor and the stat of what it opened."""
     try:
         _check_kind(os.stat(path).st_mode, path, what, pipe, error)
         fd = os.open(path, _OPEN_FLAGS)
@@ -57,12 +64,13 @@ def open_regular(path: Path | str, what: str, *, pipe: bool = False,
     except OSError as exc:
         raise error(f"cannot read the {what} ({exc.strerror or exc})", where=str(path)) from None
     try:
-        _check_kind(os.fstat(fd).st_mode, path, what, pipe, error)  # the path may have changed since
+        st = os.fstat(fd)
+        _check_kind(st.st_mode, path, what, pipe, error)  # the path may have changed since
         os.set_blocking(fd, True)  # opened non-blocking so that nothing could hang the open itself
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 def read_record_bytes(path: Path | str, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
@@ -75,12 +83,12 @@ def read_record_bytes(path: Path | str, what: str = "record", limit: int = MAX_B
     it (opening a FIFO blocks until a writer comes), and checked again on the open descriptor (the path
     may have changed in between); at most ``limit`` bytes are read. ``pipe``: a named pipe (``<(...)`` in
     bash) is read too, up to ``limit``; devices never are."""
-    fd = open_regular(path, what, pipe=pipe, error=error)
-    if fd is None:
+    opened = _open_checked(path, what, pipe, error)
+    if opened is None:
         return None
+    fd, st = opened
     try:  # os.read, not a file object: status reads 20,000 small records of a sweep
         # a read of n allocates n bytes up front: ask for the file's size (a pipe's is 0), then for what it grew
-        st = os.fstat(fd)
         want = min(st.st_size, limit) + 1
         parts = [os.read(fd, want)]
         got = len(parts[0])

@@ -159,19 +159,19 @@ class JobRequest:
     # SLURM's --dependency (``afterok:123``, ``afterany:123:124``; an array's id stands for all its tasks): the
     # jobs wait until it is met; one that can never be met is ended by the scheduler (kill-on-invalid-dep)
     dependency: str | None = None
-    # what the job runs, in words a user reads in the script (its body runs a pickle: this says what it holds)
+    # what the job runs, in words a user reads in the script (it names the job's arguments file, or a pickle)
     describe: str | None = None
 
 
-ARRAY_ENTRY = "hpcr_array_entry"  # the attribute that marks a function an array's tasks may run by name
+JOB_ENTRY = "hpcr_job_entry"  # the attribute that marks a function a job may run by name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def array_entry(fn: F) -> F:
-    """Mark ``fn`` as what an array's tasks may run, named in a file of arguments (scheduler/slurm/command_array.py):
-    a file in a shared folder can name only such a function, never other code."""
-    setattr(fn, ARRAY_ENTRY, True)
+def job_entry(fn: F) -> F:
+    """Mark ``fn`` as what a job (or an array's tasks) may run, named in a file of arguments
+    (scheduler/slurm/command_job.py): a file in a shared folder can name only such a function, never other code."""
+    setattr(fn, JOB_ENTRY, True)
     return fn
 
 
@@ -195,7 +195,8 @@ class Executor(ABC):
 
     kind: str = ""  # the profile's ``executor:`` value that selects this class (scheduler/select.py)
     runs_here: bool = False  # the tasks run in this process (the caller waits for them)
-    limits_wait: bool = False  # reading the limits waits on the scheduler's services: worth starting it early
+    # the scheduler's answers (limits, accounting) wait on its services: worth asking early, in a thread
+    answers_wait: bool = False
     # the profile keys this executor understands besides profiles.COMMON_KEYS: key -> (types, what to say)
     profile_keys: ClassVar[Mapping[str, KeySpec]] = {}
 
@@ -229,8 +230,9 @@ class Executor(ABC):
                            expected="hpc-runner cluster init on a machine with a SLURM controller (a login node)")
 
     @abstractmethod
-    def limits(self) -> SubmitLimits:
-        """Return the submit limits that apply now (and how many of the user's jobs count against them)."""
+    def limits(self, fresh: bool = False) -> SubmitLimits:
+        """Return the submit limits that apply now (and how many of the user's jobs count against them;
+        ``fresh``: asked of the scheduler now, nothing it said a while ago)."""
 
     @abstractmethod
     def is_limit_refusal(self, message: str) -> bool:

@@ -20,7 +20,7 @@ def read_ahead(executor: Executor, reader: LimitsReader | None = None) -> Limits
     """Start ``reader(executor)`` (default ``executor.limits()``) now; return a reader whose first call for this
     executor returns that answer (or raises its error), and whose later calls read again."""
     read: LimitsReader = reader or (lambda ex: ex.limits())
-    if not executor.limits_wait:
+    if not executor.answers_wait:
         return read
     box: dict[str, Any] = {}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,22 @@ TEXT_COLUMNS = ("state", "cause", "job_id", "error", "resumed_with")  # left-ali
 SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric", "best_epoch", "wall_s")
 
 
-def _summary(run_dir: Path) -> dict[str, Any]:
+def _summary(run_dir: Path | str) -> dict[str, Any]:
     try:  # bounded, a regular file only: a point's summary.json may be anything in a shared sweep folder
         return read_json_record(os.path.join(run_dir, SUMMARY_FILE), "run summary") or {}  # a string, as usage.py
     except RecordError:
         return {}
+
+
+def read_summaries(run_dirs: Iterable[Path | str]) -> dict[str, dict[str, Any]]:
+    """Return each run dir's summary.json ({} where it has none), keyed by the run dir as a string: read while
+    the scheduler answers the states' query (cli/targets/points_collect.py)."""
+    kept = ("metric_name", *SUMMARY_COLUMNS)  # what a row takes: not each point's per-epoch lists, 10,000 times
+    out = {}
+    for d in run_dirs:
+        summary = _summary(d)
+        out[str(d)] = {k: summary[k] for k in kept if k in summary}
+    return out
 
 
 # what each point's job used (sweep/usage.py), when the scheduler's answer is given
@@ -33,16 +45,18 @@ USAGE_COLUMNS = ("elapsed_s", "time_limit_s", "cpus", "cpu_efficiency", "max_rss
 
 
 def result_rows(target: Target, states: list[PointState], answer: Any = None,
-                used: dict[int, Any] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+                used: dict[int, Any] | None = None,
+                summaries: Mapping[str, dict[str, Any]] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
     """Return the column names and one row per point (params, state, metrics, wall time, job id; with the
     scheduler's ``answer``, what its job used: elapsed against the limit, CPU efficiency, memory; ``used``:
-    each point's usage when the caller has it already)."""
+    each point's usage when the caller has it already; ``summaries``: the run dirs' summaries, read already)."""
     params = target.param_ids
     rows: list[dict[str, Any]] = []
     metric_names: list[str] = []
     any_extra = any(s.extra for s in states)
     for st in states:
-        summary = _summary(st.run_dir)
+        key = str(st.run_dir)
+        summary = summaries[key] if summaries is not None and key in summaries else _summary(st.run_dir)
         name = summary.get("metric_name")
         if name and name not in metric_names:
             metric_names.append(name)
@@ -84,10 +98,16 @@ def result_rows(target: Target, states: list[PointState], answer: Any = None,
     return columns, rows
 
 
-def _csv_value(value: Any) -> str:
+_PLAIN = (str, int, float)  # exact types: bool is an int but is written as true/false
+
+
+def _csv_value(value: Any) -> Any:
+    """A cell as csv.writer takes it: str, int and float as they are (it writes them as str() does)."""
     if value is None:
         return ""
-    if isinstance(value, dict | list | bool) or value is None:
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, dict | list | bool):
         return format_cell(value)
     return str(value)
 
@@ -96,12 +116,11 @@ def _md_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, dict | list | bool):
-        text = format_cell(value)
-    else:
-        text = str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+        return f"{value:.4g}"
+    if type(value) is int:
+        return str(value)
+    text = format_cell(value) if isinstance(value, dict | list | bool) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ") if "|" in text or "\n" in text else text
 
 
 def write_results(

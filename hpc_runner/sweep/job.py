@@ -19,7 +19,7 @@ from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import Tee
 from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
 from hpc_runner.resources.threads import use_cpu_budget
-from hpc_runner.scheduler.executor import LOCAL_JOB_ID
+from hpc_runner.scheduler.executor import LOCAL_JOB_ID, job_entry
 from hpc_runner.sweep.ledger import RUN_JOB_FOLDER
 
 
@@ -109,6 +109,7 @@ def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True)
     raise RunFailed(getattr(outcome.error, "described", None) or describe_failure(outcome))
 
 
+@job_entry
 def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the prepared run dir of ``hpc-runner submit``; raise RunFailed unless it completes."""
     freeze_at_exit()

@@ -34,7 +34,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.scheduler.executor import array_entry
+from hpc_runner.scheduler.executor import job_entry
 
 # per-point outcomes of a task (what run_sweep_task returns under "points")
 COMPLETED, FAILED, PREEMPTED = "completed", "failed", "preempted"
@@ -43,7 +43,7 @@ NOT_STARTED = "not-started"  # a stop request came first: the requeued task runs
 RETURNED = "returned"  # not enough time left in the job: back to the sweep as waiting
 
 
-@array_entry
+@job_entry
 def run_sweep_task(
     sweep_dir: str,
     points: list[dict[str, Any]],

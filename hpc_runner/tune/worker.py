@@ -24,14 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.scheduler.executor import array_entry
+from hpc_runner.scheduler.executor import job_entry
 from hpc_runner.tune import trials
 from hpc_runner.tune.trials import COMPLETED, FAILED, FINISHED, PRUNED, RUNNING
 
 PREEMPTED = "preempted"  # the worker's outcome when a stop request checkpointed its trial
 
 
-@array_entry
+@job_entry
 def run_tune_worker(
     sweep_dir: str | Path, worker_index: int, job_record: dict[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from warm_python import WARM
 
 from hpc_runner.pipeline import record as pr
+from hpc_runner.scheduler.slurm import limits_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "pipelinecluster"
@@ -147,6 +149,7 @@ def qos_limit(slurm_cluster):
             if time.monotonic() > deadline:
                 pytest.fail(f"slurmctld did not take MaxSubmitJobsPerUser={n} on {LIMITED_QOS}")
             time.sleep(0.2)
+        shutil.rmtree(limits_cache.folder(), ignore_errors=True)  # as after an admin's change and a refusal
 
     yield set_limit
     set_limit(-1)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from warm_python import WARM
 
+from hpc_runner.scheduler.slurm import limits_cache
+
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
 COUNTED = ("sbatch", "sacct", "squeue", "scancel")
@@ -173,6 +175,8 @@ def qos_limit(slurm_cluster):
             if time.monotonic() > deadline:
                 pytest.fail(f"slurmctld did not take MaxSubmitJobsPerUser={n} on {LIMITED_QOS}: {text}")
             time.sleep(0.2)
+        # as after an admin's change and a refusal: sacctmgr's answers kept by earlier commands are dropped
+        shutil.rmtree(limits_cache.folder(), ignore_errors=True)
 
     yield set_limit
     set_limit(-1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ def test_sweep_dry_run_prints_scripts_and_points_names_the_config_command_and_wr
     assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
     logs = offline_cli.cwd / "sw" / "slurm"
     # its tasks read their arguments from one JSON file (a command array), not one pickle each
-    assert f"-u -m hpc_runner.scheduler.slurm.array_task {logs}/array-ID.json\n" in text
+    assert f"-u -m hpc_runner.scheduler.slurm.job_call {logs}/array-ID.json\n" in text
     # the log folder holds no job id: it exists before sbatch, so a job that starts at once can open its log
     assert f"#SBATCH --output={logs}/%A_%a_0_log.out" in text and f"#SBATCH --error={logs}/%A_%a_0_log.err" in text
     assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text
@@ -52,6 +53,9 @@ def test_submit_dry_run_prints_the_sbatch_script_and_where_the_config_will_be(of
         assert line in out.stdout
     assert "--array" not in out.stdout
     assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'slurm'}/%j_0_log.out" in out.stdout  # no job id folder
+    # a readable command: the job's arguments in one JSON file beside its logs, no pickle
+    assert f"-u -m hpc_runner.scheduler.slurm.job_call {offline_cli.cwd / 'r1' / 'slurm'}/job-ID.json\n" in out.stdout
+    assert "submitit.core._submit" not in out.stdout
     assert "max_epochs: 3" not in out.stdout and f"reads it from {offline_cli.cwd / 'r1'}/config.yaml" in out.stdout
     assert _written(offline_cli.cwd) == []
     assert offline_cli.calls()["sbatch"] == 0
@@ -71,7 +75,9 @@ def test_dry_run_script_is_the_one_sbatch_receives(offline_cli):
     offline_cli(*args)  # its exit code depends on the fake scheduler's later answers; the script is what we want
     script = received.read_text()
     assert script.startswith("#!/bin/bash") and "#SBATCH --time=00:45:00" in script and "#SBATCH --hold" in script
-    assert script in dry.stdout
+    # the arguments file a job reads is named when it is written (job-<12 hex digits>.json); the dry run says ID
+    named = re.findall(r"/job-([0-9a-f]{12})\.json\n", script)
+    assert len(named) == 1 and script.replace(named[0], "ID") in dry.stdout
 
 
 def test_a_bad_point_means_nothing_is_submitted_or_written(offline_cli):

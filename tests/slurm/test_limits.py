@@ -137,3 +137,81 @@ def test_read_limits_on_the_local_cluster_sees_the_qos_limit_and_a_held_job(slur
     while read_limits({"qos": "hpcr-limited"}).free_slots != before.free_slots and time.monotonic() < deadline:
         time.sleep(0.2)
     assert read_limits({"qos": "hpcr-limited"}).free_slots == before.free_slots
+
+
+def test_sacctmgrs_answers_are_kept_a_few_minutes_and_the_queue_is_always_asked(tmp_path, monkeypatch):
+    from hpc_runner.scheduler.slurm import cluster_info, limits, limits_cache
+
+    monkeypatch.setitem(cluster_info._CACHE, "", {"MaxArraySize": "7", "ClusterName": "c1",
+                                                  "AccountingStorageEnforce": "associations,limits,qos"})
+    monkeypatch.setenv("SLURM_CONF", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("HPCR_LIMITS_CACHE_S", "300")
+    outputs = {"sacctmgr": ASSOC, "qos": QOS, "squeue": QUEUE}
+    run, calls = _fake(outputs)
+    monkeypatch.setattr(limits, "_run", run)
+
+    first = read_limits({"qos": "hpcr-limited"}, user="root")
+    assert first.free_slots == 37 and calls.count("sacctmgr") == 2 and calls.count("squeue") == 1
+    outputs["qos"] = "normal||\nhpcr-limited|5|8\n"  # an admin lowers the QOS's limit meanwhile
+    kept = read_limits({"qos": "hpcr-limited"}, user="root")
+    assert calls.count("sacctmgr") == 2 and calls.count("squeue") == 2  # slurmdbd not asked; the queue is
+    assert kept.free_slots == 37 and any("as sacctmgr gave them" in n for n in kept.notes)
+    assert read_limits({"qos": "hpcr-limited"}, user="root", fresh=True).free_slots == 4  # `cluster show`
+    assert calls.count("sacctmgr") == 4
+    limits_cache.forget("c1", "root")  # what a refusal for a limit does (SlurmExecutor.submit)
+    assert read_limits({"qos": "hpcr-limited"}, user="root").free_slots == 4 and calls.count("sacctmgr") == 6
+    monkeypatch.setenv("HPCR_LIMITS_CACHE_S", "0")
+    read_limits({"qos": "hpcr-limited"}, user="root")
+    assert calls.count("sacctmgr") == 8  # kept answers are not used when keeping is off
+
+
+@pytest.mark.parametrize("damage", ["old", "future", "damaged", "other commands", "not numbers"])
+def test_kept_answers_that_are_old_damaged_or_for_other_commands_are_not_used(tmp_path, monkeypatch, damage):
+    import json as json_
+    import time as time_
+
+    from hpc_runner.scheduler.slurm import limits_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("HPCR_LIMITS_CACHE_S", "300")
+    commands = [["sacctmgr", "show", "qos"], ["sacctmgr", "show", "user", "me"]]
+    limits_cache.keep("c1", "me", commands, ["a|1|", "b|2|"])
+    assert limits_cache.kept("c1", "me", commands)[0] == ["a|1|", "b|2|"]
+    assert limits_cache.kept("c2", "me", commands) is None and limits_cache.kept("c1", "you", commands) is None
+    (file,) = (tmp_path / "hpc-runner" / "slurm-limits").iterdir()
+    data = json_.loads(file.read_text())
+    if damage == "old":
+        data["at"] = time_.time() - 301
+    elif damage == "future":
+        data["at"] = time_.time() + 60  # a clock that went back: not trusted
+    elif damage == "damaged":
+        data = "{not json"
+    elif damage == "other commands":
+        data["answers"] = {"sacctmgr show qos": "a|1|"}
+    else:
+        data["answers"] = {" ".join(c): 7 for c in commands}
+    file.write_text(data if isinstance(data, str) else json_.dumps(data))
+    assert limits_cache.kept("c1", "me", commands) is None
+
+
+def _nothing(_: int) -> None:
+    """What the refused array would have run."""
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_refusal_for_a_limit_drops_the_kept_limits(slurm_cluster, qos_limit, tmp_path, monkeypatch):
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.scheduler.profiles import load_profile
+    from hpc_runner.scheduler.select import executor_for
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HPCR_LIMITS_CACHE_S", "300")
+    kept = tmp_path / "cache" / "hpc-runner" / "slurm-limits"
+    qos_limit(2)
+    executor = executor_for(load_profile("slurm", {"qos": "hpcr-limited", "time": 5}))
+    assert executor.limits().binding.value == 2 and len(list(kept.iterdir())) == 1
+    with pytest.raises(ClusterError) as refused:  # 3 tasks against a limit of 2: sbatch says no
+        executor.submit(_nothing, [[1, 2, 3]], JobRequest("refused", tmp_path / "logs", hold=True))
+    assert is_limit_refusal(refused.value.message) and not list(kept.iterdir())

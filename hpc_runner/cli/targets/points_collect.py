@@ -13,9 +13,10 @@ def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
     from hpc_runner.sweep.collect import result_rows, write_results
     from hpc_runner.sweep.usage import usages
 
-    states, answer = target.states()
+    states, answer, summaries = _states_and_summaries(target)
     used = usages(states, answer) if answer is not None else None  # once, for the rows and the right-size line
-    columns, rows = result_rows(target, states, answer, used)  # what each point's job used: the same sacct call
+    # what each point's job used: the same sacct call
+    columns, rows = result_rows(target, states, answer, used, summaries)
     csv_path, md_path = write_results(target, columns, rows, args.out)
     if not args.quiet:
         text = md_path.read_text(encoding="utf-8").splitlines()
@@ -25,6 +26,22 @@ def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
     print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
     _right_size(target, states, answer, used)
     return states
+
+
+def _states_and_summaries(target: Any) -> tuple[list[Any], Any, dict[str, Any] | None]:
+    """Every point's state and, where the scheduler's answer waits on its services (SLURM's sacct, ~0.2 s),
+    every point's summary.json, read meanwhile (10,000 small reads at 10,000 points)."""
+    if not getattr(target.executor(), "answers_wait", False):
+        return (*target.states(), None)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hpc_runner.sweep.collect import read_summaries
+
+    with ThreadPoolExecutor(1, thread_name_prefix="hpcr-states") as pool:
+        ahead = pool.submit(target.states)
+        summaries = read_summaries(target.run_dir(p) for p in target.points)
+        states, answer = ahead.result()
+    return states, answer, summaries
 
 
 def _right_size(target, states, answer, used=None) -> None:

@@ -31,7 +31,7 @@ def _stepped_states(target: Any, step: Any) -> tuple[Any, list[Any], Any]:
     local runs) one after the other, as both read the same in-process state."""
     if step is None:
         return (target, *target.states())
-    if not getattr(target.executor(), "limits_wait", False):
+    if not getattr(target.executor(), "answers_wait", False):
         if step(target):
             target = target.reload()  # the top-up wrote the new job ids into sweep.yaml
         return (target, *target.states())

@@ -25,7 +25,7 @@ class LocalExecutor(Executor):
         self.pending: list[tuple[Callable[..., Any], tuple[Any, ...], str]] = []
         self.results: list[Any] = []
 
-    def limits(self) -> SubmitLimits:
+    def limits(self, fresh: bool = False) -> SubmitLimits:
         """No scheduler: no submit limit."""
         import getpass
 

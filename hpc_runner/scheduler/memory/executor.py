@@ -599,8 +599,8 @@ class MemoryExecutor(Executor):
         super().__init__(profile)
         self.cluster = cluster if cluster is not None else installed_cluster()
 
-    def limits(self) -> SubmitLimits:
-        """Return the cluster's submit limits for this profile, the user's queued jobs counted."""
+    def limits(self, fresh: bool = False) -> SubmitLimits:
+        """Return the cluster's submit limits for this profile, the user's queued jobs counted (always fresh)."""
         return self.cluster.limits(self.profile.settings)
 
     def is_limit_refusal(self, message: str) -> bool:

@@ -15,13 +15,14 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
-from hpc_runner.scheduler.slurm.command_array import (
+from hpc_runner.scheduler.slurm.command_job import (
     args_file_for,
     sbatch_error,
-    submit_command_array,
+    submit_command_job,
     task_arguments,
     usable_folder,
 )
+from hpc_runner.scheduler.slurm.limits import forget_kept_limits, is_limit_refusal
 from hpc_runner.scheduler.slurm.partition_choice import partition_for
 from hpc_runner.scheduler.units import slurm_time
 
@@ -217,7 +218,7 @@ def sbatch_script(
     args_file: Path | None = None,
 ) -> str:
     """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven; with
-    ``args_file``, the command array's (scheduler/slurm/command_array.py)."""
+    ``args_file``, the command job's (scheduler/slurm/command_job.py)."""
     from hpc_runner.scheduler.slurm.job_script import checked_script
 
     try:
@@ -282,7 +283,7 @@ class SlurmExecutor(Executor):
 
     kind = "slurm"
     runs_here = False
-    limits_wait = True  # sacctmgr waits on slurmdbd, squeue on slurmctld (~0.3 s together)
+    answers_wait = True  # sacctmgr and sacct wait on slurmdbd, squeue on slurmctld (~0.2-0.3 s each)
     profile_keys = PROFILE_KEYS
 
     def no_gpu_hint(self) -> str | None:
@@ -313,16 +314,15 @@ class SlurmExecutor(Executor):
 
         return read_cluster(partition)
 
-    def limits(self) -> SubmitLimits:
-        """Return the user's submit limits and queued jobs (sacctmgr, squeue, scontrol)."""
+    def limits(self, fresh: bool = False) -> SubmitLimits:
+        """Return the user's submit limits and queued jobs (sacctmgr, kept a few minutes unless ``fresh``;
+        squeue; scontrol)."""
         from hpc_runner.scheduler.slurm.limits import read_limits
 
-        return read_limits(self.profile.settings)
+        return read_limits(self.profile.settings, fresh=fresh)
 
     def is_limit_refusal(self, message: str) -> bool:
         """True when sbatch's message names a submit limit (QOSMaxSubmitJobPerUserLimit...) or a busy controller."""
-        from hpc_runner.scheduler.slurm.limits import is_limit_refusal
-
         return is_limit_refusal(message)
 
     def queued_jobs(self, user: str) -> list[tuple[str, str, str]]:
@@ -360,25 +360,35 @@ class SlurmExecutor(Executor):
         check_resources(self.profile, self._script(request, count, parameters), parameters, what=what)
 
     def script(self, request: JobRequest, count: int) -> str | None:
-        """Return the proven sbatch script of a group of ``count`` tasks (an array's: its command array's, with the
-        name its arguments file is shown by)."""
+        """Return the proven sbatch script of a group of ``count`` tasks (its command job's, with the name its
+        arguments file is shown by, where the log folder can hold that file)."""
         return self._script(request, count, self.parameters(request))
 
     def _script(self, request: JobRequest, count: int, parameters: dict[str, Any]) -> str:
-        array = count > 1 and usable_folder(request.folder)
+        shown = args_file_for(request.folder, array=count > 1, shown=True) if usable_folder(request.folder) else None
         return sbatch_script(self.profile, request.folder, parameters, map_count=count if count > 1 else None,
-                             args_file=args_file_for(request.folder, shown=True) if array else None)
+                             args_file=shown)
 
     def submit(self, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]], request: JobRequest) -> list[Job]:
-        """One sbatch: a command array for several tasks of plain arguments (else ``map_array``), ``submit`` for
-        one; the script is proven first."""
+        """One sbatch: a command job (an array for several tasks) when the arguments are plain JSON, else
+        submitit's ``submit``/``map_array``; the script is proven first."""
+        try:
+            return self._submit(fn, argument_lists, request)
+        except ClusterError as exc:
+            if is_limit_refusal(exc.message):  # the limits we counted with were not the scheduler's
+                forget_kept_limits()
+            raise
+
+    def _submit(self, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]],
+                request: JobRequest) -> list[Job]:
         count = len(argument_lists[0]) if argument_lists else 0
         parameters = self.parameters(request)
-        text = task_arguments(fn, argument_lists) if count > 1 and usable_folder(request.folder) else None
+        text = task_arguments(fn, argument_lists) if count and usable_folder(request.folder) else None
         if text is not None:
-            args_file = args_file_for(request.folder)
-            script = sbatch_script(self.profile, request.folder, parameters, count, args_file)
-            return submit_command_array(args_file, script, text, count)
+            array = count > 1
+            args_file = args_file_for(request.folder, array=array)
+            script = sbatch_script(self.profile, request.folder, parameters, count if array else None, args_file)
+            return submit_command_job(args_file, script, text, count, array)
         executor = make_executor(self.profile, request.folder, parameters)
         if count == 1:
             jobs = [submit_one(executor, fn, *(a[0] for a in argument_lists))]

@@ -58,8 +58,8 @@ SUBMITIT_DEFAULTS: dict[str, Any] = {"job_name": "submitit", "time": 5, "nodes":
 _NOT_OPTIONS = frozenset({"command", "folder", "map_count", "array_parallelism", "additional_parameters", "setup",
                           "teardown", "signal_delay_s", "stderr_to_stdout", "srun_args", "use_srun"})
 _SUBMIT_MODULE = "submitit.core._submit"
-# what an array's tasks run when their arguments are one JSON file (scheduler/slurm/command_array.py)
-ARRAY_TASK_MODULE = "hpc_runner.scheduler.slurm.array_task"
+# what a command job runs: its arguments are one JSON file (scheduler/slurm/command_job.py)
+JOB_CALL_MODULE = "hpc_runner.scheduler.slurm.job_call"
 
 
 def safe_job_name(text: str) -> str:
@@ -176,9 +176,9 @@ def intended_options(parameters: Mapping[str, Any], folder: Path, map_count: int
 
 
 def _run_words(folder: Path, args_file: Path | None) -> list[str]:
-    """What python runs: submitit's runner of the folder's pickles, or ours of an array's JSON file of arguments."""
+    """What python runs: submitit's runner of the folder's pickles, or ours of a command job's JSON file."""
     if args_file is not None:
-        return ["-u", "-m", ARRAY_TASK_MODULE, str(args_file)]
+        return ["-u", "-m", JOB_CALL_MODULE, str(args_file)]
     return ["-u", "-m", _SUBMIT_MODULE, str(folder)]
 
 
@@ -269,7 +269,7 @@ def prove_script(
 def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None,
                      args_file: Path | None = None) -> str:
     """Return the script submitit writes for these parameters (the same function sbatch's file comes from);
-    with ``args_file``, the same script whose tasks run an array's JSON file of arguments instead of pickles.
+    with ``args_file``, the same script whose job (or tasks) runs a command job's JSON file instead of pickles.
 
     The one use of a private function of a dependency (submitit's ``_make_sbatch_string``), on purpose: submitit
     writes the file sbatch reads with it (an array through a ``SlurmExecutor`` it makes itself, so no subclass of
@@ -292,7 +292,7 @@ def checked_script(
     check_parameters(parameters, where)
     check_path(Path(folder).expanduser().absolute(), "the job's log folder", where)
     if args_file is not None:
-        check_path(Path(args_file), "the array's arguments file", where)
+        check_path(Path(args_file), "the job's arguments file", where)
     check_python_command(python, where)
     script = generated_script(parameters, folder, python, map_count, args_file)
     prove_script(script, parameters, folder, python, map_count, where, args_file)

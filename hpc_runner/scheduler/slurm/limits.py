@@ -10,7 +10,8 @@ and each array task counts as one job, pending or running alike). The limits rea
   ``MaxJobsPerUser``, from ``sacctmgr``, only when ``AccountingStorageEnforce`` includes ``limits``
   (otherwise SLURM does not enforce them). The association is the user's in the profile's
   ``account`` (else their default account); the QOS is the profile's ``qos`` (else the
-  association's default QOS).
+  association's default QOS). sacctmgr's answers are kept a few minutes between commands
+  (limits_cache.py: it asks slurmdbd, ~0.2-0.3 s a call); the queue below is always asked.
 - the profile's ``max_submit_jobs`` (all of the user's jobs count), where accounting cannot be read
   or the user wants to leave room for others.
 
@@ -29,6 +30,8 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import Limit, SubmitLimits
+from hpc_runner.scheduler.slurm import limits_cache
+from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
 
 # words in an sbatch refusal that mean "try again when a slot is free", not "this job is wrong"
 LIMIT_MESSAGES = (
@@ -127,11 +130,12 @@ def _qos_of(assoc: dict[str, Any] | None, wanted: str | None) -> str | None:
 
 
 def read_limits(
-    settings: dict[str, Any], user: str | None = None, run: Runner | None = None
+    settings: dict[str, Any], user: str | None = None, run: Runner | None = None, *, fresh: bool = False
 ) -> SubmitLimits:
-    """Return the limits for a job submitted with the profile ``settings``, with the user's queued jobs counted."""
-    from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
-
+    """Return the limits for a job submitted with the profile ``settings``, with the user's queued jobs counted
+    (the association and QOS limits as sacctmgr gave them within ``HPCR_LIMITS_CACHE_S``, unless ``fresh``
+    or ``run`` is given: limits_cache.py)."""
+    may_keep = run is None and not fresh
     run = run or _run
     user = user or current_user()
     out = SubmitLimits(user=user)
@@ -141,8 +145,17 @@ def read_limits(
     enforce = config.get("AccountingStorageEnforce", "").lower()
     assoc = None
     if "limits" in enforce or "qos" in enforce or "safe" in enforce:
-        run = _asked_at_once(run, [_assoc_command(user), QOS_COMMAND, _queue_command(user)])
-        assoc, qos_rows = _read_accounting(user, settings, out, run)
+        policy = [_assoc_command(user), QOS_COMMAND]
+        cluster = config.get("ClusterName", "")
+        remembered = limits_cache.kept(cluster, user, policy) if may_keep else None
+        if remembered is not None:
+            run = _answered(run, policy, remembered[0])
+            out.notes.append(f"association and QOS limits as sacctmgr gave them {remembered[1]:.0f} s ago "
+                             f"(kept {limits_cache.keep_seconds():g} s: {limits_cache.KEEP_ENV})")
+        run = _asked_at_once(run, [*(policy if remembered is None else []), _queue_command(user)])
+        assoc, qos_rows, answers = _read_accounting(user, settings, out, run)
+        if remembered is None and may_keep and answers is not None:
+            limits_cache.keep(cluster, user, policy, answers)
         out.qos = _qos_of(assoc, settings.get("qos"))
         out.account = (assoc or {}).get("account") or settings.get("account")
         if assoc and assoc["max_submit"] is not None:
@@ -203,20 +216,37 @@ def _asked_at_once(run: Runner, commands: list[list[str]]) -> Runner:
 
 def _read_accounting(
     user: str, settings: dict[str, Any], out: SubmitLimits, run: Runner
-) -> tuple[dict[str, Any] | None, dict[str, dict[str, int | None]]]:
+) -> tuple[dict[str, Any] | None, dict[str, dict[str, int | None]], list[str] | None]:
+    """The association and QOS rows that apply, and sacctmgr's two answers when it gave them."""
     try:
         res = run(_assoc_command(user))
         qres = run(QOS_COMMAND)
     except (OSError, subprocess.SubprocessError) as exc:
         out.notes.append(f"sacctmgr did not answer ({exc})")
-        return None, {}
+        return None, {}, None
     if res.returncode != 0 or qres.returncode != 0:
         out.notes.append(f"sacctmgr failed: {(res.stderr or qres.stderr).strip()[:200]}")
-        return None, {}
+        return None, {}, None
     assoc = _choose_association(parse_associations(res.stdout), settings.get("account"), settings.get("partition"))
     if assoc is None:
         out.notes.append(f"sacctmgr lists no association for {user}")
-    return assoc, parse_qos(qres.stdout)
+    return assoc, parse_qos(qres.stdout), [res.stdout, qres.stdout]
+
+
+def _answered(run: Runner, commands: list[list[str]], answers: list[str]) -> Runner:
+    """A runner that answers ``commands`` with the kept ``answers`` (others as ``run`` does)."""
+    kept = {tuple(c): a for c, a in zip(commands, answers, strict=True)}
+
+    def answer(cmd: Sequence[str], *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        text = kept.get(tuple(cmd))
+        return subprocess.CompletedProcess(list(cmd), 0, text, "") if text is not None else run(cmd, *args, **kwargs)
+
+    return answer
+
+
+def forget_kept_limits() -> None:
+    """Drop this user's kept association and QOS limits (sbatch refused a job for one: they changed)."""
+    limits_cache.forget(scheduler_config().get("ClusterName", ""), current_user())
 
 
 def queued_jobs(user: str, run: Runner | None = None) -> list[tuple[str, str, str]]:

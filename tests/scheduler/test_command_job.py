@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.scheduler.slurm.array_task import task_call
-from hpc_runner.scheduler.slurm.command_array import args_file_for, task_arguments, usable_folder
+from hpc_runner.scheduler.slurm.command_job import args_file_for, task_arguments, usable_folder
+from hpc_runner.scheduler.slurm.job_call import task_call
 from hpc_runner.sweep.task import run_sweep_task
 
 
@@ -63,10 +63,39 @@ def test_a_task_whose_call_raises_ends_with_status_1_and_the_traceback(tmp_path:
     missing = str(tmp_path / "no-sweep")
     args_file.write_text(task_arguments(run_sweep_task, [[missing], [[{"index": 0, "dir": "points/0000",
                                                                        "overrides": {}}]]]) or "")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "SLURM_ARRAY_TASK_ID": "0"}
-    for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID"):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "SLURM_JOB_ID": "42"}
+    for k in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_JOB_ID"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "hpc_runner.scheduler.slurm.array_task", str(args_file)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-m", "hpc_runner.scheduler.slurm.job_call", str(args_file)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)  # a job that is no array: task 0
     assert res.returncode == 1 and "Traceback" in res.stderr, res.stdout + res.stderr
     assert subprocess.run(cmd[:-1], env=env, capture_output=True, text=True).returncode == 2  # no file named
+    outside = {k: v for k, v in env.items() if k != "SLURM_JOB_ID"}
+    assert subprocess.run(cmd, env=outside, capture_output=True, text=True).returncode == 2  # not in a job
+    # an array queued by an earlier version names the module array_task: it runs the same call
+    old = [sys.executable, "-m", "hpc_runner.scheduler.slurm.array_task", str(args_file)]
+    res = subprocess.run(old, env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "no-sweep" in res.stderr, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("job_id", ["4242_17", "4243"])
+def test_a_jobs_logs_are_named_where_submitit_puts_them(tmp_path: Path, job_id: str) -> None:
+    from submitit.core.utils import JobPaths
+
+    from hpc_runner.scheduler.slurm.command_job import _task_job
+
+    job = _task_job(tmp_path, job_id)
+    paths = JobPaths(tmp_path, job_id=job_id, task_id=0)
+    assert (job.job_id, job.stdout, job.stderr) == (job_id, paths.stdout, paths.stderr)
+    assert job.logs == {"stdout": str(paths.stdout), "stderr": str(paths.stderr)}
+
+
+def test_a_submitted_runs_job_is_a_command_job_too(tmp_path: Path) -> None:
+    from hpc_runner.sweep.job import run_submitted
+
+    text = task_arguments(run_submitted, [[str(tmp_path / "run")], ["training"], [{"cluster": "c"}]])
+    assert text is not None and json.loads(text)["function"] == "hpc_runner.sweep.job:run_submitted"
+    args_file = args_file_for(tmp_path, array=False)
+    assert args_file.name.startswith("job-") and args_file_for(tmp_path).name.startswith("array-")
+    args_file.write_text(text)
+    assert task_call(args_file, 0) == (run_submitted, [str(tmp_path / "run"), "training", {"cluster": "c"}])

@@ -1,0 +1,57 @@
+"""What a command job runs: ``python -m hpc_runner.scheduler.slurm.job_call FILE.json``.
+
+It reads the job's arguments file (scheduler/slurm/command_job.py: one bounded, regular-file read), takes the
+arguments of array task ``SLURM_ARRAY_TASK_ID`` (task 0 in a job that is no array) and calls the function the
+file names, which must be one of hpc-runner's job entries (``job_entry``: a sweep's task, a tune's worker, a
+submitted run, a pipeline's stage, a MONAI command); a file in a shared folder may have been edited, and it can
+name no other code. As under submitit's runner, ``SUBMITIT_FOLDER`` is the log folder (so
+``submitit.JobEnvironment().paths`` names this job's logs), an exception ends the job with its traceback on
+stderr and exit status 1, and the function's own handlers decide what USR2 and TERM do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hpc_runner.records.read import read_record_text
+from hpc_runner.scheduler.executor import JOB_ENTRY
+
+USAGE = "usage: python -m hpc_runner.scheduler.slurm.job_call FILE.json (in a SLURM job or array task)"
+
+
+def task_call(args_file: Path, task: int) -> tuple[Any, list[Any]]:
+    """Return the function and arguments of task ``task`` of the arguments file (ValueError when it has none)."""
+    data = json.loads(read_record_text(args_file, "job arguments file") or "null")
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
+        raise ValueError(f"{args_file} is not a job's arguments file")
+    module, _, name = str(data.get("function", "")).partition(":")
+    if not module.startswith("hpc_runner.") or not name.isidentifier():
+        raise ValueError(f"{args_file} names {data.get('function')!r}, not a function of hpc-runner")
+    fn = getattr(importlib.import_module(module), name, None)
+    if not getattr(fn, JOB_ENTRY, False):
+        raise ValueError(f"{args_file} names {data.get('function')!r}, not a function a job may run")
+    if not 0 <= task < len(data["tasks"]) or not isinstance(data["tasks"][task], list):
+        raise ValueError(f"{args_file} has no arguments for task {task}")
+    return fn, data["tasks"][task]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this job's (or array task's) call; its exceptions propagate (traceback, exit status 1)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or "SLURM_JOB_ID" not in os.environ:
+        print(USAGE, file=sys.stderr)
+        return 2
+    args_file = Path(argv[0])
+    os.environ["SUBMITIT_FOLDER"] = str(args_file.parent)
+    fn, args = task_call(args_file, int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0))
+    fn(*args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -69,13 +69,18 @@ def test_a_task_whose_call_raises_ends_with_status_1_and_the_traceback(tmp_path:
     cmd = [sys.executable, "-m", "hpc_runner.scheduler.slurm.job_call", str(args_file)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)  # a job that is no array: task 0
     assert res.returncode == 1 and "Traceback" in res.stderr, res.stdout + res.stderr
+    # beside its logs, a note that the call ended (`submit --wait` reads it, as submitit's result pickle)
+    note = json.loads((tmp_path / "42_0_result.json").read_text())
+    assert note["call"] == "raised" and "no-sweep" in note["error"]
     assert subprocess.run(cmd[:-1], env=env, capture_output=True, text=True).returncode == 2  # no file named
     outside = {k: v for k, v in env.items() if k != "SLURM_JOB_ID"}
     assert subprocess.run(cmd, env=outside, capture_output=True, text=True).returncode == 2  # not in a job
     # an array queued by an earlier version names the module array_task: it runs the same call
     old = [sys.executable, "-m", "hpc_runner.scheduler.slurm.array_task", str(args_file)]
+    (tmp_path / "42_0_result.json").unlink()
     res = subprocess.run(old, env={**env, "SLURM_ARRAY_TASK_ID": "0"}, capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "no-sweep" in res.stderr, res.stdout + res.stderr
+    assert not list(tmp_path.glob("*_result.json"))  # an array's tasks write no note: 2,000 more files
 
 
 @pytest.mark.parametrize("job_id", ["4242_17", "4243"])

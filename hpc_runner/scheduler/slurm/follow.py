@@ -9,6 +9,7 @@ from typing import TextIO
 
 from hpc_runner.scheduler.executor import DONE, FAILED_STATES
 from hpc_runner.scheduler.slurm.accounting import query_scheduler
+from hpc_runner.scheduler.slurm.job_call import RESULT_SUFFIX
 
 
 class _Tail:
@@ -45,7 +46,8 @@ def follow_job(
     tails = [_Tail(Path(stdout)), _Tail(Path(stderr))]
     last_state_check = 0.0
     state = "UNKNOWN"
-    result = Path(str(stdout).replace("_log.out", "_result.pkl"))
+    # the call returned (or raised): submitit's result pickle, or a command job's note (scheduler/slurm/job_call.py)
+    results = [Path(str(stdout).replace("_log.out", suffix)) for suffix in ("_result.pkl", RESULT_SUFFIX)]
     finished_at: float | None = None
     while True:
         for t in tails:
@@ -54,7 +56,7 @@ def follow_job(
                 out.write(text)
                 out.flush()
         now = time.monotonic()
-        finished = result.exists()
+        finished = any(r.exists() for r in results)
         if finished and finished_at is None:
             finished_at = now
         if finished or now - last_state_check >= state_every_s:

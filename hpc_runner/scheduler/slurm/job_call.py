@@ -11,6 +11,7 @@ stderr and exit status 1, and the function's own handlers decide what USR2 and T
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -18,9 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import read_record_text
 from hpc_runner.scheduler.executor import JOB_ENTRY
 
+RESULT_SUFFIX = "_result.json"  # beside ``<JOB>_<TASK>_log.out``, where submitit's ``_result.pkl`` would be
 USAGE = "usage: python -m hpc_runner.scheduler.slurm.job_call FILE.json (in a SLURM job or array task)"
 
 
@@ -49,8 +52,24 @@ def main(argv: list[str] | None = None) -> int:
     args_file = Path(argv[0])
     os.environ["SUBMITIT_FOLDER"] = str(args_file.parent)
     fn, args = task_call(args_file, int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0))
-    fn(*args)
+    try:
+        fn(*args)
+    except BaseException as exc:
+        _mark_end(args_file.parent, "raised", f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    _mark_end(args_file.parent, "returned")
     return 0
+
+
+def _mark_end(folder: Path, how: str, error: str | None = None) -> None:
+    """Write ``<JOB>_<TASK>_result.json`` beside the logs of a job that is no array, as submitit writes its result
+    pickle there: `submit --wait` sees the call end at once, not at its next sacct call (an array's tasks write
+    none: 2,000 more files)."""
+    if os.environ.get("SLURM_ARRAY_TASK_ID"):
+        return
+    path = folder / f"{os.environ['SLURM_JOB_ID']}_{os.environ.get('SLURM_PROCID') or 0}{RESULT_SUFFIX}"
+    with contextlib.suppress(OSError):  # a note for a follower, not the job's outcome (run.yaml and sacct are)
+        write_text_atomic(path, json.dumps({"call": how, "error": error}) + "\n")
 
 
 if __name__ == "__main__":

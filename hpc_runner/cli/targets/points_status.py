@@ -26,23 +26,13 @@ def _stepped_states(target: Any, step: Any) -> tuple[Any, list[Any], Any]:
     """The top-up step (when ``step``), then every point's state; return the target as read for those states.
 
     Where the scheduler's answers wait on its services (SLURM: sacctmgr, sacct), the states' one scheduler
-    call is made while the top-up reads the limits, and made again only when the top-up submitted (its new job
-    ids are in sweep.yaml then): ~0.2 s of a 10,000-point status. Elsewhere (the in-memory cluster of the tests,
-    local runs) one after the other, as both read the same in-process state."""
+    call is made while the top-up reads the limits (``states_beside``), and made again only when the top-up
+    submitted (its new job ids are in sweep.yaml then): ~0.2 s of a 10,000-point status."""
     if step is None:
         return (target, *target.states())
-    if not getattr(target.executor(), "answers_wait", False):
-        if step(target):
-            target = target.reload()  # the top-up wrote the new job ids into sweep.yaml
-        return (target, *target.states())
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1, thread_name_prefix="hpcr-states") as pool:
-        ahead = pool.submit(target.states)
-        submitted = step(target)
-        states, answer = ahead.result()
+    states, answer, submitted = target.states_beside(lambda: step(target))
     if submitted:
-        target = target.reload()
+        target = target.reload()  # the top-up wrote the new job ids into sweep.yaml
         states, answer = target.states()
     return target, states, answer
 

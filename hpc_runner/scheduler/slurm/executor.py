@@ -22,7 +22,7 @@ from hpc_runner.scheduler.slurm.command_job import (
     task_arguments,
     usable_folder,
 )
-from hpc_runner.scheduler.slurm.limits import forget_kept_limits, is_limit_refusal
+from hpc_runner.scheduler.slurm.limits import forget_kept_limits, is_limit_refusal, read_limits
 from hpc_runner.scheduler.slurm.partition_choice import partition_for
 from hpc_runner.scheduler.units import slurm_time
 
@@ -317,8 +317,6 @@ class SlurmExecutor(Executor):
     def limits(self, fresh: bool = False) -> SubmitLimits:
         """Return the user's submit limits and queued jobs (sacctmgr, kept a few minutes unless ``fresh``;
         squeue; scontrol)."""
-        from hpc_runner.scheduler.slurm.limits import read_limits
-
         return read_limits(self.profile.settings, fresh=fresh)
 
     def is_limit_refusal(self, message: str) -> bool:

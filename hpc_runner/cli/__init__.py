@@ -16,6 +16,7 @@ from typing import Any
 
 from hpc_runner import __version__
 from hpc_runner.config.argv import option_typos, split_overrides
+from hpc_runner.control_chars import PrintableStream, printable
 from hpc_runner.errors import UserError
 
 # name -> module; each module defines HELP, add_arguments(parser), main(args) -> int,
@@ -138,7 +139,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    return f"hpc-runner: warning: {message}\n"
+    return f"hpc-runner: warning: {printable(str(message))}\n"
 
 
 def entry() -> None:
@@ -178,6 +179,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.option_typos = option_typos(subparsers[name], overrides)
     args._argv = argv  # run --safe starts the same command again inside its sandbox (not an option)
     warnings.formatwarning = _format_warning
+    # every line the command prints passes the control-character filter, whichever print writes it: text from a
+    # record, a log, a bundle or a scheduler never reaches the terminal as an escape sequence
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = PrintableStream(streams[0]), PrintableStream(streams[1], keep_cr=True)
+    try:
+        return _run(name, module, args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(name: str, module: Any, args: argparse.Namespace) -> int:
+    """Run the command's ``main``: its exit code, or the one its error stands for (printed as one paragraph)."""
     try:
         from hpc_runner.records.environment import check_settings
 
@@ -188,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"hpc-runner {name}: error: {exc.paragraph()}", file=sys.stderr)
+        print(f"hpc-runner {name}: error: {printable(exc.paragraph())}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"hpc-runner {name}: interrupted", file=sys.stderr)
@@ -206,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"hpc-runner {name}: error: {paragraph}", file=sys.stderr)
+        print(f"hpc-runner {name}: error: {printable(paragraph)}", file=sys.stderr)
         return 2
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.cli.common import add_bundle_arguments, add_writable_argument, load_config_from_args
+from hpc_runner.records.json_out import dumps_json
 
 HELP = "precompute the deterministic transforms of the bundle's datasets into a persistent cache folder"
 DESCRIPTION = """Build the bundle's persistent datasets (hpc_runner.data.cached.CachedDataset with a cache_dir)
@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not run the bundle's 'initialize' ids first (the data must already exist)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_writable_argument(parser)
 
 
 def _size(n: int) -> str:
@@ -53,6 +54,17 @@ def main(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import asdict
 
+    from hpc_runner.config.sandbox_marks import inside_sandbox
+
+    if args.safe and not inside_sandbox():  # the bundle's initialize and transforms run only inside the sandbox
+        from hpc_runner.cli.sandbox_run import cache_in_sandbox
+
+        return cache_in_sandbox(args)
+    if (args.writable or args.readable) and not args.safe:
+        from hpc_runner.errors import UserError
+
+        raise UserError("--writable and --readable name what the --safe sandbox may write and read; without --safe "
+                        "every folder is", expected="--safe --writable DIR, or neither")
     from hpc_runner.data.cache_plan import fill_caches
 
     cfg = load_config_from_args(args)
@@ -60,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         results = fill_caches(cfg, only=args.dataset, initialize=args.initialize)
     if args.json:
-        print(json.dumps([asdict(r) for r in results], indent=2))
+        print(dumps_json([asdict(r) for r in results], indent=2))
         return 0
     for r in results:
         if r.skipped:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.json_out import dumps_json
 
 HELP = "write a cluster profile from what the scheduler says (init), or show a profile and your limits now (show)"
 DESCRIPTION = """\
@@ -40,21 +42,30 @@ def profile_text(name: str, lines: list[tuple[str, Any, str]], command: str) -> 
     out = [f"# {name}: written by `{command}` from what this cluster says; edit freely",
            "# (hpc-runner cluster show " + name + " prints it as it resolves, with your limits now)"]
     for key, value, where in lines:
-        text = json.dumps(value)  # YAML 1.2 reads JSON scalars and lists as they are
-        out.append(f"{key}: {text}".ljust(40) + f"  # {where}")
+        text = json.dumps(value, allow_nan=False)  # YAML 1.2 reads JSON scalars and lists as they are (ASCII)
+        out.append(f"{key}: {text}".ljust(40) + f"  # {_comment(where)}")
     return "\n".join(out) + "\n"
+
+
+def _comment(text: str) -> str:
+    """``text`` as one line of a YAML comment: the scheduler's words, their line breaks and control characters
+    (a newline would start a key of its own) shown as spaces."""
+    return "".join(c if c.isprintable() else " " for c in str(text))
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}")
 
 
 def _target(name: str) -> Path:
     from hpc_runner.scheduler.profiles import search_path
 
-    if not name or "/" in name or name.startswith(".") or not name.replace("-", "").replace("_", "").isalnum():
+    if not _NAME.fullmatch(name):  # ASCII only, and no trailing newline (`$` would let one through)
         raise UserError(f"profile name {name!r} cannot be a file name", expected="letters, digits, - and _")
     return search_path(os.environ)[0] / f"{name}.yaml"
 
 
 def _init(args: argparse.Namespace) -> int:
-    from hpc_runner.scheduler.profiles import load_profile
+    from hpc_runner.scheduler.profiles import check_new_profile, load_profile
     from hpc_runner.scheduler.select import executor_for
 
     target = _target(args.name)
@@ -64,11 +75,12 @@ def _init(args: argparse.Namespace) -> int:
     lines = executor_for(load_profile("slurm")).describe_cluster(args.partition)
     text = profile_text(args.name, lines, f"hpc-runner cluster init {args.name}"
                         + (f" --partition {args.partition}" if args.partition else ""))
-    target.parent.mkdir(parents=True, exist_ok=True)
+    # what would be written is read back and checked as a profile first: a scheduler answer the checks refuse
+    # leaves nothing behind (no file, no folder), and the file appears whole or not at all
+    check_new_profile(args.name, text, target, os.environ)
     from hpc_runner.records.atomic import write_text_atomic
 
     write_text_atomic(target, text)
-    load_profile(args.name)  # what was written loads and passes the profile checks
     sys.stdout.write(text)
     print(f"hpc-runner: wrote {target}; use it with --cluster {args.name}", file=sys.stderr)
     return 0
@@ -91,12 +103,12 @@ def _show(args: argparse.Namespace) -> int:
                  "limits": None if limits is None else [
                      {"name": lim.name, "source": lim.source, "value": lim.value, "queued": lim.queued}
                      for lim in limits.limits]}
-        print(json.dumps(found, indent=1, default=str))
+        print(dumps_json(found, indent=1, default=str))
         return 0
     print(f"# profile {profile.name} (executor {profile.executor}), from: "
           f"{', '.join(str(s) for s in profile.sources) or 'built in'}")
     for key, value in sorted(profile.settings.items()):
-        print(f"{key}: {json.dumps(value, default=str)}")
+        print(f"{key}: {dumps_json(value, default=str)}")
     if limits is None:
         print("# limits now: none (no scheduler: the jobs run here)" if executor.runs_here else
               "# limits now: the scheduler did not answer from here")

@@ -82,11 +82,17 @@ def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_writable_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--writable DIR``: a folder the --safe sandbox may write besides the run dir (recorded in its mark)."""
+    """Add ``--writable DIR`` and ``--readable DIR``: what the --safe sandbox may write and read besides the run dir
+    (the only grants: engine/sandbox.py ``checked_grant`` refuses /, $HOME, a parent of either, a link)."""
     parser.add_argument(
         "--writable", action="append", metavar="DIR",
         help="with --safe: the sandbox lets the run (or each job) write DIR too (a dataset or cache folder you "
         "chose; the run dir and --cache_dir always); repeatable",
+    )
+    parser.add_argument(
+        "--readable", action="append", metavar="DIR",
+        help="with --safe: the sandbox lets the run (or each job) read DIR too where it hides it (under $HOME, /tmp, "
+        "/run); repeatable",
     )
 
 
@@ -165,8 +171,9 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     from hpc_runner.registry.trust import check_trust
 
     _check_monai_flags(args)
-    if getattr(args, "writable", None) and not getattr(args, "safe", False):
-        raise UserError("--writable names what the --safe sandbox may write; without --safe every folder is",
+    if (getattr(args, "writable", None) or getattr(args, "readable", None)) and not getattr(args, "safe", False):
+        raise UserError("--writable and --readable name what the --safe sandbox may write and read; without --safe "
+                        "every folder is",
                         expected="--safe --writable DIR, or neither")
     bundle = args.bundle
     if bundle:
@@ -205,8 +212,9 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         check_safe(cfg)
     cfg.trusted = bool(getattr(args, "trust", False))
     cfg.safe = bool(getattr(args, "safe", False))
-    if cfg.safe:  # the folders the sandbox of this run (or of its jobs) may write besides the run dir
+    if cfg.safe:  # the folders the sandbox of this run (or of its jobs) may write and read besides the run dir
         cfg.sandbox_writable = tuple(named_writable(args))
+        cfg.sandbox_readable = tuple(named_readable_grants(args))
     cfg.tracking = getattr(args, "tracking_settings", None)  # recorded in the run dir by prepare_run
     return cfg
 
@@ -258,6 +266,15 @@ def cli_values(args: argparse.Namespace) -> list[tuple[str, Any]]:
 
 def named_writable(args: argparse.Namespace) -> list[str]:
     """The folders the user named for writing: ``--cache_dir DIR`` (an override) and every ``--writable DIR``."""
-    found = [str(v) for k, v in cli_values(args) if k == "cache_dir" and isinstance(v, str) and v]
-    found += list(getattr(args, "writable", None) or [])
-    return [os.path.abspath(os.path.expanduser(p)) for p in found]
+    from hpc_runner.engine.sandbox import checked_grant
+
+    found = [("--cache_dir", str(v)) for k, v in cli_values(args) if k == "cache_dir" and isinstance(v, str) and v]
+    found += [("--writable", p) for p in getattr(args, "writable", None) or []]
+    return [checked_grant(p, option) for option, p in found]
+
+
+def named_readable_grants(args: argparse.Namespace) -> list[str]:
+    """The folders the user named for reading under the sandbox's hidden ones: every ``--readable DIR``."""
+    from hpc_runner.engine.sandbox import checked_grant
+
+    return [checked_grant(p, "--readable") for p in getattr(args, "readable", None) or []]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
+import hpc_runner
 from hpc_runner.cli import COMMANDS, _load, build_parser
 from hpc_runner.scheduler.profiles import BUILTIN_DIR
 
@@ -26,25 +28,44 @@ DIR_COMMANDS = ("status", "resume", "collect", "cancel", "report", "rerun")  # t
 
 # bash: each function gets the word being completed and prints candidates; zsh: each adds them (compadd)
 BASH_PREAMBLE = r"""
+# Candidates are never expanded by the shell (no compgen -W on names from folders, files or bundles): they are
+# compared as text, those with a control character (a newline, an escape) are dropped, and each is printed
+# shell-quoted (printf %q), one per line, for the caller to read line by line into COMPREPLY.
+_hpcr_quoted() {  # lines on stdin -> the safe ones, quoted
+  local line
+  while IFS= read -r line; do
+    [[ -z $line || $line == *[[:cntrl:]]* ]] && continue
+    printf '%q\n' "$line"
+  done
+}
+_hpcr_matching() {  # $1: the word typed; the rest: candidates -> those starting with it, quoted
+  local word=$1 c
+  shift
+  for c in "$@"; do
+    [[ -n $c && $c != *[[:cntrl:]]* && $c == "$word"* ]] && printf '%q\n' "$c"
+  done
+}
 _hpcr_profiles() {  # built-in profiles, those on $HPCR_CLUSTER_PATH and in the user's folder, or a .yaml file
-  local names="@BUILTIN@" d f old_ifs=$IFS
+  local -a names=(@BUILTIN@)
+  local d f old_ifs=$IFS
   IFS=:
   for d in $HPCR_CLUSTER_PATH "${XDG_CONFIG_HOME:-$HOME/.config}/hpc-runner/clusters"; do
-    for f in "$d"/*.yaml "$d"/*.yml; do [[ -f $f ]] && { f=${f##*/}; names+=" ${f%.*}"; }; done
+    for f in "$d"/*.yaml "$d"/*.yml; do [[ -f $f ]] && { f=${f##*/}; names+=("${f%.*}"); }; done
   done
   IFS=$old_ifs
-  compgen -W "$names" -- "$1"
-  compgen -f -X '!*.y*ml' -- "$1"
+  _hpcr_matching "$1" "${names[@]}"
+  _hpcr_quoted < <(compgen -f -X '!*.y*ml' -- "$1")
 }
 _hpcr_bundles() {  # bundle folders, and the names on the bundle search path ($HPCR_BUNDLE_PATH, ./bundles)
-  local names="" d b old_ifs=$IFS
+  local -a names=()
+  local d b old_ifs=$IFS
   IFS=:
   for d in $HPCR_BUNDLE_PATH bundles; do
-    for b in "$d"/*/configs; do [[ -d $b ]] && { b=${b%/configs}; names+=" ${b##*/}"; }; done
+    for b in "$d"/*/configs; do [[ -d $b ]] && { b=${b%/configs}; names+=("${b##*/}"); }; done
   done
   IFS=$old_ifs
-  compgen -W "$names" -- "$1"
-  compgen -d -- "$1"
+  _hpcr_matching "$1" "${names[@]}"
+  _hpcr_quoted < <(compgen -d -- "$1")
 }
 _hpcr_ids_of_line() {  # the ids of the bundle named on the line, as --ID (hpc-runner config --ids)
   local -a words args
@@ -58,7 +79,7 @@ _hpcr_ids_of_line() {  # the ids of the bundle named on the line, as --ID (hpc-r
     esac
   done
   [[ -n $command && ${#args[@]} -gt 0 ]] || return 0
-  @PYTHON@ -m hpc_runner config "${args[@]}" --ids 2>/dev/null | sed 's/^/--/'
+  @PYTHON@ config "${args[@]}" --ids 2>/dev/null
 }
 _hpcr_complete() {  # shtab's completer, then the bundle's ids after --
   _shtab_hpc_runner "$@"
@@ -67,7 +88,9 @@ _hpcr_complete() {  # shtab's completer, then the bundle's ids after --
   [[ $cur == --* ]] || return 0
   local id
   while IFS= read -r id; do
-    [[ $id == "$cur"* ]] && COMPREPLY+=("$id")
+    [[ -z $id || $id == *[[:cntrl:]]* ]] && continue
+    id=--$id
+    [[ $id == "$cur"* ]] && COMPREPLY+=("$(printf '%q' "$id")")
   done < <(_hpcr_ids_of_line "${line% *}")
   if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then  # bash completes the part after the last colon
     local colon_word=${cur%"${cur##*:}"} k
@@ -76,6 +99,11 @@ _hpcr_complete() {  # shtab's completer, then the bundle's ids after --
 }
 """
 BASH_REGISTER = "complete -o bashdefault -F _hpcr_complete hpc-runner"
+# shtab's file and folder completers pass the typed word unquoted (split and globbed) and keep names with a
+# newline or an escape sequence: quoted, and such names dropped (bash quotes the rest itself: -o filenames)
+_KEEP_SAFE = "| while IFS= read -r l; do [[ $l != *[[:cntrl:]]* ]] && printf '%s\\n' \"$l\"; done"
+SHTAB_BASH_FIXES = (("compgen -f -- $1  # files", f'compgen -f -- "$1" {_KEEP_SAFE}  # files'),
+                    ("compgen -d -- $1  # recurse into subdirs", f'compgen -d -- "$1" {_KEEP_SAFE}  # folders'))
 
 ZSH_PREAMBLE = r"""
 _hpcr_zsh_profiles() {
@@ -84,7 +112,7 @@ _hpcr_zsh_profiles() {
   for d in ${(s.:.)HPCR_CLUSTER_PATH} ${XDG_CONFIG_HOME:-$HOME/.config}/hpc-runner/clusters; do
     for f in $d/*.y(|a)ml(N); do names+=(${${f:t}%.*}); done
   done
-  compadd -- $names
+  compadd -- ${names:#*[[:cntrl:]]*}
   _files -g '*.y(|a)ml'
 }
 _hpcr_zsh_bundles() {
@@ -92,7 +120,7 @@ _hpcr_zsh_bundles() {
   for d in ${(s.:.)HPCR_BUNDLE_PATH} bundles; do
     for b in $d/*/configs(N/); do names+=(${b:h:t}); done
   done
-  compadd -- $names
+  compadd -- ${names:#*[[:cntrl:]]*}
   _files -/
 }
 _hpcr_zsh_ids() {  # the ids of the bundle named on the line, as --ID (hpc-runner config --ids)
@@ -107,8 +135,9 @@ _hpcr_zsh_ids() {  # the ids of the bundle named on the line, as --ID (hpc-runne
     esac
   done
   [[ -n $command && $#args -gt 0 ]] || return 0
-  ids=(${(f)"$(@PYTHON@ -m hpc_runner config $args --ids 2>/dev/null)"})
-  compadd -- ${ids/#/--}
+  ids=(${(f)"$(@PYTHON@ config $args --ids 2>/dev/null)"})
+  ids=(${ids:#*[[:cntrl:]]*})
+  compadd -- ${ids/#/--}  # compadd quotes what it inserts (no -Q)
 }
 _hpcr_zsh() {
   _shtab_hpc_runner "$@"
@@ -138,6 +167,17 @@ def _mark_dynamic(subparsers: dict[str, argparse.ArgumentParser], shtab: object)
                 action.complete = shtab.FILE  # type: ignore[attr-defined]
 
 
+def entry_point_command() -> str:
+    """The shell words that run hpc-runner's CLI for completion, whatever the current folder holds: this
+    installation's Python, isolated (``-I``: no current folder, PYTHON* variables or user site on sys.path),
+    with only the folder that holds this hpc_runner put first, so a ``hpc_runner`` or ``yaml`` module in the
+    folder where TAB is pressed is never imported."""
+    package_parent = str(Path(hpc_runner.__file__).resolve().parents[1])
+    code = (f"import sys; sys.path.insert(0, {package_parent!r}); from hpc_runner.cli import entry; "
+            "sys.argv[0] = 'hpc-runner'; entry()")
+    return " ".join(shlex.quote(w) for w in (sys.executable, "-I", "-c", code))
+
+
 def script(shell: str) -> str:
     """Return the completion script for ``shell``."""
     import shtab  # a small, pure-Python dependency; imported by this command only
@@ -146,7 +186,7 @@ def script(shell: str) -> str:
     _mark_dynamic(subparsers, shtab)
     builtin = " ".join(sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml")))
     id_commands = " ".join(n for n in COMMANDS if getattr(_load(n), "ACCEPTS_OVERRIDES", False))
-    python = shlex.quote(sys.executable)  # the installation that wrote the script reads the ids
+    python = entry_point_command()
 
     def fill(text: str) -> str:
         return text.replace("@BUILTIN@", builtin).replace("@ID_COMMANDS@", id_commands).replace("@PYTHON@", python)
@@ -156,6 +196,10 @@ def script(shell: str) -> str:
         register = "complete -o bashdefault -F _shtab_hpc_runner hpc-runner"
         if register not in out:  # a shtab that registers otherwise would leave our ids out silently
             raise RuntimeError("shtab's bash script changed: its `complete` line was not found")
+        for old, new in SHTAB_BASH_FIXES:
+            if old not in out:
+                raise RuntimeError(f"shtab's bash script changed: {old!r} was not found")
+            out = out.replace(old, new)
         return out.replace(register, BASH_REGISTER)
     if shell == "zsh":
         out = shtab.complete(parser, shell="zsh", preamble={"zsh": fill(ZSH_PREAMBLE)})

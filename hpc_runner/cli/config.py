@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.records.json_out import dumps_json
 
 HELP = "print the merged config after overrides (--resolve, --sources)"
 DESCRIPTION = """Print the bundle's config as it would run: files merged in order, then the args
@@ -77,7 +77,7 @@ def _print_cache_plan(cfg, fmt: str) -> int:
     print("measuring the cache plan: running each dataset's transforms on the data (a few seconds)...",
           file=sys.stderr, flush=True)
     plan = cache_plan(cfg)
-    print(json.dumps(plan.to_dict(), indent=2) if fmt == "json" else plan.format())
+    print(dumps_json(plan.to_dict(), indent=2) if fmt == "json" else plan.format())
     return 0
 
 
@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         except (KeyError, IndexError, TypeError):
             raise ConfigError(f"id '{args.id}' is not in the config", expected="an existing id") from None
     data = to_plain(data)
-    print(json.dumps(data, indent=2) if args.format == "json" else dump_yaml(data), end="")
+    print(dumps_json(data, indent=2) if args.format == "json" else dump_yaml(data), end="")
     if args.id:
         notes = [n for n in notes if n.id_path == args.id or n.id_path.startswith(args.id + "::")]
     if notes:  # on stderr for JSON, so the output stays parseable

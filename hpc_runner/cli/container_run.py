@@ -72,6 +72,7 @@ def refuse_container(profile: Any, what: str) -> None:
 def checked_record(spec: ContainerSpec, cfg: Any, always: list[str]) -> dict[str, Any]:
     """Check the image and the config's binds (bad input before anything is queued); return run.yaml's record."""
     binds = config_binds(cfg.config, always, where=str(cfg.config_files[0]) if cfg.config_files else "the config")
+    container_argv(spec, Mounts(paths=tuple(binds), cwd=os.getcwd()), ["true"])  # every bind sayable, before a byte
     check_mount_points(spec, binds)
     info = check_image(spec, image_cache_dir(os.environ), os.environ, os.getcwd())
     return {**info, **spec.to_record()}

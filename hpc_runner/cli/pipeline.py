@@ -5,7 +5,6 @@ do with a pipeline dir."""
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any
 
 from hpc_runner.cli.common import add_preflight_argument
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args
+from hpc_runner.records.json_out import dumps_json
 
 HELP = "queue a study's stages at once: search, select the best point, evaluate, export, sharded inference"
 DESCRIPTION = """Read PIPELINE.yaml (docs/pipelines.md), check every stage (names, kinds, `from`, no cycle; each
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
     res = start_pipeline(spec, profile, directory, argv=sys.argv, log=lambda m: print(m, file=out, flush=True),
                          dry_run=args.dry_run, preflight=not args.no_preflight)
     if args.json:
-        print(json.dumps(res.to_json(profile.name)))
+        print(dumps_json(res.to_json(profile.name)))
         return 1 if res.failed else 0
     if res.dry_run:
         print(f"# dry run: profile {profile.name}; nothing written, nothing queued")
@@ -149,7 +149,7 @@ def status_main(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
     if args.json:
         for v in views:
-            print(json.dumps(v.to_json(), default=str))
+            print(dumps_json(v.to_json(), default=str))
     else:
         print(render(record, views))
         if args.all:

@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--container", metavar="IMAGE",
                         help="a run made in a container image: re-run it in IMAGE (default: the recorded image, "
                         "refused if it changed since)")
+    from hpc_runner.cli.common import add_writable_argument
+
+    add_writable_argument(parser)  # a --safe run's re-run may write and read only what this command line names
 
 
 def main(args: argparse.Namespace) -> int:
@@ -70,13 +73,18 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
 
     if plan.cfg.safe and not inside_sandbox():  # a run made with --safe is re-run in its sandbox, as its jobs are
-        return _rerun_inside(run_dir.path, plan.entry, None)
+        from hpc_runner.cli.common import named_readable_grants, named_writable
+        from hpc_runner.engine.sandbox import Grants
+
+        # grants from this command line only: the received run dir's mark and record grant nothing
+        return _rerun_inside(run_dir.path, plan.entry, None,
+                             Grants(tuple(named_writable(args)), tuple(named_readable_grants(args))))
     if plan.cfg.container and not inside_container():  # and a run made in an image, in that image
         return _rerun_inside(run_dir.path, plan.entry, run_dir.record())
     return execute_and_report(plan.cfg, run_dir, expanded, plan.entry, "rerun", requeue=True, debug=args.debug)
 
 
-def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | None) -> int:
+def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | None, grants: Any = None) -> int:
     """Run the prepared re-run inside the --safe sandbox (or its container image, given its record); print how
     it ended; return the exit code."""
     from hpc_runner.cli.run import EXIT_FAILED, EXIT_PREEMPTED
@@ -86,7 +94,7 @@ def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | Non
     restore = install_stop_handlers()
     try:
         outcome = (run_recorded_in_container(run_dir, entry, container_record) if container_record else
-                   run_recorded_in_sandbox(run_dir, entry))
+                   run_recorded_in_sandbox(run_dir, entry, grants))
     finally:
         restore()
     if outcome.status == "completed":

@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
             args.container, args.container_runtime = recorded, args.container_runtime or runtime
             print(f"hpc-runner: this run was made in the container image {recorded}: it goes on inside it",
                   file=sys.stderr, flush=True)
-    if args.container and not inside_container():  # the image runs the bundle; this side keeps the scheduler
+    if args.container is not None and not inside_container():  # the image runs the bundle ('' is refused there)
         from hpc_runner.cli.container_run import container_for, run_in_container
 
         spec = container_for(args)
@@ -106,11 +106,11 @@ def main(args: argparse.Namespace) -> int:
 
         with profile_request(args), gpu_transforms_request(args):
             return run_in_sandbox(args)
-    if args.writable and not args.safe:
+    if (args.writable or args.readable) and not args.safe:
         from hpc_runner.errors import UserError
 
-        raise UserError("--writable names what the --safe sandbox may write; without --safe every folder is",
-                        expected="--safe --writable DIR, or neither")
+        raise UserError("--writable and --readable name what the --safe sandbox may write and read; without --safe "
+                        "every folder is", expected="--safe --writable DIR, or neither")
     restore = install_stop_handlers()
     try:
         with profile_request(args), gpu_transforms_request(args):

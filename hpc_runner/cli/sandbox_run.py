@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.cli.common import cli_values, named_writable
+from hpc_runner.cli.common import cli_values, named_readable_grants, named_writable
 from hpc_runner.cli.inner_run import inner_run, make_folders, remove_made, requeue_after_stop
 from hpc_runner.errors import UserError
 from hpc_runner.records.safe_mark import SAFE_MARK, read_mark, write_mark
@@ -27,9 +27,11 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         FRESH_ENV,
         Needs,
         bwrap_argv,
+        checked_grant,
         find_bwrap,
         gpu_devices,
         hidden_folders,
+        refuse_ungranted,
         run_sandboxed,
         sandbox_env,
     )
@@ -39,10 +41,12 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         raise UserError("--safe runs the bundle in a sandbox without network, and this is one process of a "
                         "distributed run, whose ranks talk over the network; nothing was run",
                         expected="--safe in a single-process run, or a distributed run without --safe")
+    granted = named_writable(args)  # from this command line only (a mark in a run dir grants nothing)
+    readable_grants = named_readable_grants(args)
     run = inner_run(args, _load_without_allow_list)
     argv, run_dir, cfg = run.argv, run.run_dir, run.cfg
-    extra = list(cfg.sandbox_writable) if run.resumed else []  # what its mark let it write when it started
-    writable = list(dict.fromkeys([run_dir, *named_writable(args), *extra]))
+    checked_grant(run_dir, "--resume" if run.resumed else "--output_dir")
+    writable = list(dict.fromkeys([run_dir, *granted]))
     made = [path for folder in writable for path in make_folders(folder)]
     had_mark = read_mark(run_dir) is not None
     mark = str(write_mark(run_dir, writable[1:]))  # outside, before it starts: bound read-only inside
@@ -51,7 +55,7 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
     home = environ.get("HOME") or str(Path.home())
     needs = Needs(
         run_dir=run_dir, cwd=os.getcwd(), home=home, writable=tuple(writable),
-        readable=tuple(named_readable(args, cfg, user_config)),
+        readable=tuple([*named_readable(args, cfg, user_config), *readable_grants]),
         hidden=tuple(h for h in hidden_folders(environ) if os.path.isdir(h)),
         protected=(mark,),
         devices=tuple(gpu_devices()),
@@ -60,6 +64,14 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
     )
     command = [sys.executable, "-m", "hpc_runner", *argv]
     sandboxed = bwrap_argv(bwrap, needs, command)
+    try:  # a path the bundle names that the sandbox hides and nothing granted: said now, not as a missing file
+        refuse_ungranted(cfg.config if cfg is not None else {}, [*needs.writable, *needs.readable], needs.hidden,
+                         "the config")
+    except UserError:
+        if not had_mark:
+            os.remove(mark)
+        remove_made(made)
+        raise
     if getattr(args, "debug", False):
         import shlex
 
@@ -82,7 +94,7 @@ def _load_without_allow_list(args: argparse.Namespace) -> Any:
     from hpc_runner.cli.common import load_config_from_args
 
     plain = argparse.Namespace(**vars(args))
-    plain.safe, plain.writable = False, None  # (--writable is this side's to bind)
+    plain.safe, plain.writable, plain.readable = False, None, None  # (--writable/--readable: this side's to bind)
     return load_config_from_args(plain)
 
 
@@ -113,3 +125,44 @@ def _user_config(environ: dict[str, str]) -> str | None:
 
     path = user_config_path(environ)
     return str(path.resolve()) if path.is_file() else None
+
+
+def cache_in_sandbox(args: argparse.Namespace) -> int:
+    """Run ``args`` (a parsed `cache --safe`) inside the sandbox: the bundle's initialize and transforms run there,
+    writing only the --cache_dir and --writable folders it names; exit 2 without bwrap (no weaker mode)."""
+    from hpc_runner.engine.sandbox import (
+        Needs,
+        bwrap_argv,
+        find_bwrap,
+        gpu_devices,
+        hidden_folders,
+        refuse_ungranted,
+        run_sandboxed,
+        sandbox_env,
+    )
+
+    bwrap = find_bwrap()  # before anything else: no sandbox, no bundle code
+    writable = named_writable(args)
+    if not writable:
+        raise UserError("cache --safe writes the cache inside the sandbox, which may write only the folders the "
+                        "command line names, and none is named; nothing was run",
+                        expected="--cache_dir DIR (or --writable DIR holding the bundle's cache_dir)")
+    readable_grants = named_readable_grants(args)
+    cfg = _load_without_allow_list(args)
+    made = [path for folder in writable for path in make_folders(folder)]
+    environ = dict(os.environ)
+    user_config = _user_config(environ)
+    home = environ.get("HOME") or str(Path.home())
+    needs = Needs(
+        run_dir=writable[0], cwd=os.getcwd(), home=home, writable=tuple(writable),
+        readable=tuple([*named_readable(args, cfg, user_config), *readable_grants]),
+        hidden=tuple(h for h in hidden_folders(environ) if os.path.isdir(h)),
+        devices=tuple(gpu_devices()),
+        env=sandbox_env(environ, home=home, user_config=user_config),
+    )
+    try:
+        refuse_ungranted(cfg.config, [*needs.writable, *needs.readable], needs.hidden, "the config")
+        argv = list(getattr(args, "_argv", None) or sys.argv[1:])
+        return run_sandboxed(bwrap_argv(bwrap, needs, [sys.executable, "-m", "hpc_runner", *argv]))
+    finally:
+        remove_made(made)

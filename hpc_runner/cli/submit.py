@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -19,6 +18,7 @@ from hpc_runner.cli.common import (
 from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for, refuse_container
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args, positive_int
+from hpc_runner.records.json_out import dumps_json
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
@@ -115,7 +115,7 @@ def _main(args: argparse.Namespace) -> int:
     res = submit_run(cfg, args.entry, profile, args.output_dir, argv=sys.argv, hold=args.hold, dry_run=args.dry_run,
                      preflight=not args.no_preflight)
     if args.json:  # one JSON object on stdout, for scripts: no prose
-        print(json.dumps(res.to_json(profile.name)))
+        print(dumps_json(res.to_json(profile.name)))
         return 1 if res.local_failures else 0
     if res.dry_run:
         for script in res.scripts:

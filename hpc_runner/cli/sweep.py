@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -27,6 +26,7 @@ from hpc_runner.cli.slurm_options import (
     positive_int,
 )
 from hpc_runner.errors import UserError
+from hpc_runner.records.json_out import print_json, prose_to_stderr
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
 DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
@@ -125,15 +125,23 @@ def apply_right_size(profile: Any, args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the command (with --profile, the jobs inherit HPCR_PROFILE through sbatch --export)."""
+    """Run the command (with --profile, the jobs inherit HPCR_PROFILE through sbatch --export).
+
+    With --json, stdout holds exactly one JSON document: everything else the sweep prints while it checks and
+    submits (progress, the lines of points run here) goes to stderr."""
     with profile_request(args):
-        return _main(args)
+        with prose_to_stderr(args.json):
+            res, profile = _main(args)
+        if args.json:  # one JSON object on stdout, for scripts
+            print_json(res.to_json(profile.name))
+            return 1 if res.local_failures else 0
+        return report_submitted(res, profile, args.pack, args.hold)
 
 
-def _main(args: argparse.Namespace) -> int:
+def _main(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Check the sweep and submit it; return what the submission did and the profile."""
     from hpc_runner.sweep.retry import parse_rules
     from hpc_runner.sweep.spec import build_spec
-    from hpc_runner.sweep.submission import submit_sweep
 
     spec = build_spec(args.sweep, args.zip, args.sweep_file)
     rules = parse_rules(args.retry)
@@ -146,7 +154,13 @@ def _main(args: argparse.Namespace) -> int:
     _check_space_separated(args, cfg)
     if image is not None:  # the image starts and imports, every path of the config is under a bind: else exit 2
         cfg.container = checked_record(image, cfg, [os.getcwd(), str(cfg.bundle_dir or "")])
-    res = submit_sweep(
+    return _submit(args, cfg, spec, profile, rules), profile
+
+
+def _submit(args: argparse.Namespace, cfg: Any, spec: Any, profile: Any, rules: Any) -> Any:
+    from hpc_runner.sweep.submission import submit_sweep
+
+    return submit_sweep(
         cfg,
         args.entry,
         spec,
@@ -164,10 +178,6 @@ def _main(args: argparse.Namespace) -> int:
                                   ("max_submit_calls", args.max_submit_calls)) if v is not None},
         record_extra={"retry": rules} if rules else None,
     )
-    if args.json:  # one JSON object on stdout, for scripts
-        print(json.dumps(res.to_json(profile.name)))
-        return 1 if res.local_failures else 0
-    return report_submitted(res, profile, args.pack, args.hold)
 
 
 def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, what: str = "points") -> int:

@@ -105,13 +105,14 @@ def _main(args: argparse.Namespace) -> int:
     refuse_container(profile, "tune")  # its pruner listens inside each trial's process
     apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
-    res = submit_tune(cfg, args.entry, settings, profile, args.output_dir, parallel=args.parallel, argv=sys.argv,
-                      hold=args.hold, dry_run=args.dry_run, log=lambda m: print(m, flush=True),
-                      preflight=not args.no_preflight)
-    if args.json:  # one JSON object on stdout, for scripts
-        import json
+    from hpc_runner.records.json_out import print_json, prose_to_stderr
 
-        print(json.dumps(res.to_json(profile.name)))
+    with prose_to_stderr(args.json):  # --json: stdout holds the one JSON document, the rest goes to stderr
+        res = submit_tune(cfg, args.entry, settings, profile, args.output_dir, parallel=args.parallel, argv=sys.argv,
+                          hold=args.hold, dry_run=args.dry_run, log=lambda m: print(m, flush=True),
+                          preflight=not args.no_preflight)
+    if args.json:  # one JSON object on stdout, for scripts
+        print_json(res.to_json(profile.name))
         return 1 if res.local_failures else 0
     return report_started(res, profile, args.hold)
 

@@ -66,6 +66,7 @@ class BundleConfig:
     trusted: bool = False  # run despite a MANIFEST mismatch (--trust); recorded so a job checks the same way
     safe: bool = False  # checked with --safe
     sandbox_writable: tuple[str, ...] = ()  # --safe: folders besides the run dir its sandbox may write (--writable)
+    sandbox_readable: tuple[str, ...] = ()  # --safe: folders its sandbox may read under the hidden ones (--readable)
     container: dict | None = None  # --container: the image it runs in (engine/container.py), as run.yaml records it
     tracking: dict | None = None  # --tracking: where MLflow runs go (hpc_runner/tracking/settings.py)
     recorded: bool = False  # loaded from a run dir's config.yaml (resume, rerun, jobs), not from bundle files

@@ -28,8 +28,8 @@ from hpc_runner.records.read import read_json_cache
 
 PACKAGE = "monai"  # ComponentLocator.MOD_START
 # monai/__init__.py's load_submodules exclude pattern (MONAI 1.6): these modules load only when imported
-_EXCLUDED = re.compile(r"(^(monai.handlers))|(^(monai.bundle))|(^(monai.fl))|((\.so)$)|(^(monai._C))|"
-                       r"(.*(__main__)$)|(.*(video_dataset)$)|(.*(nnunet).*$)")
+_EXCLUDED = re.compile(r"(^(monai.handlers))|(^(monai.bundle))|(^(monai.fl))|((\.so)\Z)|(^(monai._C))|"
+                       r"(.*(__main__)\Z)|(.*(video_dataset)\Z)|(.*(nnunet).*\Z)")
 MAYBE = "?"  # prefix of a module that defines the name only with some optional packages installed
 MAX_BYTES = 4 << 20
 MAX_FILES = 5000

@@ -52,7 +52,7 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
         where=where,
         trusted=bool(record.get("trusted", False)),
         safe=bool(record.get("safe", False)) or mark is not None,
-        sandbox_writable=tuple(mark or ()),
+        # a mark keeps a run safe and grants nothing: the sandbox's folders come from each command line or job call
         container=record.get("container") if isinstance(record.get("container"), dict) else None,
         recorded=True,
         init_id=str(record.get("init_id") or DEFAULT_INIT_ID),

@@ -30,6 +30,8 @@ from typing import Any
 
 from hpc_runner.config.ids import get_by_id, iter_ids, join_id
 from hpc_runner.config.merge import locate
+from hpc_runner.errors import UserError
+from hpc_runner.records.read import read_record_text
 from hpc_runner.registry.problems import Problem, problems_error
 from hpc_runner.registry.safe_policy import (
     DOWNLOAD_KEYS,
@@ -298,8 +300,8 @@ def logging_problems(path: Path) -> list[Problem]:
     """What ``--safe`` refuses in a logging INI file: ``fileConfig`` evals ``args``/``kwargs`` and imports ``class``."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(path.read_text(encoding="utf-8"), source=str(path))
-    except (OSError, UnicodeDecodeError, configparser.Error) as exc:
+        parser.read_string(read_record_text(path, "logging config") or "", source=str(path))
+    except (OSError, UserError, configparser.Error) as exc:
         return [Problem(str(path), None, f"the logging config cannot be read ({type(exc).__name__}); --safe refuses "
                         "what it cannot check")]
     problems = []

@@ -19,13 +19,13 @@ from hpc_runner.errors import ConfigError
 
 PASS_THROUGH_PREFIXES = ("$", "@", "%")
 
-_INT = re.compile(r"^[-+]?[0-9]+$|^0o[0-7]+$|^0x[0-9a-fA-F]+$")
+_INT = re.compile(r"^[-+]?[0-9]+\Z|^0o[0-7]+\Z|^0x[0-9a-fA-F]+\Z")
 _FLOAT = re.compile(
-    r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"
-    r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"
+    r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z"
+    r"|^[-+]?\.(?:inf|Inf|INF)\Z|^\.(?:nan|NaN|NAN)\Z"
 )
-_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_NULL = re.compile(r"^(?:~|null|Null|NULL)$")
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z")
+_NULL = re.compile(r"^(?:~|null|Null|NULL)\Z")
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"

@@ -9,8 +9,8 @@ from typing import Any
 from hpc_runner.data.device_transforms import loader_view, with_seeds
 from hpc_runner.data.seeding import describe, isolate, item_seeds, random_targets, reseed
 
-_MONAI_APPLY = re.compile(r"^applying transform (.*)$", re.S)
-_OBJECT_REPR = re.compile(r"^<([\w.]+) object at 0x[0-9a-fA-F]+>$")
+_MONAI_APPLY = re.compile(r"^applying transform (.*)\Z", re.S)
+_OBJECT_REPR = re.compile(r"^<([\w.]+) object at 0x[0-9a-fA-F]+>\Z")
 
 
 class DataItemError(RuntimeError):

@@ -15,7 +15,7 @@ from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import save_atomic
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE
 
-_NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
+_NAME = re.compile(r"^ckpt_([0-9]{8})\.pt\Z")
 FORMAT = 1
 RESTART_FLAG = "--restart"  # the `run --resume DIR` flag that starts a run over (see set_aside_for_restart)
 

@@ -7,6 +7,9 @@ scheduler (signals, requeue, the sweep's top-ups), so no SLURM command is ever n
 
 The decisions are plain functions: :func:`container_spec` (the options, checked), :func:`detect_runtime`,
 :func:`container_argv` (the exact command line of each runtime), :func:`container_env` (what is passed in).
+One function, :func:`bind_argument`, makes every bind option of every runtime; a path holding a character the
+runtime reads as a separator (``:`` everywhere, ``,`` for Apptainer/Singularity) is refused, never spliced.
+A profile's binds are checked as ``--writable`` is (no ``/``, ``$HOME``, parent of either, or link).
 :func:`check_image` runs the image once to prove that ``python -m hpc_runner`` with torch and MONAI imports inside
 it, cached per image fingerprint, so a missing image or module is exit 2 before anything is queued.
 """
@@ -24,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.sandbox_marks import INSIDE_CONTAINER_ENV
+from hpc_runner.engine.sandbox import checked_grant
 from hpc_runner.errors import UserError
+from hpc_runner.records.command_output import run_command
+from hpc_runner.records.read import parse_json_text, read_json_record
 from hpc_runner.records.user_cache import user_cache_dir
 from hpc_runner.scheduler.job_env import job_variables
 
@@ -44,6 +50,9 @@ PASS_NAMES = (
 PASS_PREFIXES = ("LC_", "HPCR_")
 SYSTEM = ("/usr", "/etc", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/proc", "/sys", "/dev", "/run", "/boot",
           "/var/lib", "/var/cache")  # the image's own: never bound over from the host
+BIND_OPTIONS = {"charliecloud": "--bind=", "apptainer": "--bind=", "singularity": "--bind=", "podman": "--volume="}
+# characters each runtime's bind option reads as a separator (SRC:DST[:OPTS]; Apptainer: A,B for two binds)
+BIND_SEPARATORS = {"charliecloud": ":", "apptainer": ":,", "singularity": ":,", "podman": ":"}
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # PATH in a Charliecloud image
 CHECK_TIMEOUT_S = 300  # importing torch and MONAI from a cold image on a shared filesystem
 
@@ -91,6 +100,16 @@ def container_spec(cli_image: str | None, cli_runtime: str | None, profile_block
     if unknown:
         raise UserError(f"container: has unknown key(s) {', '.join(unknown)}", where=where,
                         expected=f"only {', '.join(sorted(SPEC_KEYS))}")
+    if cli_image is not None and (not isinstance(cli_image, str) or not cli_image.strip()):
+        raise UserError("--container names no image (an empty name); nothing was run or queued", where="--container",
+                        expected="--container IMAGE (a SIF file, a Charliecloud image folder or SquashFS file, or "
+                        "docker://NAME:TAG), or no --container to run on the host")
+    if cli_image is None and profile_block is not None and (
+            not isinstance(block.get("image"), str) or not block["image"].strip()):
+        raise UserError(f"the profile's container: block names no image ({block.get('image')!r}); nothing was run "
+                        "or queued", where=where,
+                        expected="container: {image: PATH} naming the image, or no container: block (--slurm "
+                        "container=null) to run on the host")
     image = cli_image or block.get("image")
     if not image:
         return None
@@ -116,6 +135,9 @@ def container_spec(cli_image: str | None, cli_runtime: str | None, profile_block
         if not isinstance(value, list) or not all(isinstance(v, str) and v and "\n" not in v for v in value):
             raise UserError(f"container: {key} is {value!r}", where=where, expected=f"a list of strings ({key})")
         lists[key] = tuple(value)
+    for bind in lists["binds"]:  # the user's own grants: checked as --writable is, and sayable by the runtime
+        src, dst = parse_bind(bind, where)
+        bind_argument(runtime, src, dst, where)
     python = block.get("python") or "python3"
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise UserError(f"container: python is {python!r}", where=where, expected="a command, e.g. python3")
@@ -143,6 +165,33 @@ def container_env(environ: Mapping[str, str]) -> dict[str, str]:
     env.pop("HPCR_CONFIG", None)  # the user's config file is the host's, read outside
     env[INSIDE_CONTAINER_ENV] = "1"
     return env
+
+
+def parse_bind(text: str, where: str) -> tuple[str, str]:
+    """Return (source, destination) of a profile's ``SRC[:DST]`` bind; the source is checked as ``--writable`` is
+    (not ``/``, ``$HOME``, a parent of either, nor a path through a link)."""
+    parts = text.split(":")
+    if len(parts) > 2 or not all(p.startswith("/") for p in parts):
+        raise UserError(f"container: binds has {text!r}", where=where,
+                        expected="SRC or SRC:DST, two absolute paths (no other ':')")
+    src = checked_grant(parts[0], f"{where}: container.binds")
+    return src, os.path.normpath(parts[-1])
+
+
+def bind_argument(runtime: str, src: str, dst: str | None = None, where: str = "a bind") -> str:
+    """Return the one option that binds host ``src`` at ``dst`` (default: the same path) for ``runtime``; bad
+    input when a path holds what that runtime's option reads as a separator or a control character."""
+    dst = src if dst is None else dst
+    for path in (src, dst):
+        bad = [c for c in path if c in BIND_SEPARATORS[runtime] or ord(c) < 32 or ord(c) == 127]
+        if bad or not path.startswith("/"):
+            raise UserError(
+                f"the path {path!r} cannot be bound into the image by {runtime}: "
+                + (f"its {bad[0]!r} is a separator of {runtime}'s {BIND_OPTIONS[runtime].rstrip('=')} option"
+                   if bad else "it is not absolute") + "; nothing was run or queued", where=where,
+                expected=f"the folder at a path without {' or '.join(repr(c) for c in BIND_SEPARATORS[runtime])} "
+                "(rename it, or move the run dir, bundle or data there)")
+    return f"{BIND_OPTIONS[runtime]}{src}:{dst}"
 
 
 def bind_list(paths: Sequence[str]) -> list[str]:
@@ -191,8 +240,7 @@ def missing_mount_points(spec: ContainerSpec, binds: Sequence[str]) -> list[str]
     if spec.runtime != "charliecloud" or not os.path.isdir(spec.image):
         return []
     missing = []
-    for bind in [*binds, *spec.binds]:
-        dst = bind.split(":", 1)[1] if ":" in bind else bind
+    for dst in [*binds, *(parse_bind(b, spec.where)[1] for b in spec.binds)]:
         if dst == "/tmp" or dst.startswith("/tmp/"):
             continue
         if not os.path.isdir(os.path.join(spec.image, dst.lstrip("/"))):
@@ -224,10 +272,11 @@ class Mounts:
 def container_argv(spec: ContainerSpec, mounts: Mounts, command: Sequence[str]) -> list[str]:
     """Return the exact command line that runs ``command`` inside the image with ``mounts``, for its runtime."""
     program = PROGRAMS[spec.runtime]
-    binds = [*mounts.paths, *spec.binds]
+    pairs = [(p, p) for p in mounts.paths] + [parse_bind(b, spec.where) for b in spec.binds]
+    binds = [bind_argument(spec.runtime, src, dst, spec.where) for src, dst in pairs]
     if spec.runtime == "charliecloud":
         argv = [program, "--unset-env=*"]  # ch-run passes the host's whole environment otherwise
-        argv += [f"--bind={b}" if ":" in b else f"--bind={b}:{b}" for b in binds]
+        argv += binds
         env = {"PATH": IMAGE_PATH, "HOME": "/tmp", **mounts.env}  # no $HOME bound: packages' caches go to /tmp
         argv += [f"--set-env={k}={v}" for k, v in sorted(env.items())]
         argv += [f"--cd={mounts.cwd}", *spec.options, spec.image, "--", *command]
@@ -235,7 +284,7 @@ def container_argv(spec: ContainerSpec, mounts: Mounts, command: Sequence[str]) 
     if spec.runtime in ("apptainer", "singularity"):
         argv = [program, "exec", "--containall", "--cleanenv", "--no-home"]
         argv += [f"--{spec.gpu}"] if spec.gpu else []
-        argv += [f"--bind={b}" if ":" in b else f"--bind={b}:{b}" for b in binds]
+        argv += binds
         argv += [f"--env={k}={v}" for k, v in sorted(mounts.env.items())]
         argv += [f"--pwd={mounts.cwd}", *spec.options, spec.image, *command]
         return argv
@@ -244,7 +293,7 @@ def container_argv(spec: ContainerSpec, mounts: Mounts, command: Sequence[str]) 
         argv.append("--device=nvidia.com/gpu=all")
     elif spec.gpu == "rocm":
         argv += ["--device=/dev/kfd", "--device=/dev/dri"]
-    argv += [f"--volume={b}" if ":" in b else f"--volume={b}:{b}" for b in binds]
+    argv += binds
     argv += [f"--env={k}={v}" for k, v in sorted(mounts.env.items())]
     argv += [f"--workdir={mounts.cwd}", *spec.options, spec.image, *command]
     return argv
@@ -279,12 +328,14 @@ def image_fingerprint(image: str) -> str:
     digest = hashlib.sha256()
     path = Path(image)
     if path.is_file():
-        st = path.stat()
-        digest.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
-        with open(path, "rb") as f:
-            digest.update(f.read(1 << 20))
-            f.seek(max(0, st.st_size - (1 << 20)))
-            digest.update(f.read(1 << 20))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            digest.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+            digest.update(os.pread(fd, 1 << 20, 0))
+            digest.update(os.pread(fd, 1 << 20, max(0, st.st_size - (1 << 20))))
+        finally:
+            os.close(fd)
         return "file:" + digest.hexdigest()[:32]
     for root, dirs, files in os.walk(path):
         depth = len(Path(root).relative_to(path).parts)
@@ -319,27 +370,29 @@ def check_image(spec: ContainerSpec, cache_dir: Path, environ: Mapping[str, str]
     key = hashlib.sha256(f"2|{spec.runtime}|{fingerprint}|{spec.python}|{spec.options}".encode()).hexdigest()[:24]
     cached = cache_dir / f"image-{key}.json"
     try:
-        return {**json.loads(cached.read_text(encoding="utf-8")), "fingerprint": fingerprint}
-    except (OSError, ValueError):
+        return {**read_json_record(cached, "the image check's cache"), "fingerprint": fingerprint}
+    except (OSError, UserError):
         pass
     mounts = Mounts(paths=tuple(bind_list([cwd])), cwd=cwd, env=container_env(environ))
     argv = container_argv(spec, mounts, [spec.python, "-c", CHECK_CODE])
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
-                              env={**os.environ, **starter_env(os.environ)})
+        proc = run_command(argv, timeout=CHECK_TIMEOUT_S, env={**os.environ, **starter_env(os.environ)})
     except subprocess.TimeoutExpired:
         raise UserError(f"the container image {spec.image} did not answer within {CHECK_TIMEOUT_S} s", where=spec.where,
                         expected="an image whose Python starts") from None
-    lines = (proc.stdout or "").strip().splitlines()
+    out, err = proc.stdout, proc.stderr
+    lines = out.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        last = (err or out).strip().splitlines()[-1:] or ["no output"]
         raise UserError(f"the container image {spec.image} cannot run hpc-runner ({spec.runtime}, {spec.python}): "
                         f"{last[0][:300]}; nothing was run or queued", where=spec.where,
                         expected=f"an image with Python, torch, MONAI and hpc-runner installed (try: {program} ... "
                         f"{spec.python} -c 'import torch, monai, hpc_runner')")
     try:
-        found = json.loads(lines[-1])
-    except ValueError:
+        found = parse_json_text(lines[-1], spec.image, "image check's answer")
+    except UserError:
+        found = {"answer": lines[-1][:200]}
+    if not isinstance(found, dict):
         found = {"answer": lines[-1][:200]}
     cache_dir.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(found), encoding="utf-8")

@@ -263,10 +263,12 @@ def _init_final_record(cfg: BundleConfig) -> dict[str, str]:
 
 def _moved_copy_of(existing: Path, config_text: str) -> bool:
     """Whether ``existing`` config.yaml is ``config_text`` but for ``output_dir``: the run dir was moved."""
-    import yaml
+    from hpc_runner.records.read import parse_yaml_record, read_record_text
 
-    recorded = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
-    now = yaml.safe_load(config_text) or {}
+    recorded = parse_yaml_record(read_record_text(existing, "run config") or "", existing, "run config") or {}
+    now = parse_yaml_record(config_text, existing, "run config") or {}
+    if not isinstance(recorded, dict) or not isinstance(now, dict):
+        return False
     recorded[OUTPUT_DIR_ID] = now.get(OUTPUT_DIR_ID)
     return recorded == now
 

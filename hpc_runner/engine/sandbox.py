@@ -5,10 +5,11 @@ The allow-list (config/safe_mode.py) is a fast first check; this is the promise.
 
 - the filesystem is the host's, read-only; only the run dir, the cache dir named on the command line
   (``--cache_dir``) and the folders named with ``--writable`` are writable;
-- ``$HOME`` (and the account's home from the password database), ``/tmp``, ``/var/tmp`` and
-  ``/run/user/UID`` are empty private tmpfs: SSH keys, ~/.config, agents' sockets are not there; what the run
-  reads from them (the venv, the bundle, the current folder, the files named on the command line,
-  hpc-runner's own config file) is bound back read-only;
+- ``$HOME`` (and the account's home from the password database), ``/tmp``, ``/var/tmp``, ``/run`` and
+  ``/var/run`` are empty private tmpfs: SSH keys, ~/.config, agents' and daemons' sockets (munge, dbus) are not
+  there; what the run reads from them (the venv, the bundle, the current folder, the files named on the
+  command line and with ``--readable``, hpc-runner's own config file) is bound back read-only;
+- every capability is dropped (``--cap-drop ALL``): run as root, the code inside has none (CapEff 0);
 - there is no network (a new network namespace: loopback only), no other process (a new PID
   namespace), no terminal to inject into (a new session), and the sandbox dies with its parent;
 - the environment is rebuilt from a short list (PATH, locale, HPCR_*, the job's scheduler variables, the
@@ -17,6 +18,9 @@ The allow-list (config/safe_mode.py) is a fast first check; this is the promise.
 The decisions (which paths, which variables, the argv) are plain functions; :func:`run_sandboxed` only
 starts bwrap, relays stop signals to the run inside, and returns its exit code. Without bubblewrap, or
 where it cannot make namespaces, ``--safe`` is refused (exit 2): there is no weaker mode.
+
+Grants come from the user's command line only (:func:`checked_grant` refuses ``/``, ``$HOME``, a parent of
+either and a path through a link), never from the run dir or the bundle's config: :class:`Grants`.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hpc_runner.config.sandbox_marks import INSIDE_ENV
+from hpc_runner.config.sandbox_marks import INSIDE_ENV, INSIDE_FILE
 from hpc_runner.errors import UserError
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.job_env import job_variables
 
 FRESH_ENV = "HPCR_SANDBOX_FRESH"  # "1": the parent made the run dir for this run (removed again on bad input)
@@ -75,7 +80,9 @@ def hidden_folders(environ: Mapping[str, str], uid: int | None = None) -> list[s
         found.append(pwd.getpwuid(uid).pw_dir)
     except (KeyError, ImportError):
         pass
-    found += ["/tmp", "/var/tmp", f"/run/user/{uid}"]
+    found += ["/tmp", "/var/tmp", "/run"]  # /run: daemons' sockets (munge, dbus, the agents of /run/user/UID)
+    if os.path.isdir("/var/run") and not os.path.islink("/var/run"):  # usually a link to /run
+        found.append("/var/run")
     out: list[str] = []
     for path in found:
         if not path or not os.path.isabs(path):
@@ -151,14 +158,117 @@ def bwrap_argv(bwrap: str, needs: Needs, command: Sequence[str]) -> list[str]:
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for device in needs.devices:
         argv += ["--dev-bind-try", device, device]
-    for option, path in bind_plan(needs):
+    plan = bind_plan(needs)
+    for option, path in plan:
         argv += [option, path] if option == "--tmpfs" else [option, os.path.realpath(path), path]
+    if ("--tmpfs", "/run") in plan:  # what tells the run it is inside: a folder only bwrap makes, on its own /run
+        argv += ["--dir", INSIDE_FILE]
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-             "--new-session", "--clearenv"]
+             "--new-session", "--cap-drop", "ALL", "--clearenv"]
     for key, value in sorted(needs.env.items()):
         argv += ["--setenv", key, value]
     argv += ["--chdir", needs.cwd, "--", *command]
     return argv
+
+
+def _homes(environ: Mapping[str, str]) -> list[str]:
+    """$HOME and the account's home from the password database."""
+    homes = [environ.get("HOME") or ""]
+    try:
+        import pwd
+
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except (KeyError, ImportError):
+        pass
+    return [os.path.normpath(h) for h in homes if h and os.path.isabs(h)]
+
+
+def checked_grant(path: str, option: str, environ: Mapping[str, str] | None = None) -> str:
+    """Return the absolute path of a folder the user grants the sandbox (``--writable``, ``--readable``,
+    ``--output_dir``, ``--cache_dir``, a profile's bind); bad input (exit 2) for ``/``, ``$HOME``, a parent of
+    either, and a path through a symbolic link (name its real path instead: what is granted is what is named)."""
+    environ = os.environ if environ is None else environ
+    if not isinstance(path, str) or not path or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise UserError(f"{option} {path!r} is not a folder's path", where=option,
+                        expected=f"{option} DIR naming one folder (no control characters)")
+    full = os.path.abspath(os.path.expanduser(path))
+    homes = _homes(environ)
+    for granted in dict.fromkeys([full, os.path.realpath(full)]):
+        if granted == "/" or any(under(h, [granted]) for h in homes):
+            what = "the whole filesystem" if granted == "/" else (
+                "your home folder" if granted in homes else f"a folder that holds your home folder {homes[0]}")
+            raise UserError(
+                f"{option} {path} would give the --safe sandbox {what} (SSH keys, shell profiles, every file of "
+                "yours), which is what the sandbox hides; nothing was run or queued", where=option,
+                expected=f"{option} naming the one folder the run needs (a dataset or cache folder), not /, "
+                "$HOME or a folder above them")
+    real = os.path.realpath(full)
+    if real != full:
+        raise UserError(
+            f"{option} {path} goes through a symbolic link (its real path is {real}); a link can be changed to point "
+            "elsewhere after it is checked, so the sandbox grants only real paths; nothing was run or queued",
+            where=option, expected=f"{option} {real}")
+    return full
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What the user's command line lets a --safe run write and read besides its run dir (never a record's)."""
+
+    writable: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()
+
+    def to_record(self) -> dict[str, list[str]]:
+        """Return the grants as a job's arguments carry them."""
+        return {"writable": list(self.writable), "readable": list(self.readable)}
+
+    @classmethod
+    def from_record(cls, found: object, where: str = "the job's arguments") -> Grants:
+        """Return the grants a job was submitted with (checked again, as on the command line)."""
+        if found is None:
+            return cls()
+        if not isinstance(found, dict) or set(found) - {"writable", "readable"}:
+            raise UserError(f"the --safe grants {found!r:.200} are not what hpc-runner submits", where=where,
+                            expected="{writable: [DIR], readable: [DIR]}")
+        lists = {}
+        for key in ("writable", "readable"):
+            value = found.get(key) or []
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise UserError(f"the --safe grants' {key} is {value!r:.200}", where=where,
+                                expected="a list of absolute folders")
+            lists[key] = tuple(checked_grant(v, f"--{key}") for v in value)
+        return cls(**lists)
+
+
+def ungranted_paths(config: object, granted: Iterable[str], hidden: Iterable[str]) -> list[tuple[str, str]]:
+    """Return (id, path) for each existing absolute path among the config's values that the sandbox hides (under a
+    hidden folder) and that nothing granted shows: the run would not find it inside. (A path that does not exist
+    yet is the run's to make; inside, it lands in the hidden tmpfs and is gone with it.)"""
+    from hpc_runner.config.ids import iter_ids
+
+    granted, hidden = [os.path.normpath(g) for g in granted], [os.path.normpath(h) for h in hidden]
+    found = []
+    for id_path, value in iter_ids(config):
+        if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096 or "\n" in value:
+            continue
+        path = os.path.normpath(value)
+        if under(path, hidden) and not under(path, granted) and os.path.lexists(path):
+            found.append((str(id_path), path))
+    return found
+
+
+def refuse_ungranted(config: object, granted: Iterable[str], hidden: Iterable[str], where: str) -> None:
+    """Bad input (exit 2) naming the first config id whose path the sandbox would hide, and the --readable to add."""
+    missing = ungranted_paths(config, granted, hidden)
+    if missing:
+        id_path, path = missing[0]
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        raise UserError(
+            f"id '{id_path}' names {path}, which the --safe sandbox hides (it shows only what the command line "
+            f"grants){f', and {len(missing) - 1} more such path(s)' if len(missing) > 1 else ''}; nothing was run",
+            where=where, id_path=id_path,
+            expected=f"--readable {folder} (or --writable {folder} if the run writes there) on the command line, "
+            "if the run may read it")
 
 
 def gpu_devices() -> list[str]:
@@ -182,7 +292,7 @@ def find_bwrap(environ: Mapping[str, str] | None = None) -> str:
     probe = [program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "--unshare-pid",
              "--die-with-parent", "--new-session", "--", "/bin/sh", "-c", ":"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+        done = run_command(probe, timeout=30, env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = str(exc)
     else:
@@ -194,6 +304,15 @@ def find_bwrap(environ: Mapping[str, str] | None = None) -> str:
         "so nothing was run (--safe has no weaker mode)", expected=expected)
 
 
+def _proc_text(path: str) -> str:
+    """A small kernel file of /proc, decoded with errors="replace" (a process's name is any bytes)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 1 << 16).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
 def sandboxed_pid(bwrap_pid: int) -> int | None:
     """Return the host PID of the command bwrap started (bwrap, its PID-namespace init, then the command)."""
     frontier = [bwrap_pid]
@@ -201,15 +320,13 @@ def sandboxed_pid(bwrap_pid: int) -> int | None:
         children: list[int] = []
         for pid in frontier:
             try:
-                with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
-                    children += [int(c) for c in fh.read().split()]
-            except OSError:
+                children += [int(c) for c in _proc_text(f"/proc/{pid}/task/{pid}/children").split()]
+            except (OSError, ValueError):
                 continue
         for pid in children:
             try:
-                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-                    if fh.read().strip() != "bwrap":
-                        return pid
+                if _proc_text(f"/proc/{pid}/comm").strip() != "bwrap":
+                    return pid
             except OSError:
                 continue
         frontier = children

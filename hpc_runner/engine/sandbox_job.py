@@ -6,30 +6,36 @@ run dir. The job's own process (outside) reads the record, plans the sandbox and
 to ``OUTCOME_FILE`` in its run dir, which the outside reads back into a :class:`RunOutcome`, so the job's
 requeue, retry and result logic (which needs the scheduler, hence the network) stays outside.
 
-What the run inside may write: its run dir, and the folders its ``--safe`` mark names (``--writable``,
-``--cache_dir`` on the command line; records/safe_mark.py), never a value the run itself could rewrite.
-What it may read under the hidden folders: Python, hpc-runner, the bundle, the job's working folder,
-hpc-runner's config file and the existing absolute paths among the recorded config's values (a dataset
-folder). A bundle that makes its dataset at run time needs ``--writable DIR`` for it, as ``run --safe`` does.
+Whether the job runs in the sandbox, and what it may write and read there, comes from its own submission (the
+job call's arguments: ``job_record["sandbox"]``, the :class:`~hpc_runner.engine.sandbox.Grants` of the
+``--writable``, ``--readable`` and ``--cache_dir`` given on the submitting command line), never from a file of the
+run dir: a mark or a record found there grants nothing (a run dir marked ``--safe`` whose job was submitted
+without grants is refused, never run outside). What the run inside may write: its run dir and the granted
+folders. What it may read under the hidden folders: Python, hpc-runner, the bundle, the job's working folder,
+hpc-runner's config file and the granted folders; a config naming a hidden path nothing grants is refused
+before the sandbox starts, naming the id and the ``--readable`` to add.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.engine.runner import RunOutcome
 from hpc_runner.engine.sandbox import (
+    Grants,
     Needs,
     bwrap_argv,
+    checked_grant,
     find_bwrap,
     gpu_devices,
     hidden_folders,
     python_paths,
+    refuse_ungranted,
     run_sandboxed,
     sandbox_env,
 )
@@ -39,7 +45,6 @@ from hpc_runner.records.rundir import RunDir
 from hpc_runner.records.safe_mark import mark_path, read_mark, write_mark
 
 OUTCOME_FILE = ".sandbox-outcome.json"  # written inside, read and removed outside
-MAX_READABLE = 256  # absolute paths of the config bound back; more is a config that lists files, not folders
 
 
 class InsideOutcome(Exception):
@@ -62,38 +67,36 @@ class JobPlan:
 
 
 def recorded_safe(run_dir: str | os.PathLike) -> bool:
-    """Return whether the run in ``run_dir`` was made with ``--safe``: its mark, or (older runs) its record."""
+    """Return whether the run in ``run_dir`` says it was made with ``--safe`` (its mark or its record). This only
+    ever restricts: such a run is not run outside; it grants nothing (the grants are the job's arguments)."""
     return read_mark(run_dir) is not None or bool(RunDir(run_dir).record().get("safe", False))
 
 
-def _strings(value: Any, depth: int = 0) -> Iterator[str]:
-    if depth > 100:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v, depth + 1)
+def job_grants(job_record: Mapping[str, Any] | None, run_dir: str | os.PathLike) -> Grants | None:
+    """Return the sandbox a job was submitted with (its arguments' ``sandbox``), None for a job submitted without
+    --safe; refuse (exit 2) a run dir that says --safe when the job's submission did not (never run it outside)."""
+    found = (job_record or {}).get("sandbox")
+    if found is not None:
+        return Grants.from_record(found)
+    if recorded_safe(run_dir):
+        from hpc_runner.errors import UserError
+
+        raise UserError(f"the run dir {run_dir} says it was made with --safe, and this job was not submitted with "
+                        "--safe (a job submitted by an older hpc-runner, or a run dir that was changed); it was not "
+                        "run outside the sandbox", where=str(run_dir),
+                        expected="the run submitted again with --safe (hpc-runner resume, or submit --safe)")
+    return None
 
 
-def job_plan(run_dir: str, config: Mapping[str, Any], marked_writable: Sequence[str], bundle_dir: str | None,
-             exists: Callable[[str], bool] = os.path.exists) -> JobPlan:
-    """Decide what the job's run may write and read (a plain function: the record's data in, paths out).
+def job_plan(run_dir: str, grants: Grants, bundle_dir: str | None) -> JobPlan:
+    """Decide what the job's run may write and read (a plain function: the job's grants in, paths out).
 
-    Writable: the run dir and the folders of its mark (never a value of the config or of overrides.yaml, which
-    the run itself can rewrite). Readable: the bundle and the existing absolute paths among the config's values.
+    Writable: the run dir and the granted folders. Readable: the bundle and the granted folders. Nothing of the
+    config's values (the bundle's author does not decide what is visible) nor of the run dir's files.
     """
-    run_dir = os.path.abspath(run_dir)
-    writable = list(dict.fromkeys([run_dir, *(os.path.abspath(p) for p in marked_writable)]))
-    readable = [bundle_dir] if bundle_dir else []
-    for s in _strings(config):
-        if len(readable) >= MAX_READABLE:
-            break
-        if s.startswith("/") and "\n" not in s and len(s) < 4096 and s not in readable and exists(s):
-            readable.append(os.path.normpath(s))
+    run_dir = checked_grant(os.path.abspath(run_dir), "the run dir")
+    writable = list(dict.fromkeys([run_dir, *grants.writable]))
+    readable = list(dict.fromkeys([*([bundle_dir] if bundle_dir else []), *grants.readable]))
     return JobPlan(writable=tuple(writable), readable=tuple(readable))
 
 
@@ -118,9 +121,11 @@ def job_needs(run_dir: str, environ: Mapping[str, str], plan: JobPlan, cwd: str,
     )
 
 
-def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, protect: Sequence[str] = ()) -> RunOutcome:
+def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, grants: Grants,
+                            protect: Sequence[str] = ()) -> RunOutcome:
     """Run the recorded run in ``run_dir`` inside the sandbox; return how it ended (read back from inside).
 
+    ``grants``: what the job's submission (or the command's own line) lets it write and read besides its run dir.
     ``protect``: names inside the run dir that the job's outside trusts later (the scheduler's job folder, whose
     pickles a requeue loads): bound read-only inside."""
     from hpc_runner.config.recorded import load_recorded_config
@@ -129,13 +134,13 @@ def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, prote
     bwrap = find_bwrap()  # no sandbox: refused, as `run --safe` is (a UserError, the job fails saying why)
     cfg, _ = load_recorded_config(run_dir)  # reads config.yaml and run.yaml; runs nothing of the bundle
     rd = RunDir(run_dir)
-    if read_mark(rd.path) is None:  # an older run recorded safe without a mark: mark it before it starts
-        write_mark(rd.path)
-    plan = job_plan(str(rd.path), cfg.config, cfg.sandbox_writable, str(cfg.bundle_dir) if cfg.bundle_dir else None)
+    write_mark(rd.path, grants.writable)  # outside, before it starts: it stays safe (it grants nothing later)
+    plan = job_plan(str(rd.path), grants, str(cfg.bundle_dir) if cfg.bundle_dir else None)
     for folder in plan.writable[1:]:  # folders the user named with --writable: made, as `run --safe` makes them
         os.makedirs(folder, exist_ok=True)
     needs = job_needs(str(rd.path), os.environ, plan, os.getcwd(),
-                      tuple(str(rd.path / name) for name in protect if (rd.path / name).exists()))
+                      tuple(str(rd.path / name) for name in protect if os.path.lexists(rd.path / name)))
+    refuse_ungranted(cfg.config, [*plan.writable, *needs.readable], needs.hidden, str(rd.path / "config.yaml"))
     outcome_file = rd.path / OUTCOME_FILE
     outcome_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "hpc_runner.engine.sandbox_job", str(rd.path.resolve()), entry or ""]
@@ -151,6 +156,7 @@ def run_recorded_in_container(run_dir: str | os.PathLike, entry: str | None, rec
     from hpc_runner.engine.container import (
         Mounts,
         bind_list,
+        config_binds,
         container_argv,
         container_env,
         image_fingerprint,
@@ -167,8 +173,9 @@ def run_recorded_in_container(run_dir: str | os.PathLike, entry: str | None, rec
               f"({recorded} then, {now} now)", flush=True)
     cfg, _ = load_recorded_config(run_dir)
     rd = RunDir(run_dir)
-    plan = job_plan(str(rd.path), cfg.config, (), str(cfg.bundle_dir) if cfg.bundle_dir else None)
-    mounts = Mounts(paths=tuple(bind_list([*plan.writable, *plan.readable, os.getcwd()])), cwd=os.getcwd(),
+    plan = job_plan(str(rd.path), Grants(), str(cfg.bundle_dir) if cfg.bundle_dir else None)
+    binds = config_binds(cfg.config, [*plan.writable, *plan.readable, os.getcwd()], str(rd.path / "config.yaml"))
+    mounts = Mounts(paths=tuple(bind_list(binds)), cwd=os.getcwd(),
                     env=container_env(os.environ))
     (rd.path / OUTCOME_FILE).unlink(missing_ok=True)
     command = [spec.python, "-m", "hpc_runner.engine.sandbox_job", str(rd.path.resolve()), entry or ""]

@@ -48,6 +48,7 @@ from hpc_runner.engine.val_sample import middle_slice, write_val_sample
 from hpc_runner.errors import ConfigError
 from hpc_runner.pages import bottleneck
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
+from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
@@ -769,7 +770,7 @@ class Trainer:
         if metric_values:
             summary[self.metric_name] = metric_values[-1][1]
         if self.output_dir is not None and self.main:
-            write_text_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+            write_text_atomic(self.output_dir / SUMMARY_FILE, dumps_json(summary, indent=2) + "\n")
             if status == "completed":  # a pruned trial's weights are not a result
                 # CPU copies: a CUDA-tagged file would need map_location to load where there is no GPU
                 weights = cpu_state_dict(self._model())

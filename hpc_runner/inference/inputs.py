@@ -8,7 +8,6 @@ case lands in exactly one shard whatever machine computes the split.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,11 +29,17 @@ def case_name(path: str | os.PathLike) -> str:
 
 
 def _read_datalist(path: Path, key: str | None, id_path: str) -> list[Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"the datalist cannot be read: {exc}", where=str(path), id_path=id_path,
-                        expected="a JSON list of files or of {'image': ...} items, or a MONAI datalist") from exc
+    from hpc_runner.records.read import parse_json_text, read_record_text
+
+    expected = "a JSON list of files or of {'image': ...} items, or a MONAI datalist"
+    try:  # the one bounded reader: a regular file of sensible size, its nesting bounded before it is parsed
+        text = read_record_text(path, "datalist", error=UserError)
+        if text is None:
+            raise UserError("the datalist does not exist", where=str(path))
+        data = parse_json_text(text, path, "datalist", error=UserError)
+    except UserError as err:
+        raise UserError(f"the datalist cannot be read: {err.message}", where=err.where or str(path), id_path=id_path,
+                        expected=expected) from None
     if isinstance(data, dict):
         keys = [key] if key else [k for k in DATALIST_KEYS if k in data]
         if not keys or keys[0] not in data:

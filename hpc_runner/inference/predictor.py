@@ -27,6 +27,7 @@ from hpc_runner.inference.manifest import ManifestEntry, OutputManifest
 from hpc_runner.inference.weights import load_weights
 from hpc_runner.inference.writer import ResultWriter
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.json_out import dumps_json
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
@@ -234,11 +235,9 @@ class Predictor:
             print(f"hpc-runner: {len(empty)} case(s) have a class that is empty in the label or the prediction; "
                   f"their metric is None (left out of means): {', '.join(empty[:10])}", flush=True)
         if self.output_dir is not None:
-            import json
-
             self.output_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.output_dir / CASES_FILE, _csv(rows, ["case", "file", "size", "sha256", *names]))
-            write_text_atomic(self.output_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+            write_text_atomic(self.output_dir / SUMMARY_FILE, dumps_json(summary, indent=2) + "\n")
         line = (f"hpc-runner: {summary['kind']} of {len(cases)} case(s): {processed} inferred, {writer.written} "
                 f"written, {skipped} skipped as already complete, {seconds:.1f} s")
         if summary["volumes_per_s"]:

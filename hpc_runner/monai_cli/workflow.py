@@ -15,7 +15,6 @@ missing one, where a list of every missing property is wanted.
 from __future__ import annotations
 
 import inspect
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,12 +82,14 @@ def _required_ids(workflow_type: str | None, properties_path: str | None) -> dic
                             expected="train, training, infer, inference, eval or evaluation")
     if properties_path is not None:
         path = Path(properties_path)
-        if not path.is_file():
+        from hpc_runner.records.read import parse_json_text, read_record_text
+
+        text = read_record_text(path, "property file", error=ConfigError)
+        if text is None:
             raise UserError(f"Property file {path} does not exist (--properties_path)")
-        try:
-            props = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"the property file is not JSON: {exc.msg}", where=f"{path}:{exc.lineno}") from None
+        props = parse_json_text(text, path, "property file", error=ConfigError)
+        if not isinstance(props, dict):
+            raise ConfigError("the property file is not a JSON object", where=str(path))
         chosen = dict(props.get(kind, {})) if kind else {}
         chosen.update(props.get("meta", {}))
         return chosen

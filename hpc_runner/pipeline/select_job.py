@@ -35,6 +35,7 @@ from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.selection import Candidate, Decision, decide, has_weights, metric_value, read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
+from hpc_runner.records.json_out import dumps_json
 from hpc_runner.scheduler.executor import job_entry
 
 Log = Callable[[str], None]
@@ -191,13 +192,11 @@ def _fail(directory: Path, name: str, kind: str, message: str) -> None:
 
 
 def _write_choice(folder: Path, name: str, source: str, decision: Decision) -> None:
-    import json
-
     from hpc_runner.records.atomic import write_text_atomic
 
     data = {"stage": name, "from": source, **decision.to_record()}
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / CHOICE_FILE, json.dumps(data, indent=2, default=str) + "\n")
+    write_text_atomic(folder / CHOICE_FILE, dumps_json(data, indent=2, default=str) + "\n")
 
 
 def hand_on(directory: Path, record: pr.PipelineRecord, name: str, choice: dict[str, Any]) -> list[str]:

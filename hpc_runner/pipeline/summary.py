@@ -9,12 +9,12 @@ into the stage's folder, as ``collect`` does for them alone.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.view import StageView, render, view
+from hpc_runner.records.json_out import dumps_json
 
 SUMMARY_MD = "pipeline.md"
 SUMMARY_JSON = "pipeline.json"
@@ -99,7 +99,7 @@ def write_chain(directory: str | Path, out_dir: str | Path | None = None) -> tup
     text = markdown(record, views, data)
     folder = Path(out_dir) if out_dir else record.path
     md = write_text_atomic(folder / SUMMARY_MD, text)
-    js = write_text_atomic(folder / SUMMARY_JSON, json.dumps(data, indent=2, default=str) + "\n")
+    js = write_text_atomic(folder / SUMMARY_JSON, dumps_json(data, indent=2, default=str) + "\n")
     return text, md, js
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.stages.registry import kind_of
+from hpc_runner.records.numbers import starts_with_digit
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.stages.base import StageKind
@@ -121,7 +122,7 @@ def from_job(record: pr.PipelineRecord, v: StageView) -> None:
     """A select or export stage: its job's state (one scheduler call)."""
     from hpc_runner.pipeline.propagate import stage_executor
 
-    jobs = [j for j in v.jobs if j and j[0].isdigit()]
+    jobs = [j for j in v.jobs if j and starts_with_digit(j)]
     if not jobs:
         v.state = PENDING if v.jobs else PLANNED
         return
@@ -138,7 +139,7 @@ def _pending_reasons(record: pr.PipelineRecord, views: list[StageView]) -> None:
     """squeue's reason for the pending jobs of the queued stages (one call)."""
     from hpc_runner.pipeline.propagate import stage_executor
 
-    ids = [j for v in views if v.state == PENDING for j in v.jobs if j and j[0].isdigit()]
+    ids = [j for v in views if v.state == PENDING for j in v.jobs if j and starts_with_digit(j)]
     if not ids:
         return
     try:

@@ -26,7 +26,7 @@ def _temp_prefix(path: Path) -> str:
     return f".{path.name}.{_HOST}.{os.getpid()}."
 
 
-_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.[a-z0-9_]{8}\.tmp$")
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<host>[^.]+)\.(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.tmp\Z")
 
 
 def _writer_is_gone(name: str, age_s: float) -> bool:

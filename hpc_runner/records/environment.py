@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hpc_runner import __version__
 from hpc_runner.errors import UserError
+from hpc_runner.records.command_output import run_command
 
 DISTRIBUTION = "hpc-bundle-runner"  # hpc-runner's distribution name (PyPI's "hpc-runner" is another project)
 RECORDED_PACKAGES = ("torch", "monai", "numpy", "hpc-runner", "pytorch-ignite", "submitit", "nibabel")
@@ -91,9 +92,7 @@ def git_state(path: Path | None) -> dict[str, object] | None:
 
     def git(*args: str) -> str | None:
         try:
-            out = subprocess.run(
-                ["git", "-C", str(path), *args], capture_output=True, text=True, timeout=10, check=True
-            )
+            out = run_command(["git", "-C", str(path), *args], timeout=10, check=True)
         except (OSError, subprocess.SubprocessError):
             return None
         return out.stdout.strip()

@@ -15,6 +15,11 @@ Two mechanisms, chosen per folder by ``lock_method``:
 The first time a process locks in a folder whose locks are node-local it says so, once, with what
 to do. Locks are re-entrant within a thread (a transition may call another), and threads of one
 process take turns (POSIX locks belong to the process, so they could not tell them apart).
+
+A lock file sits in a folder another process may write (a run dir is writable inside the ``--safe`` sandbox),
+so it is opened without following a link (``O_NOFOLLOW``) and without blocking (``O_NONBLOCK``), and only a
+regular file is locked: a planted link (``.run.lock`` -> ``~/.bash_profile``) or a named pipe is bad input naming
+it, never a file made elsewhere or a hang. The lease file is read the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -35,6 +41,7 @@ from pathlib import Path
 
 from hpc_runner.errors import UserError
 from hpc_runner.records.environment import setting
+from hpc_runner.records.read import parse_json_text
 
 ENV = "HPCR_LOCK"
 LEASE_S = 120.0  # a holder renews its lease every LEASE_S / 3 while it holds the lock
@@ -73,6 +80,22 @@ def mount_of(path: Path, mounts: list[Mount]) -> Mount | None:
     return max(reversed(above), key=lambda m: len(m.point), default=None)  # the last mount shadows
 
 
+def _kernel_text(path: str) -> str:
+    """A kernel file (the mount table): read through a descriptor, bounded, bad bytes replaced."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        chunks, size = [], 0
+        while size < (8 << 20):
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
 def lock_method(folder: Path, mounts: list[Mount] | None = None, environ: dict | None = None) -> tuple[str, str]:
     """Return (``posix`` or ``lease``, why) for locks of files in ``folder``."""
     forced = setting(ENV, environ)  # a value other than posix or lease is refused, naming it (never ignored)
@@ -80,7 +103,7 @@ def lock_method(folder: Path, mounts: list[Mount] | None = None, environ: dict |
         return forced, f"{ENV}={forced}"
     if mounts is None:
         try:
-            mounts = parse_mounts(Path("/proc/self/mounts").read_text())
+            mounts = parse_mounts(_kernel_text("/proc/self/mounts"))
         except OSError:
             return "posix", "no mount table to read"
     m = mount_of(folder, mounts)
@@ -170,7 +193,7 @@ def _timeout(path: Path, timeout: float, what: str | None) -> LockTimeout:
 @contextlib.contextmanager
 def _posix(path: Path, timeout: float, what: str | None, sleep: Callable[[float], None]) -> Iterator[None]:
     deadline = time.monotonic() + timeout
-    with open(path, "a+b") as fh:
+    with os.fdopen(_open_lock_file(path), "r+b") as fh:
         while True:
             try:
                 fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -192,6 +215,34 @@ def _posix(path: Path, timeout: float, what: str | None, sleep: Callable[[float]
             fcntl.lockf(fh, fcntl.LOCK_UN)
 
 
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_lock_file(path: Path) -> int:
+    """Open (or make) the lock file ``path`` without following a link or blocking; refuse what is not a regular
+    file. Return the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_a_lock_file(path, "a symbolic link") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise _not_a_lock_file(path, "not a regular file") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_a_lock_file(path, "a named pipe" if stat.S_ISFIFO(mode) else "not a regular file")
+    return fd
+
+
+def _not_a_lock_file(path: Path, kind: str) -> UserError:
+    return UserError(f"the lock file {path} is {kind}, not the empty file hpc-runner makes; it was not followed or "
+                     "opened (something in that folder planted it)", where=str(path),
+                     expected=f"{path} removed (hpc-runner makes it again), after checking what else in "
+                     f"{path.parent} was changed")
+
+
 def lease_path(path: Path) -> Path:
     """Return the lease file that stands for the lock on ``path``."""
     return path.with_name(path.name + ".lease")
@@ -199,11 +250,19 @@ def lease_path(path: Path) -> Path:
 
 def _read_lease(lease: Path) -> dict | None:
     try:
-        data = json.loads(lease.read_text(encoding="utf-8"))
+        fd = os.open(lease, os.O_RDONLY | _NO_FOLLOW)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except OSError:
+        return {}  # a link or a pipe: judged by its age, never followed
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        data = parse_json_text(os.read(fd, 1 << 16), lease, "lock lease")
+    except (OSError, UserError):
         return {}  # being written, or damaged: judged by its age
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else {}
 
 

@@ -145,6 +145,9 @@ def parse_yaml_record(text: str, path: Path, what: str = "record") -> Any:
                           ) from None
     except RecursionError:
         raise RecordError(f"the {what} nests too deeply", where=str(path)) from None
+    except ValueError as exc:  # a scalar the constructor refuses: an int of over 4,300 digits
+        raise RecordError(f"the {what} holds a value that cannot be read ({str(exc)[:80]})", where=str(path),
+                          expected="the record as hpc-runner wrote it") from None
 
 
 def parse_json_text(text: str | bytes, path: Path | str, what: str = "record",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import tarfile
 import warnings
 from collections.abc import Callable
@@ -39,13 +38,13 @@ class PackResult:
 def bundle_identity(bundle_dir: Path) -> tuple[str, str, dict]:
     """Return ``(name, version, metadata)`` of a bundle; BundleError when the metadata is unusable."""
     meta_path = bundle_dir / META_RELPATH
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    from hpc_runner.records.read import parse_json_text, read_record_text
+
+    text = read_record_text(meta_path, "metadata", error=BundleError)
+    if text is None:
         raise BundleError("the bundle has no configs/metadata.json", where=str(bundle_dir),
-                          expected="a bundle folder") from None
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"cannot read the metadata ({exc})", where=str(meta_path)) from None
+                          expected="a bundle folder")
+    meta = parse_json_text(text, meta_path, "metadata", error=BundleError)
     check_metadata(meta, str(meta_path))
     version = str(meta["version"])
     name = str(meta.get("name") or name_from_dir(bundle_dir.resolve(), version))

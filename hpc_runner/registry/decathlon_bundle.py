@@ -5,13 +5,19 @@ dataset, loader, trainer and entries, so run, verify, sweeps and reports treat i
 ``load_decathlon_datalist`` reads dataset.json, the deterministic transforms are cached, the random crop
 runs after the cache. The numbers read from the folder (channels, classes, voxel size, the split) are
 written as ids, so each can be changed by an override.
+
+Every generated file is a serializer's output of data (``yaml.safe_dump``, ``json.dumps``), never a text
+template with values spliced in: a name in dataset.json cannot become YAML, a ``$`` expression or a reference.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from hpc_runner.records.json_out import dumps_json
 from hpc_runner.registry.decathlon_folder import DecathlonFolder
 from hpc_runner.registry.scaffold import installed_version, new_metadata, write_files, write_new_bundle
 
@@ -26,249 +32,134 @@ def split_ratios(num_training: int) -> list[int]:
     return list(SPLIT_RATIOS) if kept < num_training else [num_training - 1, 1]
 
 
-def _flow(values: list) -> str:
-    return json.dumps(values).replace('"', "")
+def _load(key: str) -> dict[str, Any]:
+    return {"_target_": "monai.data.load_decathlon_datalist", "data_list_file_path": "@dataset_json",
+            "is_segmentation": True, "data_list_key": key}
 
 
-def _datalists(folder: DecathlonFolder) -> str:
-    load = """  _target_: monai.data.load_decathlon_datalist
-  data_list_file_path: "@dataset_json"
-  is_segmentation: true"""
+def _datalists(folder: DecathlonFolder) -> dict[str, Any]:
+    """dataset.json's own "validation" list, else a fixed split of its "training" list (``split_seed``)."""
     if folder.num_validation:
-        return f"""train_datalist:
-{load}
-  data_list_key: training
-val_datalist:                          # dataset.json's own "validation" list
-{load}
-  data_list_key: validation
-"""
-    return f"""# dataset.json has no "validation" list: its "training" list is split, the same way every run
-split_ratios: {_flow(split_ratios(folder.num_training)):<25}# training : validation cases
-split_seed: 0                          # which cases go where; change it for another split
-training_list:
-{load}
-  data_list_key: training
-split:
-  _target_: monai.data.partition_dataset
-  data: "@training_list"
-  ratios: "@split_ratios"
-  shuffle: true
-  seed: "@split_seed"
-train_datalist:
-  _target_: monai.data.select_cross_validation_folds
-  partitions: "@split"
-  folds: 0
-val_datalist:
-  _target_: monai.data.select_cross_validation_folds
-  partitions: "@split"
-  folds: 1
-"""
+        return {"train_datalist": _load("training"), "val_datalist": _load("validation")}
+    return {
+        "split_ratios": split_ratios(folder.num_training),  # training : validation cases
+        "split_seed": 0,                                    # which cases go where; change it for another split
+        "training_list": _load("training"),
+        "split": {"_target_": "monai.data.partition_dataset", "data": "@training_list", "ratios": "@split_ratios",
+                  "shuffle": True, "seed": "@split_seed"},
+        "train_datalist": {"_target_": "monai.data.select_cross_validation_folds", "partitions": "@split",
+                           "folds": 0},
+        "val_datalist": {"_target_": "monai.data.select_cross_validation_folds", "partitions": "@split", "folds": 1},
+    }
 
 
-def _intensity(folder: DecathlonFolder) -> tuple[str, str]:
+def _intensity(folder: DecathlonFolder) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Return the intensity ids and the transforms that crop to the foreground and scale intensities."""
-    crop = """  - _target_: CropForegroundd         # drop the empty border (voxels <= 0 in the image)
-    keys: [image, label]
-    source_key: image
-    allow_smaller: true
-"""
-    if folder.is_ct:
-        ids = (f"{'intensity_min: ' + str(CT_WINDOW[0]):<39}# CT: Hounsfield units mapped to [0, 1], the rest clipped\n"
-               f"intensity_max: {CT_WINDOW[1]}\n")
-        return ids, """  - _target_: ScaleIntensityRanged
-    keys: image
-    a_min: "@intensity_min"
-    a_max: "@intensity_max"
-    b_min: 0.0
-    b_max: 1.0
-    clip: true
-""" + crop
+    crop = {"_target_": "CropForegroundd", "keys": ["image", "label"], "source_key": "image", "allow_smaller": True}
+    if folder.is_ct:  # Hounsfield units mapped to [0, 1], the rest clipped
+        return ({"intensity_min": CT_WINDOW[0], "intensity_max": CT_WINDOW[1]},
+                [{"_target_": "ScaleIntensityRanged", "keys": "image", "a_min": "@intensity_min",
+                  "a_max": "@intensity_max", "b_min": 0.0, "b_max": 1.0, "clip": True}, crop])
     # not CT: intensities have no fixed unit, so each channel is normalised over its non-zero voxels
-    return "", crop + """  - _target_: NormalizeIntensityd
-    keys: image
-    nonzero: true
-    channel_wise: true
-"""
+    return {}, [crop, {"_target_": "NormalizeIntensityd", "keys": "image", "nonzero": True, "channel_wise": True}]
 
 
-def train_config(name: str, folder: DecathlonFolder) -> str:
-    """Return configs/train.yaml of a bundle for ``folder``."""
-    in_channels, out_channels = len(folder.modality), len(folder.labels)
+def _dataset(data: str, transform: str) -> dict[str, Any]:
+    return {"_target_": "hpc_runner.data.cached.CachedDataset", "data": data, "transform": transform,
+            "cache_dir": "@cache_dir", "cache_rate": 1.0, "num_workers": 1}
+
+
+def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
+    """Return configs/train.yaml of a bundle for ``folder``, as data (written by ``yaml.safe_dump``).
+
+    Of dataset.json, only numbers counted from it and the path of the file itself reach the config; its names
+    (dataset, labels, modality) stay in metadata.json, checked by ``check_decathlon_folder``."""
     intensity_ids, intensity = _intensity(folder)
-    return f"""# {name}: a 3D UNet learns to segment {folder.name} ({', '.join(folder.labels.values())}).
-# Written by `hpc-runner init {name} --from decathlon {folder.root}`. A MONAI bundle:
-# `hpc-runner run training --bundle {name}` and
-# `python -m monai.bundle run training --config_file configs/train.yaml --meta_file configs/metadata.json`
-# both run it. Any id below can be overridden: --max_epochs 50 --roi_size "[64,64,64]" --pixdim "[1,1,1]".
+    pair = ["image", "label"]
+    return {
+        "bundle_root": ".",
+        "dataset_json": str(folder.dataset_json),   # its folder holds imagesTr/, labelsTr/
+        "output_dir": f"runs/{name}/monai",          # hpc-runner sets this to its run dir
+        "seed": 0,
+        "deterministic": False,
+        "device": None,                              # null: cuda when available, else cpu
+        "in_channels": len(folder.modality),
+        "out_channels": len(folder.labels),
+        "pixdim": list(folder.spacing),              # voxel size (mm) every volume is resampled to: the median
+        "roi_size": list(ROI_SIZE),
+        "num_samples": 2,
+        **intensity_ids,
+        "batch_size": 2,
+        "max_epochs": 100,
+        "val_interval": 5,
+        "learning_rate": 0.0001,
+        "initialize": [{"_target_": "monai.utils.set_determinism", "seed": "@seed"}],
+        **_datalists(folder),
+        "preprocessing": [  # deterministic prefix: computed once and cached by the dataset
+            {"_target_": "LoadImaged", "keys": pair, "image_only": True},
+            {"_target_": "EnsureChannelFirstd", "keys": pair},
+            {"_target_": "Orientationd", "keys": pair, "axcodes": "RAS", "labels": None},
+            {"_target_": "Spacingd", "keys": pair, "pixdim": "@pixdim", "mode": ["bilinear", "nearest"]},
+            *intensity,
+            {"_target_": "EnsureTyped", "keys": pair, "track_meta": False},
+        ],
+        "augmentation": [  # random part: runs every epoch, after the cache
+            {"_target_": "RandCropByPosNegLabeld", "keys": pair, "label_key": "label", "spatial_size": "@roi_size",
+             "pos": 1, "neg": 1, "num_samples": "@num_samples", "image_key": "image", "image_threshold": 0,
+             "allow_smaller": True},
+            {"_target_": "SpatialPadd", "keys": pair, "spatial_size": "@roi_size"},
+            {"_target_": "RandFlipd", "keys": pair, "prob": 0.5, "spatial_axis": 0},
+            {"_target_": "RandRotate90d", "keys": pair, "prob": 0.5, "spatial_axes": [0, 1]},
+        ],
+        "train_transforms": {"_target_": "hpc_runner.data.compose.chain", "parts": ["@preprocessing", "@augmentation"]},
+        "val_transforms": {"_target_": "Compose", "transforms": "@preprocessing"},
+        "cache_dir": None,  # null: in memory; a folder: a persistent cache shared by runs and sweep points
+        "train_dataset": _dataset("@train_datalist", "@train_transforms"),
+        "val_dataset": _dataset("@val_datalist", "@val_transforms"),
+        "train_loader": {"_target_": "hpc_runner.data.ThreadDataLoader", "dataset": "@train_dataset",
+                         "batch_size": "@batch_size", "shuffle": True, "num_workers": 0, "buffer_size": 1,
+                         "seed": "@seed"},
+        "val_loader": {"_target_": "hpc_runner.data.ThreadDataLoader", "dataset": "@val_dataset", "batch_size": 1,
+                       "num_workers": 0, "seed": "@seed"},
+        "network_def": {"_target_": "UNet", "spatial_dims": 3, "in_channels": "@in_channels",
+                        "out_channels": "@out_channels", "channels": [16, 32, 64, 128, 256], "strides": [2, 2, 2, 2],
+                        "num_res_units": 2, "norm": "instance"},
+        "loss": {"_target_": "DiceCELoss", "to_onehot_y": True, "softmax": True},
+        "optimizer": {"_target_": "torch.optim.Adam", "_mode_": "callable", "lr": "@learning_rate"},
+        "metric": {"_target_": "DiceMetric", "include_background": False, "reduction": "mean"},
+        "post_pred": {"_target_": "AsDiscrete", "argmax": True, "to_onehot": "@out_channels"},
+        "post_label": {"_target_": "AsDiscrete", "to_onehot": "@out_channels"},
+        "inferer": {"_target_": "SlidingWindowInferer", "roi_size": "@roi_size", "sw_batch_size": 4, "overlap": 0.25},
+        "trainer": {"_target_": "hpc_runner.engine.Trainer", "network": "@network_def", "optimizer": "@optimizer",
+                    "loss_function": "@loss", "train_loader": "@train_loader", "val_loader": "@val_loader",
+                    "metric": "@metric", "metric_name": "val_dice", "post_pred": "@post_pred",
+                    "post_label": "@post_label", "inferer": "@inferer", "max_epochs": "@max_epochs",
+                    "val_interval": "@val_interval", "device": "@device", "seed": "@seed", "amp": False,
+                    "checkpoint_interval": 0, "output_dir": "@output_dir"},
+        # entries: `hpc-runner run` runs `run`, `hpc-runner run training` runs `training` (MONAI's name);
+        # declarative calls of trainer.run(), so the bundle has no `$` and also runs with --safe
+        "run": [{"_target_": "hpc_runner.engine.fit", "trainer": "@trainer"}],
+        "training": {"_target_": "hpc_runner.engine.fit", "trainer": "@trainer"},
+    }
 
-bundle_root: .
-dataset_json: {json.dumps(str(folder.dataset_json))}  # its folder holds imagesTr/, labelsTr/
-output_dir: {f"runs/{name}/monai":<27}# hpc-runner sets this to its run dir
-seed: 0                                # training: weights, shuffling, augmentation
-deterministic: false
-device: null                           # null: cuda when available, else cpu
 
-in_channels: {in_channels:<26}# dataset.json "modality": {json.dumps(folder.modality)}
-out_channels: {out_channels:<25}# dataset.json "labels": {json.dumps(folder.labels)}
-pixdim: {_flow(folder.spacing):<31}# voxel size (mm) every volume is resampled to; init read the median
-roi_size: {_flow(ROI_SIZE)}                 # the training crop and the validation window
-num_samples: 2                         # crops per volume per epoch
-{intensity_ids}batch_size: 2
-max_epochs: 100
-val_interval: 5
-learning_rate: 0.0001
-
-initialize:
-  - _target_: monai.utils.set_determinism
-    seed: "@seed"
-
-{_datalists(folder)}
-# deterministic prefix: computed once and cached by the dataset
-preprocessing:
-  - _target_: LoadImaged
-    keys: [image, label]
-    image_only: true
-  - _target_: EnsureChannelFirstd
-    keys: [image, label]
-  - _target_: Orientationd
-    keys: [image, label]
-    axcodes: RAS
-    labels: null                       # the axis names of the image's own space (MONAI's coming default)
-  - _target_: Spacingd
-    keys: [image, label]
-    pixdim: "@pixdim"
-    mode: [bilinear, nearest]
-{intensity}  - _target_: EnsureTyped
-    keys: [image, label]
-    track_meta: false
-
-# random part: runs every epoch, after the cache
-augmentation:
-  - _target_: RandCropByPosNegLabeld   # half the crops centred on a labelled voxel, half on background
-    keys: [image, label]
-    label_key: label
-    spatial_size: "@roi_size"
-    pos: 1
-    neg: 1
-    num_samples: "@num_samples"
-    image_key: image
-    image_threshold: 0
-    allow_smaller: true                # a volume smaller than a crop gives all it has, padded below
-  - _target_: SpatialPadd               # to a crop's size; here, not before the cache, so it holds no padding
-    keys: [image, label]
-    spatial_size: "@roi_size"
-  - _target_: RandFlipd
-    keys: [image, label]
-    prob: 0.5
-    spatial_axis: 0
-  - _target_: RandRotate90d
-    keys: [image, label]
-    prob: 0.5
-    spatial_axes: [0, 1]
-
-train_transforms:                      # one flat Compose, so the dataset can cache its deterministic prefix
-  _target_: hpc_runner.data.compose.chain
-  parts: ["@preprocessing", "@augmentation"]
-val_transforms:
-  _target_: Compose
-  transforms: "@preprocessing"
-
-# cache_dir null: the deterministic prefix is cached in memory. A folder (--cache_dir /scratch/$USER/hpcr-cache):
-# a persistent cache shared by runs and sweep points; `hpc-runner cache` fills it once.
-cache_dir: null
-train_dataset:
-  _target_: hpc_runner.data.cached.CachedDataset
-  data: "@train_datalist"
-  transform: "@train_transforms"
-  cache_dir: "@cache_dir"
-  cache_rate: 1.0
-  num_workers: 1
-val_dataset:
-  _target_: hpc_runner.data.cached.CachedDataset
-  data: "@val_datalist"
-  transform: "@val_transforms"
-  cache_dir: "@cache_dir"
-  cache_rate: 1.0
-  num_workers: 1
-
-train_loader:
-  _target_: hpc_runner.data.ThreadDataLoader
-  dataset: "@train_dataset"
-  batch_size: "@batch_size"
-  shuffle: true
-  num_workers: 0
-  buffer_size: 1
-  seed: "@seed"
-val_loader:
-  _target_: hpc_runner.data.ThreadDataLoader
-  dataset: "@val_dataset"
-  batch_size: 1
-  num_workers: 0
-  seed: "@seed"
-
-network_def:
-  _target_: UNet
-  spatial_dims: 3
-  in_channels: "@in_channels"
-  out_channels: "@out_channels"
-  channels: [16, 32, 64, 128, 256]
-  strides: [2, 2, 2, 2]
-  num_res_units: 2
-  norm: instance                       # batches of one or two 3D crops are too small for batch norm
-loss:
-  _target_: DiceCELoss
-  to_onehot_y: true
-  softmax: true
-optimizer:
-  _target_: torch.optim.Adam
-  _mode_: callable                     # a factory: the trainer passes the network's parameters
-  lr: "@learning_rate"
-metric:
-  _target_: DiceMetric
-  include_background: false
-  reduction: mean
-post_pred:
-  _target_: AsDiscrete
-  argmax: true
-  to_onehot: "@out_channels"
-post_label:
-  _target_: AsDiscrete
-  to_onehot: "@out_channels"
-inferer:                               # whole validation volumes, window by window
-  _target_: SlidingWindowInferer
-  roi_size: "@roi_size"
-  sw_batch_size: 4
-  overlap: 0.25
-
-trainer:
-  _target_: hpc_runner.engine.Trainer
-  network: "@network_def"
-  optimizer: "@optimizer"
-  loss_function: "@loss"
-  train_loader: "@train_loader"
-  val_loader: "@val_loader"
-  metric: "@metric"
-  metric_name: val_dice
-  post_pred: "@post_pred"
-  post_label: "@post_label"
-  inferer: "@inferer"
-  max_epochs: "@max_epochs"
-  val_interval: "@val_interval"
-  device: "@device"
-  seed: "@seed"
-  amp: false
-  checkpoint_interval: 0
-  output_dir: "@output_dir"
-
-# entries: `hpc-runner run` runs `run`, `hpc-runner run training` runs `training` (MONAI's name);
-# declarative calls of trainer.run(), so the bundle has no `$` and also runs with --safe
-run:
-  - _target_: hpc_runner.engine.fit
-    trainer: "@trainer"
-training:
-  _target_: hpc_runner.engine.fit
-  trainer: "@trainer"
+# the head of train.yaml: fixed text, nothing from dataset.json or the folder's path in it
+TRAIN_HEADER = """# A 3D UNet learns to segment a Decathlon-style dataset.
+# Written by `hpc-runner init NAME --from decathlon DIR` (see docs/README.md and configs/metadata.json
+# for the data). A MONAI bundle: `hpc-runner run training --bundle NAME` and `python -m monai.bundle run
+# training --config_file configs/train.yaml --meta_file configs/metadata.json` both run it. Any id below
+# can be overridden: --max_epochs 50 --roi_size "[64,64,64]" --pixdim "[1,1,1]".
+# dataset_json: its folder holds imagesTr/, labelsTr/. pixdim: the voxel size (mm) every volume is
+# resampled to (init read the median). cache_dir null: the deterministic prefix (preprocessing) is cached
+# in memory; a folder (--cache_dir /scratch/$USER/hpcr-cache): a persistent cache shared by runs and sweep
+# points. output_dir: hpc-runner sets it to its run dir.
 """
+
+
+def train_yaml(name: str, folder: DecathlonFolder) -> str:
+    """Return the text of configs/train.yaml: the fixed header and ``yaml.safe_dump`` of the config's data."""
+    return TRAIN_HEADER + "\n" + yaml.safe_dump(train_config(name, folder), sort_keys=False, allow_unicode=False,
+                                                 default_flow_style=None, width=110)
 
 
 def metadata(name: str, folder: DecathlonFolder, author: str) -> dict:
@@ -331,8 +222,8 @@ See docs/your-data.md in hpc-runner.
 def init_decathlon_bundle(name: str, dest: Path, folder: DecathlonFolder, *, author: str) -> Path:
     """Create bundle ``name`` in folder ``dest`` for the checked ``folder``; return ``dest``."""
     files = {
-        "configs/train.yaml": train_config(name, folder),
-        "configs/metadata.json": json.dumps(metadata(name, folder, author), indent=4) + "\n",
+        "configs/train.yaml": train_yaml(name, folder),
+        "configs/metadata.json": dumps_json(metadata(name, folder, author), indent=4) + "\n",
         "docs/README.md": readme(name, folder),
         "LICENSE": "TODO: the license of this bundle; the data's own license applies to the data.\n",
     }

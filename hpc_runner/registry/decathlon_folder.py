@@ -3,18 +3,29 @@
 The folder holds ``dataset.json`` (``training``: image/label pairs, optional ``validation``, ``labels``,
 ``modality``) with the volumes in ``imagesTr/`` and ``labelsTr/``. Every path it names must be a file
 inside the folder: a hostile or mistaken ``../`` or absolute path is refused by name, never followed.
+
+dataset.json is someone else's file: it is read through records/read.py (size, file type and nesting bounded),
+and every value a bundle takes from it is checked here, so that the rest of init only sees typed, sane values:
+names are text without control characters that MONAI's config parser would not read as code or a reference
+(``$``, ``@``, ``%`` first), class numbers are 0..n-1 in ASCII digits, no validation case is a training case,
+and every voxel size is a finite, positive number. A refusal names dataset.json, the field and what was wanted.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import BundleError
+from hpc_runner.records.read import parse_json_text, read_record_text
 
 DATASET_JSON = "dataset.json"
 SPLITS = ("training", "validation")
@@ -24,6 +35,9 @@ EXPECTED = (f"a Decathlon-style folder: {DATASET_JSON} whose \"training\" list h
             "inside the folder")
 DEFAULT_LABELS = {"0": "background", "1": "foreground"}
 DEFAULT_MODALITY = {"0": "image"}
+MAX_BYTES = 64 << 20  # a dataset.json of 100,000 cases is ~15 MB
+CONFIG_SIGILS = ("$", "@", "%")  # MONAI's config parser: an expression, a reference, a macro
+_CLASS_NUMBER = re.compile(r"(?:0|[1-9][0-9]{0,5})")
 
 
 @dataclass
@@ -83,15 +97,35 @@ def _entry_files(root: Path, where: Path, entry_id: str, entry: Any) -> list[Pat
             ref = f"{entry_id}.{key}" + (f"[{n}]" if isinstance(value, list) else "")
             if not isinstance(raw, str) or not raw.strip():
                 raise _refuse(where, f"{ref} is {raw!r:.60}, not a file path")
+            if find_control_character(raw) is not None:
+                raise _refuse(where, f"{ref} names {raw!r:.80}, a path with a control character")
             path = _inside(root, raw)
             if path is None:
-                raise _refuse(where, f"{ref} names '{raw}', which is outside the folder {root}; paths in "
+                raise _refuse(where, f"{ref} names {raw!r:.200}, which is outside the folder {root}; paths in "
                               f"{DATASET_JSON} must stay inside it (no '../', no absolute path elsewhere)")
-            if not path.is_file():
-                raise _refuse(where, f"{ref} names '{raw}', which does not exist (looked for {path})"
-                              if not path.exists() else f"{ref} names '{raw}', which is not a file ({path})")
+            try:
+                is_file, exists = path.is_file(), path.exists()
+            except (OSError, ValueError) as exc:  # a name too long for the filesystem
+                raise _refuse(where, f"{ref} names {raw!r:.80}, which cannot be looked up ({exc})") from None
+            if not is_file:
+                raise _refuse(where, f"{ref} names {raw!r:.200}, which does not exist (looked for {path})"
+                              if not exists else f"{ref} names {raw!r:.200}, which is not a file ({path})")
             files.append(path)
     return files
+
+
+def checked_text(where: Path, field_name: str, value: Any) -> str:
+    """Return ``value`` when it is text a bundle may carry: a string without control characters that MONAI's
+    config parser reads as plain text (not starting with ``$``, ``@`` or ``%``); else refuse naming the field."""
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse(where, f"{field_name} is {json.dumps(value)[:60]}, not a name (non-empty text)")
+    if find_control_character(value) is not None:
+        raise _refuse(where, f"{field_name} is {value!r:.80}, a name with a control character (a line break, an "
+                      "escape sequence)")
+    if value.lstrip().startswith(CONFIG_SIGILS):
+        raise _refuse(where, f"{field_name} is {value!r:.80}: a name starting with '$', '@' or '%' is code, a "
+                      "reference or a macro to MONAI's config parser, and a bundle's configs carry this name")
+    return value
 
 
 def _names(where: Path, meta: dict, key: str, default: dict[str, str], notes: list[str]) -> dict[str, str]:
@@ -99,26 +133,57 @@ def _names(where: Path, meta: dict, key: str, default: dict[str, str], notes: li
     if value is None:
         notes.append(f"{DATASET_JSON} has no \"{key}\"; assumed {json.dumps(default)}")
         return dict(default)
-    if not isinstance(value, dict) or not value or not all(str(k).isdigit() for k in value):
-        raise _refuse(where, f"\"{key}\" is {json.dumps(value)[:80]}, not an object of numbered names "
-                      f"like {json.dumps(default)}")
-    return {str(k): str(v) for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))}
+    if not isinstance(value, dict) or not value or not all(_CLASS_NUMBER.fullmatch(str(k)) for k in value):
+        raise _refuse(where, f"\"{key}\" is {json.dumps(value, ensure_ascii=True)[:80]}, not an object of numbered "
+                      f"names like {json.dumps(default)}")
+    numbers = sorted(int(k) for k in value)
+    if numbers != list(range(len(numbers))):
+        raise _refuse(where, f"\"{key}\" numbers its entries {numbers[:10]}, not 0, 1, ..., {len(numbers) - 1}: "
+                      "each number is a channel or a class value, counted from 0 without a gap")
+    return {str(k): checked_text(where, f"\"{key}\".\"{k}\"", v)
+            for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))}
+
+
+def _check_disjoint(where: Path, cases: dict[str, list[Path]]) -> None:
+    """Refuse a validation case that is also a training case (the same image file, as written or normalised)."""
+    training = {path: n for n, path in enumerate(cases.get("training", []))}
+    for n, path in enumerate(cases.get("validation", [])):
+        if path in training:
+            raise _refuse(where, f"validation[{n}].image is training[{training[path]}].image ({path}): a case "
+                          "validated on must not be trained on, or the validation score says nothing")
 
 
 def _median_spacing(images: list[Path], where: Path) -> list[float]:
-    """Return the median voxel size (x, y, z) of ``images``, read from their headers only."""
+    """Return the median voxel size (x, y, z) of ``images``, read from their headers only; each must be finite
+    and positive."""
     import nibabel as nib
 
     zooms = []
-    for path in images:
-        try:
-            header = nib.load(str(path)).header
-        except Exception as exc:  # nibabel raises several types for a file it cannot read
-            raise BundleError(f"cannot read the image header: {exc}", where=str(path),
-                              expected="NIfTI volumes (.nii or .nii.gz) as dataset.json says") from None
-        zoom = [float(z) for z in header.get_zooms()[:3]]
-        zooms.append(zoom + [1.0] * (3 - len(zoom)))
+    quiet = logging.getLogger("nibabel.global")  # it logs, and "fixes", a zero or negative size: refused below
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        for n, path in enumerate(images):
+            zooms.append(_voxel_size(nib, where, n, path))
+    finally:
+        quiet.setLevel(level)
     return [round(statistics.median(axis), 3) for axis in zip(*zooms)]
+
+
+def _voxel_size(nib: Any, where: Path, n: int, path: Path) -> list[float]:
+    """The voxel size (x, y, z) in the header of ``training[n].image`` as written (pixdim), checked."""
+    try:
+        header = nib.load(str(path)).header
+        rank = max(1, min(3, int(header["dim"][0])))
+        zoom = [float(z) for z in header["pixdim"][1:rank + 1]] if "pixdim" in header else \
+            [float(z) for z in header.get_zooms()[:3]]
+    except Exception as exc:  # nibabel raises several types for a file it cannot read
+        raise BundleError(f"cannot read the image header: {exc}", where=str(path),
+                          expected="NIfTI volumes (.nii or .nii.gz) as dataset.json says") from None
+    if not all(math.isfinite(z) and z > 0 for z in zoom):
+        raise _refuse(where, f"training[{n}].image ({path}) has the voxel size {zoom} in its header, which is not a "
+                      "finite, positive size in mm for every axis; fix the header (pixdim)")
+    return zoom + [1.0] * (3 - len(zoom))
 
 
 def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
@@ -129,14 +194,15 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
     where = root / DATASET_JSON
     if not where.is_file():
         raise _refuse(where, f"the folder has no {DATASET_JSON}")
-    try:
-        meta = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _refuse(where, f"cannot read it as JSON: {exc}") from None
+    text = read_record_text(where, DATASET_JSON, limit=MAX_BYTES, error=BundleError)
+    if text is None:
+        raise _refuse(where, f"the folder has no {DATASET_JSON}")
+    meta = parse_json_text(text, where, DATASET_JSON, error=BundleError)
     if not isinstance(meta, dict):
         raise _refuse(where, f"it holds a JSON {type(meta).__name__}, not an object")
     counts = {}
     first_images: list[Path] = []
+    cases: dict[str, list[Path]] = {}
     for split in SPLITS:
         entries = meta.get(split)
         if entries is None and split == "validation":
@@ -147,9 +213,11 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
                           f"\"{split}\" is {type(entries).__name__}, not a list of image/label entries")
         for i, entry in enumerate(entries):
             files = _entry_files(root, where, f"{split}[{i}]", entry)
+            cases.setdefault(split, []).append(files[0])
             if split == "training":
                 first_images.append(files[0])
         counts[split] = len(entries)
+    _check_disjoint(where, cases)
     if counts["validation"] == 0 and counts["training"] < 2:
         raise _refuse(where, "\"training\" has one entry and there is no \"validation\" list, so no case is "
                       "left to validate on")
@@ -159,7 +227,7 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
         raise _refuse(where, f"\"labels\" names {len(labels)} class; a segmentation needs the background and "
                       "at least one more, e.g. {\"0\": \"background\", \"1\": \"spleen\"}")
     modality = _names(where, meta, "modality", DEFAULT_MODALITY, notes)
-    name = meta.get("name") if isinstance(meta.get("name"), str) and meta.get("name") else root.name
+    name = checked_text(where, "\"name\"", meta["name"]) if meta.get("name") is not None else root.name
     return DecathlonFolder(root=root, name=str(name), num_training=counts["training"],
                            num_validation=counts["validation"], labels=labels, modality=modality,
                            spacing=_median_spacing(first_images, where), notes=notes)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_runner.errors import BundleError, UserError
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import parse_json_text
 from hpc_runner.registry.manifest import (
     MANIFEST_NAME,
@@ -43,10 +44,11 @@ def max_bytes(environ: Mapping[str, str] | None = None) -> int:
     raw = environ.get("HPCR_INSTALL_MAX_BYTES", "").strip()
     if not raw:
         return MAX_BYTES
-    if not raw.isdigit() or int(raw) == 0:
+    value = outside_int(raw, low=1)
+    if value is None:
         raise UserError(f"HPCR_INSTALL_MAX_BYTES={raw[:80]!r} in the environment is not a number of bytes",
                         expected=f"HPCR_INSTALL_MAX_BYTES unset ({MAX_BYTES} bytes) or a positive whole number")
-    return int(raw)
+    return value
 MAX_MANIFEST_BYTES = 8 << 20
 MAX_METADATA_BYTES = 4 << 20
 

@@ -26,7 +26,7 @@ EXCLUDED_DIRS = frozenset(
 EXCLUDED_TOP_DIRS = frozenset({"data", "runs", "eval"})
 EXCLUDED_NAMES = frozenset({".DS_Store"})  # anywhere
 EXCLUDED_SUFFIXES = (".pyc", ".pyo")
-_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)\Z")
 _CHUNK = 1 << 20
 MAX_MANIFEST_BYTES = 32 << 20  # 200,000 files; a MANIFEST linked to /dev/zero is refused, not read
 

@@ -8,6 +8,7 @@ says how to run, verify, pack and install it. It is written to a temporary folde
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import getpass
 import json
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import hpc_runner
 from hpc_runner.errors import BundleError
+from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.read import read_record_text
 from hpc_runner.registry.archive import bundle_identity
 from hpc_runner.registry.manifest import scan_bundle
 from hpc_runner.registry.search import META_RELPATH
@@ -117,8 +120,10 @@ def write_new_bundle(name: str, dest: Path, fill: Callable[[Path], None]) -> Pat
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BundleError("the destination already exists and is not empty", where=str(dest),
                           expected="a new folder (--to DIR)")
+    made = [p for p in (dest.parent, *dest.parent.parents) if not p.exists()]  # the folders made here, deepest first
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-init-", dir=dest.parent))
+    done = False
     try:
         staged = tmp / name
         staged.mkdir()
@@ -126,8 +131,12 @@ def write_new_bundle(name: str, dest: Path, fill: Callable[[Path], None]) -> Pat
         if dest.exists():
             dest.rmdir()
         staged.rename(dest)
+        done = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made if not done else ():  # nothing half-made is left: not even the empty bundles/
+            with contextlib.suppress(OSError):
+                folder.rmdir()
     return dest
 
 
@@ -152,10 +161,10 @@ def init_bundle(name: str, dest: Path, template: Path | None = None, *, author: 
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(template / rel, target)
             if rel.startswith("configs/") and target.suffix in CONFIG_SUFFIXES and rel != META_RELPATH.as_posix():
-                text = target.read_text(encoding="utf-8")
+                text = read_record_text(target, "template config", error=BundleError) or ""
                 target.write_text(re.sub(rf"\b{re.escape(tname)}\b", name, text), encoding="utf-8")
         meta = new_metadata(tmeta, name, f"{tname} {tversion}", author or getpass.getuser())
-        write_files(staged, {META_RELPATH.as_posix(): json.dumps(meta, indent=4) + "\n",
+        write_files(staged, {META_RELPATH.as_posix(): dumps_json(meta, indent=4) + "\n",
                              "docs/README.md": readme(name, f"{tname} {tversion}")})
 
     return write_new_bundle(name, dest, fill)

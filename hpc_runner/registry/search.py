@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_runner.errors import BundleError, UserError
+from hpc_runner.records.numbers import is_ascii_digits
 from hpc_runner.records.read import parse_json_text, read_record_text
 
 PATH_VAR = "HPCR_BUNDLE_PATH"
 DEFAULT_DIR = Path("bundles")
 META_RELPATH = Path("configs") / "metadata.json"
-_SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+_SEMVER = re.compile(r"([0-9]{1,18})\.([0-9]{1,18})\.([0-9]{1,18})(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?")
 
 
 @dataclass(frozen=True)
@@ -85,20 +86,20 @@ def install_dir_name(name: str, version: str, where: str | None = None) -> str:
 
 def version_key(version: str) -> tuple:
     """Sort key for versions: ``1.10.0`` > ``1.9.2`` > ``1.9.2-rc.1`` (semantic versioning order)."""
-    m = _SEMVER.match(version.strip())
+    m = _SEMVER.fullmatch(version.strip())
     if m:
         numbers = tuple(int(x) for x in m.group(1, 2, 3))
         pre = m.group(4)
     else:  # not semver: leading numbers, the rest sorts like a pre-release tag
         parts = re.split(r"[.+_-]", version.strip())
         n = 0
-        while n < len(parts) and parts[n].isdigit():
+        while n < len(parts) and is_ascii_digits(parts[n]):
             n += 1
         numbers = tuple(int(p) for p in parts[:n])
         pre = ".".join(parts[n:]) or None
     if pre is None:
         return (numbers, 1, ())
-    return (numbers, 0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split(".")))
+    return (numbers, 0, tuple((0, int(p), "") if is_ascii_digits(p) else (1, 0, p) for p in pre.split(".")))
 
 
 def name_from_dir(bundle_dir: Path, version: str) -> str:

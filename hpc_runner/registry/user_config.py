@@ -14,7 +14,7 @@ from hpc_runner.errors import ConfigError
 
 CONFIG_VAR = "HPCR_CONFIG"
 SAFE_TARGETS_KEY = "safe_targets"
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -26,26 +26,29 @@ def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
     return base / "hpc-runner" / "config.yaml"
 
 
+MAX_USER_CONFIG_BYTES = 1 << 20  # a few settings
+
+
 def load_user_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Return the user's config as a mapping ({} when the file does not exist)."""
-    import yaml
+    """Return the user's config as a mapping ({} when the file does not exist).
+
+    Read by the records' bounded reader (a regular file: a FIFO, a device or a link to one is refused before
+    it is opened; at most 1 MiB; UTF-8) and parsed by their one YAML parser (safe loader, depth and alias
+    bounds): every failure a ConfigError naming the file."""
+    from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
 
     path = user_config_path(environ)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if (environ if environ is not None else os.environ).get(CONFIG_VAR):
-            raise ConfigError("the user config file does not exist", where=str(path),
-                              expected=f"an existing YAML file (${CONFIG_VAR} points to it)") from None
-        return {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read the user config file ({exc.__class__.__name__})", where=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError("YAML syntax error in the user config file", where=where, expected="valid YAML") from None
+        text = read_record_text(path, "user config file", MAX_USER_CONFIG_BYTES, error=ConfigError)
+        if text is None:
+            if (environ if environ is not None else os.environ).get(CONFIG_VAR):
+                raise ConfigError("the user config file does not exist", where=str(path),
+                                  expected=f"an existing YAML file (${CONFIG_VAR} points to it)")
+            return {}
+        data = parse_yaml_record(text, path, "user config file")
+    except RecordError as err:
+        raise ConfigError(f"YAML syntax error in the user config file: {err.message}" if "valid YAML" in err.message
+                          else err.message, where=err.where, expected=err.expected) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -58,7 +61,8 @@ def safe_targets(environ: Mapping[str, str] | None = None) -> list[str]:
     value = load_user_config(environ).get(SAFE_TARGETS_KEY) or []
     if isinstance(value, str):
         value = [value]
-    bad = [v for v in value if not isinstance(v, str) or not _DOTTED.match(v)] if isinstance(value, list) else [value]
+    good = isinstance(value, list)
+    bad = [v for v in value if not isinstance(v, str) or not _DOTTED.fullmatch(v)] if good else [value]
     if bad:
         raise ConfigError(
             f"'{SAFE_TARGETS_KEY}' holds {bad[0]!r}",

@@ -63,6 +63,9 @@ def watch_status(
     render = render or (lambda t, s, a: status_table(t, s, a, False))
     stream = stream or sys.stdout
     clear = stream.isatty() if clear is None else clear
+    # the table is record text (through the CLI's filter, when stream is its stdout); the screen clearing and the
+    # bar are hpc-runner's own controls, written past it
+    own = getattr(stream, "unfiltered", stream)
     target = sweep_dir if isinstance(sweep_dir, Target) else load_target(sweep_dir)
     result = WatchResult()
     bar = None
@@ -79,14 +82,16 @@ def watch_status(
             if table != last_table:  # in a log (no terminal) only changes are written
                 if bar is not None:
                     bar.clear()
-                stream.write((CLEAR if clear else "") + table + "\n")
+                if clear:
+                    own.write(CLEAR)
+                stream.write(table + "\n")
                 last_table = table
             again: set[int] = set()
             if top_up is not None:  # failed points a --retry rule sends again (a sweep's)
                 again = target.pending_retries(states)
             done = sum(not is_pending(s) and s.index not in again for s in states)
             if bar is None:  # the rate and ETA count from here: points already done are the initial count
-                bar = tqdm(total=len(states), initial=done, desc="points finished", unit="pt", file=stream,
+                bar = tqdm(total=len(states), initial=done, desc="points finished", unit="pt", file=own,
                            dynamic_ncols=True, mininterval=0, postfix=_postfix(states))
             bar.n = done
             bar.set_postfix_str(_postfix(states), refresh=False)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.job_env import cpu_grant
 
 ENV_CPUS = "HPCR_CPUS"
@@ -132,8 +133,8 @@ def decide_cpus(environ: Mapping[str, str] | None = None, explicit: int | None =
     for limit, why in caps:
         if limit < count:
             count, detail = limit, f"{detail}, capped by {why}"
-    local_ranks = env.get("LOCAL_WORLD_SIZE", "").strip()
-    if env.get("TORCHELASTIC_RUN_ID") and local_ranks.isdigit() and int(local_ranks) > 1:
+    local_ranks = outside_int(env.get("LOCAL_WORLD_SIZE", ""), low=2)
+    if env.get("TORCHELASTIC_RUN_ID") and local_ranks is not None:
         # torchrun started these ranks inside one task: they share its CPUs
-        count, detail = max(1, count // int(local_ranks)), f"{detail}, shared by {local_ranks} torchrun ranks"
+        count, detail = max(1, count // local_ranks), f"{detail}, shared by {local_ranks} torchrun ranks"
     return CpuBudget(max(1, count), source, detail)

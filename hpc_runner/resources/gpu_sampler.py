@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.numbers import is_ascii_digits
+
 SAMPLES_FILE = "gpu_usage.jsonl"
 INTERVAL_ENV = "HPCR_GPU_SAMPLE_S"
 DEFAULT_INTERVAL_S = 30.0
@@ -87,7 +89,7 @@ def nvml_reader(pynvml: Any, devices: list[str] | None) -> Reader | None:
     handles = []
     for d in devices if devices is not None else [str(i) for i in range(count)]:
         with contextlib.suppress(Exception):  # a device NVML cannot open (another job's): left out
-            if d.isdigit():
+            if is_ascii_digits(d):
                 handles.append((int(d), pynvml.nvmlDeviceGetHandleByIndex(int(d))))
             else:
                 handles.append((d, pynvml.nvmlDeviceGetHandleByUUID(d)))

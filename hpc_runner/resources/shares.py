@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hpc_runner.records.numbers import is_ascii_digits
 from hpc_runner.resources.cpus import cpu_ranges
 from hpc_runner.scheduler.job_env import gpu_grant
 
@@ -129,7 +130,7 @@ def accessible_gpu_minors(dev: str = "/dev", can_open: Callable[[str], bool] | N
     Under SLURM's cgroup device limits (ConstrainDevices=yes) only the job's GPUs open; the others
     fail with EPERM although their files exist. CUDA numbers the GPUs a process can open from 0.
     """
-    names = [n for n in _listdir(dev) if n.startswith("nvidia") and n[6:].isdigit()]
+    names = [n for n in _listdir(dev) if n.startswith("nvidia") and is_ascii_digits(n[6:])]
     if not names:
         return None
     opener = can_open or _can_open
@@ -172,7 +173,7 @@ def visible_gpu_ids(
     grant = gpu_grant(env)  # the step's, else the job's: the node's numbering
     if grant is not None:
         granted, name = grant
-        if accessible is None or not all(g.isdigit() for g in granted):
+        if accessible is None or not all(is_ascii_digits(g) for g in granted):
             return granted, f"{name} (global ids)"
         opened = sorted(accessible)
         if set(int(g) for g in granted) <= set(opened) and len(opened) == len(granted):

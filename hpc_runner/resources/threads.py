@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.resources.cpus import CpuBudget, decide_cpus
 
 THREAD_VARIABLES = (
@@ -30,7 +31,7 @@ _INTEROP_SET: list[int] = []
 
 def _user_omp(env: dict[str, str] | Any) -> int | None:
     raw = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # "4,2" = nested levels; the first counts
-    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+    return outside_int(raw, low=1)
 
 
 def set_thread_variables(budget: CpuBudget, environ: Any = None) -> tuple[dict[str, str], list[str]]:

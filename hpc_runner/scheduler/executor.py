@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
 
 Log = Callable[[str], None]
@@ -164,13 +165,32 @@ class JobRequest:
 
 
 JOB_ENTRY = "hpcr_job_entry"  # the attribute that marks a function a job may run by name
+# Every function a job may run by name, as ``module:function``: the job runner (scheduler/slurm/job_call.py)
+# looks the name of an arguments file up here BEFORE importing anything, so a file in a shared folder can make
+# it import none of hpc-runner's other modules, nor anyone else's; ``job_entry`` refuses a function not listed.
+JOB_ENTRIES = frozenset({
+    "hpc_runner.monai_cli.job:run_monai_command",
+    "hpc_runner.pipeline.export_job:run_export_stage",
+    "hpc_runner.pipeline.select_job:run_select_stage",
+    "hpc_runner.sweep.job:run_submitted",
+    "hpc_runner.sweep.task:run_sweep_task",
+    "hpc_runner.tune.worker:run_tune_worker",
+})
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def job_entry_name(fn: Callable[..., Any]) -> str:
+    """Return ``module:function`` of ``fn``, the name an arguments file gives it."""
+    return f"{getattr(fn, '__module__', '')}:{getattr(fn, '__qualname__', '')}"
+
+
 def job_entry(fn: F) -> F:
     """Mark ``fn`` as what a job (or an array's tasks) may run, named in a file of arguments
-    (scheduler/slurm/command_job.py): a file in a shared folder can name only such a function, never other code."""
+    (scheduler/slurm/command_job.py): a file in a shared folder can name only such a function, never other code.
+    ``fn`` must be listed in ``JOB_ENTRIES`` (the job runner reads only that table before it imports)."""
+    if job_entry_name(fn) not in JOB_ENTRIES:
+        raise TypeError(f"{job_entry_name(fn)} is not listed in JOB_ENTRIES (scheduler/executor.py)")
     setattr(fn, JOB_ENTRY, True)
     return fn
 
@@ -182,12 +202,12 @@ def is_local_job(job_id: str | None) -> bool:
 
 def is_scheduler_job(job_id: str | None) -> bool:
     """Return True for a job id a scheduler gave (``123`` or an array task ``123_4``)."""
-    return bool(job_id) and str(job_id)[0].isdigit()
+    return bool(job_id) and starts_with_digit(str(job_id))
 
 
 def array_ids(job_ids: Iterable[str | None]) -> list[str]:
     """Return the distinct job ids to ask about (array tasks ``123_4`` -> ``123``), local runs left out."""
-    return list(dict.fromkeys(j.split("_")[0] for j in job_ids if j and j[0].isdigit()))
+    return list(dict.fromkeys(j.split("_")[0] for j in job_ids if j and starts_with_digit(j)))
 
 
 class Executor(ABC):

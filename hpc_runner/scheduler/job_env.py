@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.slurm.requeue import job_to_requeue, requeue_current_job
 from hpc_runner.scheduler.slurm.variables import (
     end_time,
@@ -256,11 +257,8 @@ def launch_address(environ: Mapping[str, str] | None = None) -> str | None:
 
 def _positive(name: str, raw: str) -> int | None:
     """``raw`` as a whole number >= 1, or None (with a warning) when a scheduler variable is malformed."""
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value >= 1:
+    value = outside_int(raw, low=1)
+    if value is not None:
         return value
     warnings.warn(f"{name}={raw!r} is not a whole number of CPUs; ignoring it", stacklevel=4)
     return None
@@ -281,7 +279,7 @@ def cpu_grant(environ: Mapping[str, str] | None = None) -> tuple[int, str, str] 
     raw = env.get("SLURM_CPUS_ON_NODE", "").strip()
     if env.get("SLURM_JOB_ID") and raw and (value := _positive("SLURM_CPUS_ON_NODE", raw)):
         per_node = env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0].strip()
-        tasks = int(per_node) if per_node.isdigit() and int(per_node) > 0 else 1
+        tasks = outside_int(per_node, low=1) or 1
         share = f" / {tasks} tasks per node" if tasks > 1 else ""
         return max(1, value // tasks), "SLURM_CPUS_ON_NODE", f"SLURM_CPUS_ON_NODE={value}{share}"
     return None
@@ -307,12 +305,12 @@ def gpu_grant(environ: Mapping[str, str] | None = None) -> tuple[list[str], str]
 def memory_grant_mb(environ: Mapping[str, str] | None = None) -> int | None:
     """Return the memory granted on this node in MB (per node, or per CPU times the CPUs on it), else None."""
     env = env_of(environ)
-    per_node = env.get("SLURM_MEM_PER_NODE", "").strip()
-    if per_node.isdigit():
-        return int(per_node)
-    per_cpu, cpus = env.get("SLURM_MEM_PER_CPU", "").strip(), env.get("SLURM_CPUS_ON_NODE", "").strip()
-    if per_cpu.isdigit() and cpus.isdigit():
-        return int(per_cpu) * int(cpus)
+    per_node = outside_int(env.get("SLURM_MEM_PER_NODE", ""))
+    if per_node is not None:
+        return per_node
+    per_cpu, cpus = outside_int(env.get("SLURM_MEM_PER_CPU", "")), outside_int(env.get("SLURM_CPUS_ON_NODE", ""))
+    if per_cpu is not None and cpus is not None:
+        return per_cpu * cpus
     return None
 
 

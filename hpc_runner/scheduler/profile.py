@@ -70,8 +70,9 @@ class ClusterProfile:
 
 def parse_time_minutes(value: Any, where: str = "time") -> int:
     """Return a SLURM time limit (MIN, MIN:SEC, H:M:S, D-H, D-H:M, D-H:M:S) as whole minutes, rounded up."""
-    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})", text)
+    plain = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 40)
+    text = str(value).strip() if plain else ""  # str() of a 5,000-digit int raises
+    m = re.fullmatch(r"(?:([0-9]{1,9})-)?([0-9]{1,9}(?::[0-9]{1,9}){0,2})", text)
     if m is None:
         raise ClusterError(
             f"time {value!r} is not a time limit", where=where, expected="minutes, HH:MM:SS or D-HH:MM:SS"

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.profile import ClusterProfile, parse_time_minutes
 from hpc_runner.scheduler.select import EXECUTORS, profile_keys
@@ -51,22 +49,35 @@ def available_profiles(environ: Mapping[str, str] | None = None) -> dict[str, Pa
     return found
 
 
-def _read_profile_file(path: Path) -> dict[str, Any]:
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a few dozen lines; setup: blocks of a few hundred at most
+MAX_EXTENDS = 32  # files in one extends: chain (real ones: two or three)
+
+
+def parse_profile_text(text: str, path: Path) -> dict[str, Any]:
+    """Parse a profile's YAML through the records' one parser (safe loader, depth and alias bounds); ClusterError
+    naming the file when it is not YAML or not a mapping."""
+    from hpc_runner.records.read import RecordError, parse_yaml_record
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ClusterError(f"cannot read the cluster profile ({exc.strerror or exc})", where=str(path)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ClusterError(
-            f"the cluster profile is not valid YAML ({getattr(exc, 'problem', exc)})", where=where
-        ) from None
+        data = parse_yaml_record(text, path, "cluster profile")
+    except RecordError as err:
+        raise ClusterError(err.message, where=err.where, expected=err.expected) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ClusterError("a cluster profile must be a mapping", where=str(path), expected="key: value lines")
     return data
+
+
+def _read_profile_file(path: Path) -> dict[str, Any]:
+    """Read a profile through the bounded reader (a regular file, at most MAX_PROFILE_BYTES, UTF-8): a FIFO, a
+    device or a link to one is refused before it is opened, as a file that vanished is."""
+    from hpc_runner.records.read import read_record_text
+
+    text = read_record_text(path, "cluster profile", MAX_PROFILE_BYTES, error=ClusterError)
+    if text is None:
+        raise ClusterError("the cluster profile file does not exist", where=str(path))
+    return parse_profile_text(text, path)
 
 
 # keys users reach for that have another name here (sbatch's own words, other tools')
@@ -135,13 +146,30 @@ def load_profile(
     environ: Mapping[str, str] | None = None,
 ) -> ClusterProfile:
     """Return the profile ``name`` (or the file it names), with ``extends`` followed and ``overrides`` applied."""
+    return resolve_profile(name, None, overrides, environ)
+
+
+def check_new_profile(name: str, text: str, path: Path, environ: Mapping[str, str] | None = None) -> ClusterProfile:
+    """Return the profile ``text`` would be once written to ``path`` as ``name`` (its extends: followed), every
+    check of ``load_profile`` passed; nothing is written (``cluster init`` writes only what passes)."""
+    return resolve_profile(name, (path, parse_profile_text(text, path)), None, environ)
+
+
+def resolve_profile(name: str, first: tuple[Path, dict[str, Any]] | None, overrides: Mapping[str, Any] | None,
+                    environ: Mapping[str, str] | None) -> ClusterProfile:
+    """``load_profile``'s work; ``first``: the first file's path and settings, already read (not from disk)."""
     chain: list[tuple[str, Path, dict]] = []
     current: str | None = name
     seen: set[str] = set()
     while current is not None:
+        if len(chain) >= MAX_EXTENDS:
+            raise ClusterError(f"the chain of extends: is longer than {MAX_EXTENDS} profiles", where=str(chain[-1][1]),
+                               expected="a short chain of extends: that ends")
         path = Path(current).expanduser()
-        if current.endswith((".yaml", ".yml")) or os.sep in current:
-            if not path.is_file():
+        if first is not None and not chain:
+            path = first[0]
+        elif current.endswith((".yaml", ".yml")) or os.sep in current:
+            if not os.path.lexists(path):
                 raise ClusterError("the cluster profile file does not exist", where=str(path))
         else:
             found = available_profiles(environ).get(current)
@@ -154,9 +182,9 @@ def load_profile(
                 "profiles extend each other in a circle", where=str(path), expected="a chain of extends: that ends"
             )
         seen.add(key)
-        data = _read_profile_file(path)
+        data = first[1] if first is not None and not chain else _read_profile_file(path)
         check_settings(data, str(path))
-        chain.append((path.stem, path, data))
+        chain.append((path.stem if first is None or chain else name, path, data))
         current = data.get("extends")
     settings: dict[str, Any] = {}
     for _, _, data in reversed(chain):

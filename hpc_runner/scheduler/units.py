@@ -17,7 +17,7 @@ def parse_size_bytes(text: str | None, default_unit: str = "") -> float | None:
     ``ReqMem`` of older SLURM ends in ``n`` (per node) or ``c`` (per CPU): the letter is dropped here.
     """
     t = (text or "").strip().rstrip("nc")
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", t, re.I)
+    m = re.fullmatch(r"([0-9]{1,18}(?:\.[0-9]{1,18})?)([KMGTP]?)", t, re.I)
     if m is None:
         return None
     return float(m.group(1)) * _SIZE_UNITS[(m.group(2) or default_unit).upper()]
@@ -27,7 +27,7 @@ def parse_duration_s(text: str | None) -> float | None:
     """Return a SLURM duration (``[D-][HH:]MM:SS[.mmm]``: Elapsed, TotalCPU, Timelimit) in seconds, None for
     ``UNLIMITED``, ``Partition_Limit``, empty or garbled text."""
     t = (text or "").strip()
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})(\.\d+)?", t)
+    m = re.fullmatch(r"(?:([0-9]{1,9})-)?([0-9]{1,9}(?::[0-9]{1,9}){0,2})(\.[0-9]{1,9})?", t)
     if m is None:
         return None
     parts = [int(x) for x in m.group(2).split(":")]

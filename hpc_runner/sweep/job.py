@@ -27,22 +27,26 @@ class RunFailed(RuntimeError):
     """The run ended without completing; the message says why and where the traceback is."""
 
 
-def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
+def run_keeping_overrides(run_dir: Path, entry: str | None, job_record: dict[str, Any] | None = None) -> Any:
     """run_recorded, then put back overrides.yaml: prepare_run rewrites it from the reloaded config.yaml,
-    which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost."""
+    which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost.
+    Whether it runs in the --safe sandbox, and what it may write there, is the job's own submission
+    (``job_record["sandbox"]``, engine/sandbox_job.py ``job_grants``), never a file of the run dir."""
     from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
     from hpc_runner.engine.runner import run_recorded
-    from hpc_runner.engine.sandbox_job import recorded_safe, run_recorded_in_container, run_recorded_in_sandbox
+    from hpc_runner.engine.sandbox_job import job_grants, run_recorded_in_container, run_recorded_in_sandbox
     from hpc_runner.engine.stop import install_stop_handlers
+    from hpc_runner.records.read import read_record_text
     from hpc_runner.resources.gpu_sampler import sampling
 
     path = Path(run_dir) / OVERRIDES_FILE
-    before = path.read_text(encoding="utf-8") if path.is_file() else None
+    before = read_record_text(path, "overrides") if path.is_file() and not path.is_symlink() else None
+    grants = None if inside_sandbox() else job_grants(job_record, run_dir)
     try:
         with sampling(run_dir):  # GPU use at a low rate, when nvidia-ml-py and a GPU are there (else nothing)
             record = RunDir(run_dir).record()
-            if recorded_safe(run_dir) and not inside_sandbox():  # --safe: the bundle's code runs only inside
-                inside = functools.partial(run_recorded_in_sandbox, run_dir, entry, protect=(RUN_JOB_FOLDER,))
+            if grants is not None:  # submitted with --safe: the bundle's code runs only inside
+                inside = functools.partial(run_recorded_in_sandbox, run_dir, entry, grants, protect=(RUN_JOB_FOLDER,))
             elif record.get("container") and not inside_container():  # the image runs the bundle; SLURM stays here
                 inside = functools.partial(run_recorded_in_container, run_dir, entry, record)
             else:
@@ -53,8 +57,20 @@ def run_keeping_overrides(run_dir: Path, entry: str | None) -> Any:
             finally:
                 restore()
     finally:
-        if before is not None and path.read_text(encoding="utf-8") != before:
+        if before is not None and _text_or_none(path) != before:  # the run dir is the run's: never follow a link
             write_text_atomic(path, before)
+
+
+def _text_or_none(path: Path) -> str | None:
+    """The text of a regular file at ``path`` (bounded), None for a link, a pipe or anything else."""
+    from hpc_runner.records.read import read_record_text
+
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return read_record_text(path, "overrides")
+    except Exception:  # damaged by the run: put back
+        return None
 
 
 def _log_paths() -> dict[str, str]:
@@ -72,8 +88,16 @@ def _log_paths() -> dict[str, str]:
 def stderr_into_log(log_file: Path) -> Iterator[None]:
     """Copy stderr (tracebacks, warnings) into the run's log.txt too: the runner tees only stdout, and in
     a packed task the job's stderr file mixes the points."""
+    import os
+    import stat
+
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "a", encoding="utf-8", buffering=1) as log:
+    # the point's folder is writable inside the --safe sandbox: a link or a pipe planted there is never followed
+    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFailed(f"{log_file} is not a regular file (a pipe or a device was planted there); not written")
+    with open(fd, "a", encoding="utf-8", buffering=1) as log:
         old = sys.stderr
         sys.stderr = Tee(old, log)  # type: ignore[assignment]
         try:
@@ -116,7 +140,7 @@ def run_submitted(run_dir: str, entry: str | None = None, job_record: dict[str, 
     no_bars_without_a_terminal()
     use_cpu_budget()
     print(f"hpc-runner: job runs {run_dir}", flush=True)
-    outcome = run_keeping_overrides(Path(run_dir), entry)
+    outcome = run_keeping_overrides(Path(run_dir), entry, job_record)
     return finish_job(outcome, {"job": job_record or {}})
 
 
@@ -166,5 +190,5 @@ def run_sweep_point(
     record = {"sweep": {"dir": str(Path(sweep_dir).resolve()), "index": index, "overrides": overrides}}
     RunDir(path).update_record(binding=device_binding(), **record, **({"pack": pack} if pack else {}))
     with stderr_into_log(path / LOG_FILE):
-        outcome = run_keeping_overrides(path, entry)
+        outcome = run_keeping_overrides(path, entry, job_record)
     return finish_job(outcome, {**record, "job": job_record or {}}, requeue=pack is None)

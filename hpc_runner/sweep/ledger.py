@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside, links_inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
+from hpc_runner.records.numbers import is_ascii_digits
 from hpc_runner.records.rundir import now_iso
 
 SWEEP_FILE = "sweep.yaml"
@@ -139,7 +140,7 @@ def _node_names(value: Any) -> bool:
 
 def _is_point_dir(text: str) -> bool:
     parts = text.split("/")
-    return len(parts) == 2 and parts[0] == POINTS_DIR and parts[1].isdigit()
+    return len(parts) == 2 and parts[0] == POINTS_DIR and is_ascii_digits(parts[1])
 
 
 def _is_attempt_dir(text: str) -> bool:

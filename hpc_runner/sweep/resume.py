@@ -201,6 +201,10 @@ def resume_run(
     old = rec.get("job") or {}
     previous = [p for p in [*(old.get("previous") or []), old.get("id")] if p]
     job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
+    from hpc_runner.engine.sandbox_job import recorded_safe
+
+    if recorded_safe(target.path):  # a --safe run goes on in its sandbox; its mark grants nothing (run dir only)
+        job_record["sandbox"] = {"writable": [], "readable": []}
     name = (rec.get("bundle") or {}).get("name", "run")
     # a slurm/ that is a link out of the run dir would get the job script and the pickles the job unpickles
     folder = inside(target.path, sr.RUN_JOB_FOLDER, f"the job folder {sr.RUN_JOB_FOLDER}/", rd.file("run.yaml"))

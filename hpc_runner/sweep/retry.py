@@ -32,7 +32,7 @@ from hpc_runner.errors import UserError
 from hpc_runner.sweep.causes import CAUSES
 
 CHANGES = ("mem*F", "time*F", "cpus*F", "exclude", "same")
-_CHANGE = re.compile(r"^(?:(mem|time|cpus)\s*\*\s*(\d+(?:\.\d+)?)|(exclude)|(same))$")
+_CHANGE = re.compile(r"^(?:(mem|time|cpus)\s*\*\s*([0-9]+(?:\.[0-9]+)?)|(exclude)|(same))\Z")
 MAX_FACTOR = 16.0
 
 

@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.ids import has_empty_key, normalize_id
+from hpc_runner.config.ids import OUTPUT_DIR_ID, has_empty_key, normalize_id
 from hpc_runner.errors import ClusterError, ConfigError
+from hpc_runner.records.read import read_record_text
 
 ADD_PREFIX = "+"
 _FUNC = re.compile(r"^(range|linspace|logspace)\((.*)\)$", re.S)
 MAX_POINTS = 1_000_000
+# ids hpc-runner sets itself for every point (engine/runner.py prepare_run: each point's run dir), whatever the
+# point's overrides say: sweeping one gives identical points, so it is refused
+RUNNER_SET_IDS = {OUTPUT_DIR_ID: "hpc-runner sets to each point's own run dir (points/NNNN)"}
 
 
 @dataclass
@@ -215,10 +219,9 @@ def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     from hpc_runner.config.values import Yaml12Loader
     from hpc_runner.records.shape import compose_checked
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ClusterError(f"cannot read the sweep file ({exc.strerror or exc})", where=str(path)) from None
+    text = read_record_text(path, "sweep file", error=ClusterError)
+    if text is None:
+        raise ClusterError("the sweep file does not exist", where=str(path), expected="--sweep-file FILE (YAML)")
     try:
         node, data = compose_checked(Yaml12Loader, text, path)  # depth and alias limits first
     except yaml.YAMLError as exc:
@@ -309,8 +312,50 @@ def build_spec(sweeps: Sequence[str] = (), zip_values: bool = False, sweep_file:
                 )
             seen[bare] = axis.source
     for axis in axes:
+        _check_not_runner_set(axis)
+        _check_finite(axis)
         _check_distinct(axis)
     return SweepSpec(axes)
+
+
+def _check_not_runner_set(axis: Axis) -> None:
+    """ClusterError when the axis sweeps an id hpc-runner sets for every point itself (``output_dir``)."""
+    for i in axis.ids:
+        bare = normalize_id(i.lstrip(ADD_PREFIX))
+        if bare in RUNNER_SET_IDS:
+            raise ClusterError(f"{axis.source} sweeps id '{bare}', which {RUNNER_SET_IDS[bare]}: every point would "
+                               "run the same; nothing was written or submitted",
+                               expected="a sweep of ids the runner leaves to the config (--output_dir DIR names the "
+                               "sweep dir)")
+
+
+def _non_finite(value: Any) -> float | None:
+    """The first non-finite number in ``value`` (lists and mappings looked into), else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    if isinstance(value, str) and len(value) < 16:  # text a number reader takes for one: 'nan', '-inf', 'Infinity'
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return None if math.isfinite(number) else number
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    for item in items:
+        found = _non_finite(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _check_finite(axis: Axis) -> None:
+    """ClusterError when a value is NaN or infinite (``nan``, ``inf``, ``1e999``): no config means it, and no
+    record or JSON output can hold it."""
+    for n, values in enumerate(axis.values):
+        for i, value in zip(axis.ids, values):
+            if _non_finite(value) is not None:
+                raise ClusterError(f"{axis.source}: value {n + 1} of id '{i}' is {format_cell(value)}, which is not a "
+                                   "finite number; nothing was written or submitted",
+                                   expected="finite numbers (1e999 is infinity; nan and inf are not values to sweep)")
 
 
 def _check_distinct(axis: Axis) -> None:

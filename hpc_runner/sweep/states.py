@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.records.read import open_regular, read_record_text
 from hpc_runner.records.run_head import run_head
 from hpc_runner.scheduler.executor import DONE, FAILED_STATES, Executor, SchedulerAnswer, is_local_job, is_scheduler_job
@@ -215,7 +216,7 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
         if point.get("submit") == sr.GAVE_UP:
             ps.recorded_cause = point.get("cause") or {}
         return ps
-    info = answer.info.get(job_id) if job_id[0].isdigit() else None
+    info = answer.info.get(job_id) if starts_with_digit(job_id) else None
     if info and _first_word(info.get("State", "")):
         ps.state, ps.source, ps.elapsed = _first_word(info["State"]), answer.source, info.get("Elapsed")
         ps.scheduler_state, ps.exit_code = info["State"], info.get("ExitCode")
@@ -305,7 +306,7 @@ def error_line(ps: PointState, job_folder: Path | None) -> str | None:
         return line + at
     if err.get("message") or err.get("type"):
         return f"{err.get('type', 'Error')}: {err.get('message', '')}".strip() + at
-    if ps.job_id and job_folder is not None and ps.job_id[0].isdigit():
+    if ps.job_id and job_folder is not None and starts_with_digit(ps.job_id):
         from submitit.core.utils import JobPaths
 
         paths = JobPaths(job_folder, job_id=ps.job_id)
@@ -364,7 +365,7 @@ def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> N
 
 def _log_line(ps: PointState, job_folder: Path | None) -> str | None:
     """The job log's verdict line (slurmstepd's, else the last exception), for a point run.yaml cannot explain."""
-    if not (ps.job_id and job_folder is not None and ps.job_id[0].isdigit()):
+    if not (ps.job_id and job_folder is not None and starts_with_digit(ps.job_id)):
         return None
     from submitit.core.utils import JobPaths
 

@@ -142,7 +142,7 @@ def submit_run(
     if preflight:
         executor.check_resources(request, 1, "the job")
     created = _fresh_dir(path, "the run dir")
-    job_record = {"cluster": profile.to_record(), "submitted": now_iso()}
+    job_record = {"cluster": profile.to_record(), "submitted": now_iso(), **sandbox_grant(cfg)}
     run_dir, _ = prepare_run(cfg, entry, path, argv)
     try:
         with outside_the_job():
@@ -243,8 +243,18 @@ def new_sweep_record(
         "state": "submitting",
         "error": None,
         "submissions": [],
+        **sandbox_grant(cfg),  # what the sweep's --safe jobs may write and read: its tasks' arguments carry it
     }
     return sr.SweepRecord(directory, data, sr.new_points(points, len(points)))
+
+
+def sandbox_grant(cfg: BundleConfig) -> dict[str, Any]:
+    """``{"sandbox": grants}`` for a --safe submission (the job call's arguments decide the sandbox), else {}."""
+    if not cfg.safe:
+        return {}
+    from hpc_runner.engine.sandbox import Grants
+
+    return {"sandbox": Grants(tuple(cfg.sandbox_writable), tuple(cfg.sandbox_readable)).to_record()}
 
 
 def submit_sweep(

@@ -30,7 +30,16 @@ class Submitted:
             "dir": str(self.directory.resolve()), "profile": profile, "dry_run": self.dry_run,
             "ran_here": self.ran_here, "failed_here": self.local_failures,
             "job_ids": {str(k): v for k, v in sorted(self.job_ids.items())},
-            "arrays": [{"job_id": a.get("job_id"), "points": list(a.get("points", []))} for a in self.arrays],
+            "arrays": [{"job_id": a.get("job_id"), "points": self._array_points(a)} for a in self.arrays],
             "waiting": list(self.waiting), "logs": {str(k): v for k, v in sorted(self.logs.items())},
             **({"scripts": list(self.scripts), "notes": list(self.notes)} if self.dry_run else {}),
         }
+
+    def _array_points(self, array: dict[str, Any]) -> list[int]:
+        """The point indexes of one array: its own list, else (the governor records a count) those whose job id
+        is the array's (``123_4`` belongs to array ``123``)."""
+        points = array.get("points")
+        if isinstance(points, list):
+            return [int(p) for p in points]
+        array_id = str(array.get("job_id"))
+        return [i for i, job in sorted(self.job_ids.items()) if str(job).split("_")[0] == array_id]

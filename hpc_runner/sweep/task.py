@@ -34,6 +34,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.executor import job_entry
 
 # per-point outcomes of a task (what run_sweep_task returns under "points")
@@ -255,7 +256,7 @@ def _pin(gpus: list[str], cpus: list[int]) -> None:
 
         for name in THREAD_VARIABLES:
             raw = os.environ.get(name, "").split(",")[0].strip()
-            if raw.isdigit() and int(raw) > len(cpus):
+            if (outside_int(raw) or 0) > len(cpus):
                 os.environ[name] = str(len(cpus))
 
 

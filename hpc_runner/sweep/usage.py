@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import read_record_bytes
 from hpc_runner.scheduler.executor import SchedulerAnswer
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
@@ -74,8 +75,7 @@ def _round(value: Any) -> Any:
 
 
 def _int(text: str | None) -> int | None:
-    t = (text or "").strip()
-    return int(t) if t.isdigit() else None
+    return outside_int(text or "")
 
 
 def mem_request_mb(req_mem: str | None, cpus: int | None) -> float | None:

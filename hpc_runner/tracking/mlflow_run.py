@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.json_out import dumps_json
 from hpc_runner.scheduler.job_env import job_id
 from hpc_runner.tracking.background import BackgroundSender
 from hpc_runner.tracking.settings import (
@@ -50,17 +51,19 @@ def param_value(value: Any) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from hpc_runner.errors import UserError
+    from hpc_runner.records.read import read_json_record
+
+    try:  # the one bounded reader; damaged or missing: None
+        return read_json_record(path, "settings file")
+    except UserError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     from hpc_runner.records.atomic import write_text_atomic
 
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_text_atomic(path, dumps_json(data, indent=2) + "\n")
 
 
 class _FileLock:

@@ -37,11 +37,12 @@ def record_for_run(run_dir: Path, cfg: Any) -> None:
 
 
 def _override_params(run_dir: Path) -> dict[str, Any]:
-    import yaml
+    from hpc_runner.errors import UserError
+    from hpc_runner.records.read import read_yaml_record
 
     try:
-        entries = yaml.safe_load((run_dir / "overrides.yaml").read_text(encoding="utf-8")) or []
-    except (OSError, yaml.YAMLError):
+        entries = read_yaml_record(run_dir / "overrides.yaml", "overrides record", kind=list) or []
+    except UserError:
         return {}
     return {str(e["id"]): e.get("value") for e in entries
             if isinstance(e, dict) and e.get("id") and e.get("source") != "hpc-runner"}

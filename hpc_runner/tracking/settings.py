@@ -10,13 +10,13 @@ SQLite store ``mlflow.db`` beside the run dir, or in the sweep dir for a sweep's
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.json_out import dumps_json
 
 SETTINGS_FILE = "tracking.json"  # in the run dir (a sweep's: in base/)
 RUN_FILE = "mlflow-run.json"  # in the run dir: the MLflow run it logs to, reused on resume
@@ -87,7 +87,7 @@ def record_settings(run_dir: Path, settings: dict[str, Any]) -> None:
     """Keep ``settings`` in the run dir so jobs and resumes track the same way."""
     from hpc_runner.records.atomic import write_text_atomic
 
-    write_text_atomic(Path(run_dir) / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
+    write_text_atomic(Path(run_dir) / SETTINGS_FILE, dumps_json(settings, indent=2) + "\n")
 
 
 def sweep_dir_of(run_dir: Path) -> Path | None:
@@ -99,11 +99,12 @@ def sweep_dir_of(run_dir: Path) -> Path | None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from hpc_runner.records.read import read_json_record
+
+    try:  # the one bounded reader; damaged or missing: None
+        return read_json_record(path, "settings file")
+    except UserError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def load_settings(run_dir: Path) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ from hpc_runner.errors import UserError
 
 ADD_PREFIX = "+"  # as in sweeps: ``+id`` adds an id the config does not have
 FUNCTIONS = ("loguniform", "uniform", "int", "choice")
-_CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\((.*)\)\s*$", re.S)
+_CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\((.*)\)\s*\Z", re.S)
 _FORM = "ID=loguniform(a,b), ID=uniform(a,b), ID=int(a,b[,step]) or ID=choice(V1,V2,...)"
 
 

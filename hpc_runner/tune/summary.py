@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.json_out import dumps_json
+
 STATES = ("completed", "pruned", "failed", "running")
 
 
@@ -196,7 +198,7 @@ def write_summary(summary: TuneSummary, folder: Path) -> tuple[Path, Path]:
     from hpc_runner.records.atomic import write_text_atomic
 
     md = write_text_atomic(folder / "tune.md", f"# Tune\n\n{render(summary)}\n\n{trial_table(summary)}\n")
-    js = write_text_atomic(folder / "tune.json", json.dumps(summary.to_json(), indent=1, default=str) + "\n")
+    js = write_text_atomic(folder / "tune.json", dumps_json(summary.to_json(), indent=1, default=str) + "\n")
     return Path(md), Path(js)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import RecordError
 from hpc_runner.sweep.submission import top_up as top_up_sweep
 from hpc_runner.sweep.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
@@ -185,12 +186,10 @@ class Tune(TuneTarget, Sweep):
 
     def print_summary(self, as_json: bool) -> None:
         """Print the trials' summary: counts, best so far, rungs, importances."""
-        import json
-
         from hpc_runner.tune.summary import render, summarize
 
         summary = summarize(self.path)
-        print(json.dumps({"tune": summary.to_json()}, default=str) if as_json else render(summary))
+        print(dumps_json({"tune": summary.to_json()}, default=str) if as_json else render(summary))
 
 
 @dataclass

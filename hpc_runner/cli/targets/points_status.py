@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
+
+from hpc_runner.records.json_out import dumps_json
 
 
 def _top_up(target: Any, quiet: bool = False) -> int:
@@ -72,7 +73,7 @@ def show_points(args: argparse.Namespace, target: Any) -> int:
     if args.json:
         for s in states:
             print(
-                json.dumps(
+                dumps_json(
                     {
                         "point": s.index,
                         "state": s.state,
@@ -109,7 +110,7 @@ def _right_size(target: Any, states: list[Any], answer: Any, as_json: bool) -> N
         return
     suggestion = for_target(target, states, answer)
     if as_json:
-        print(json.dumps({"right_size": suggestion.to_json()}, default=str))
+        print(dumps_json({"right_size": suggestion.to_json()}, default=str))
         return
     print(f"right-size: {suggestion.line()}")
     if suggestion.changes:

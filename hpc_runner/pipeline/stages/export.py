@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc_runner.pipeline.stages.base import Fail, Log, StageKind
+from hpc_runner.records.numbers import starts_with_digit
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.configs import StageConfig
@@ -80,7 +81,7 @@ class ExportKind(StageKind):
 
         if state != pr.QUEUED:
             return
-        if v.jobs and not [j for j in v.jobs if j and j[0].isdigit()]:
+        if v.jobs and not [j for j in v.jobs if j and starts_with_digit(j)]:
             path = exported_file(record, v.name)
             v.state, v.detail = (COMPLETED, f"exported {path}") if path.is_file() else (FAILED, f"{path} not written")
             return

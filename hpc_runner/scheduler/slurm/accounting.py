@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.executor import Attempt, SchedulerAnswer, array_ids
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE, FROM_QUEUE
 from hpc_runner.scheduler.units import parse_duration_s, parse_size_bytes
@@ -154,15 +155,15 @@ def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, tim
         command += ["-S", since]
     errors = []
     try:
-        res = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        res = run_command(command, timeout=timeout)
         if res.returncode == 0:
             return parse_sacct(res.stdout)
         errors.append(f"sacct: {res.stderr.strip()[:300]}")
     except (OSError, subprocess.SubprocessError) as exc:
         errors.append(f"sacct: {exc}")
     try:
-        res = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"],
-                             capture_output=True, text=True, timeout=timeout)
+        res = run_command(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"],
+                             timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
         return SchedulerAnswer({}, FROM_NOWHERE, 1, "; ".join([*errors, f"squeue: {exc}"]), at=_now())
     if res.returncode != 0 and "Invalid job id" not in res.stderr:
@@ -178,8 +179,8 @@ def queued_states(job_ids: Sequence[str], timeout: float = 30) -> dict[str, str]
     if not ids:
         return {}
     try:
-        res = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T"],
-                             capture_output=True, text=True, timeout=timeout)
+        res = run_command(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%T"],
+                             timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
     if res.returncode != 0:
@@ -200,7 +201,7 @@ def scancel(job_ids: Sequence[str], timeout: float = 60) -> None:
     from hpc_runner.errors import ClusterError
 
     try:
-        res = subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=timeout)
+        res = run_command(["scancel", *job_ids], timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ClusterError(f"scancel failed: {exc}") from None
     if res.returncode != 0 and "already completing or completed" not in res.stderr:

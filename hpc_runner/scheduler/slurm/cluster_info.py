@@ -8,6 +8,9 @@ import re
 import shutil
 import subprocess
 
+from hpc_runner.records.command_output import run_command
+from hpc_runner.records.numbers import outside_int
+
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's own default
 _CACHE: dict[str, dict[str, str]] = {}
 
@@ -18,14 +21,14 @@ def scheduler_config(timeout: float = 20) -> dict[str, str]:
     if key in _CACHE:
         return _CACHE[key]
     try:
-        res = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=timeout)
+        res = run_command(["scontrol", "show", "config"], timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return {}
     if res.returncode != 0:
         return {}
     config = {}
     for line in res.stdout.splitlines():
-        m = re.match(r"^(\w+)\s*=\s*(.*)$", line)
+        m = re.fullmatch(r"(\w+)\s*=\s*(.*)", line)
         if m:
             config[m.group(1)] = m.group(2).strip()
     _CACHE[key] = config
@@ -34,9 +37,9 @@ def scheduler_config(timeout: float = 20) -> dict[str, str]:
 
 def max_array_size(fallback: int | None = None) -> tuple[int, str]:
     """Return the largest array a job may have (indices 0..MaxArraySize-1) and where the number came from."""
-    value = scheduler_config().get("MaxArraySize", "")
-    if value.isdigit() and int(value) > 0:
-        return int(value), "scontrol show config"
+    value = outside_int(scheduler_config().get("MaxArraySize", ""), low=1)
+    if value is not None:
+        return value, "scontrol show config"
     if fallback:
         return int(fallback), "the profile's max_array_size"
     return DEFAULT_MAX_ARRAY_SIZE, "SLURM's default (scontrol did not answer)"
@@ -48,7 +51,7 @@ def controller_problem(timeout: float = 2.0) -> str | None:
     if shutil.which("sbatch") is None:
         return "there is no SLURM here (sbatch is not on PATH)"
     try:
-        res = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=timeout)
+        res = run_command(["scontrol", "ping"], timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"no SLURM controller answered `scontrol ping` within {timeout:g} s"
     except OSError as exc:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,10 +22,11 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.scheduler.executor import JOB_ENTRY, Job
+from hpc_runner.records.command_output import CommandOutput, run_command
+from hpc_runner.scheduler.executor import JOB_ENTRIES, JOB_ENTRY, Job, job_entry_name
 
 ARRAY_PREFIX, JOB_PREFIX = "array-", "job-"
-_SUBMITTED = re.compile(r"Submitted batch job (\d+)")  # sbatch's answer (on a federation: "... on cluster X")
+_SUBMITTED = re.compile(r"Submitted batch job ([0-9]+)")  # sbatch's answer (on a federation: "... on cluster X")
 SHOWN_ID = "ID"  # the arguments file a dry run shows: array-ID.json (a submission names its own: 12 hex digits)
 
 
@@ -34,11 +34,10 @@ def task_arguments(fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any
     """Return the JSON text of a job's tasks (``{"function": "module:name", "tasks": [args...]}``, one task for a
     job that is no array), or None when ``fn`` is not one of our job entries (scheduler/executor.py ``job_entry``)
     or an argument would not read back equal (a tuple, an object)."""
-    module, name = getattr(fn, "__module__", ""), getattr(fn, "__qualname__", "")
-    if not module.startswith("hpc_runner.") or not name.isidentifier() or not getattr(fn, JOB_ENTRY, False):
+    if job_entry_name(fn) not in JOB_ENTRIES or not getattr(fn, JOB_ENTRY, False):
         return None
     tasks = [list(args) for args in zip(*argument_lists, strict=True)]
-    data = {"function": f"{module}:{name}", "tasks": tasks}
+    data = {"function": job_entry_name(fn), "tasks": tasks}
     try:
         text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
@@ -68,9 +67,9 @@ def submit_command_job(args_file: Path, script: str, text: str, count: int, arra
     script_file = args_file.with_suffix(".sh")
     write_text_atomic(script_file, script)
     try:
-        res = subprocess.run(["sbatch", str(script_file)], capture_output=True, text=True)  # as submitit calls it
+        res = run_command(["sbatch", str(script_file)])  # as submitit calls it
     except OSError as exc:
-        res = subprocess.CompletedProcess(["sbatch"], 127, "", str(exc))
+        res = CommandOutput(("sbatch",), 127, "", str(exc))
     said = _SUBMITTED.search(res.stdout) if res.returncode == 0 else None
     job_id = said.group(1) if said else ""
     if not job_id:
@@ -104,5 +103,5 @@ def sbatch_error(exc: BaseException) -> ClusterError:
     )
 
 
-def _refused(res: subprocess.CompletedProcess[str]) -> ClusterError:
+def _refused(res: CommandOutput) -> ClusterError:
     return sbatch_error(RuntimeError(f"{res.stderr}\n{res.stdout}".strip() or f"sbatch exited {res.returncode}"))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
 from hpc_runner.scheduler.slurm.command_job import (
@@ -444,8 +445,8 @@ class SlurmExecutor(Executor):
         if not ids:
             return {}
         try:
-            res = subprocess.run(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(ids), "-o", "%i|%r"],
-                                 capture_output=True, text=True, timeout=60)
+            res = run_command(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(ids), "-o", "%i|%r"],
+                                 timeout=60)
         except (OSError, subprocess.SubprocessError):
             return {}
         if res.returncode != 0:
@@ -462,7 +463,7 @@ class SlurmExecutor(Executor):
 def _scontrol(args: list[str], timeout: float = 60) -> None:
     """Run ``scontrol ARGS``; ClusterError with its message when it refuses."""
     try:
-        res = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout)
+        res = run_command(["scontrol", *args], timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ClusterError(f"scontrol {args[0]} failed: {exc}") from None
     if res.returncode != 0:

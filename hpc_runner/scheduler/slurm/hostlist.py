@@ -15,6 +15,8 @@ import subprocess
 from collections.abc import Iterator
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.command_output import CommandOutput, run_command
+from hpc_runner.records.numbers import outside_int
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
@@ -47,9 +49,9 @@ def _ranges(spec: str) -> list[tuple[int, int, int]]:
     for item in spec.split(","):
         item = item.strip()
         lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        first, last = outside_int(lo), outside_int(hi) if sep else outside_int(lo)
+        if first is None or last is None or lo != lo.strip() or hi != hi.strip():
             raise ValueError(f"'[{spec}]' is not a list of numbers and ranges")
-        first, last = int(lo), int(hi) if sep else int(lo)
         if last < first:
             raise ValueError(f"the range {item} runs backwards")
         out.append((first, last, len(lo)))  # as scontrol: n[001-3] -> n001..n003, n[1-010] -> n1..n10
@@ -114,13 +116,13 @@ def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
     return list(iter_hostlist(text))
 
 
-def _scontrol_show(what: str, name: str, timeout: float) -> subprocess.CompletedProcess | None:
+def _scontrol_show(what: str, name: str, timeout: float) -> CommandOutput | None:
     """Run ``scontrol show WHAT NAME``; None where scontrol is missing or does not answer in time."""
     exe = shutil.which("scontrol")
     if exe is None:
         return None
     try:
-        return subprocess.run([exe, "show", what, name], capture_output=True, text=True, timeout=timeout)
+        return run_command([exe, "show", what, name], timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
 

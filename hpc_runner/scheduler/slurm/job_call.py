@@ -20,21 +20,31 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.records.read import read_record_text
-from hpc_runner.scheduler.executor import JOB_ENTRY
+from hpc_runner.records.numbers import outside_int
+from hpc_runner.records.read import parse_json_text, read_record_text
+from hpc_runner.scheduler.executor import JOB_ENTRIES, JOB_ENTRY
 
 RESULT_SUFFIX = "_result.json"  # beside ``<JOB>_<TASK>_log.out``, where submitit's ``_result.pkl`` would be
 USAGE = "usage: python -m hpc_runner.scheduler.slurm.job_call FILE.json (in a SLURM job or array task)"
 
 
+MAX_ARGS_BYTES = 256 << 20  # a 100,000-point sweep's arguments: a few MB
+
+
 def task_call(args_file: Path, task: int) -> tuple[Any, list[Any]]:
-    """Return the function and arguments of task ``task`` of the arguments file (ValueError when it has none)."""
-    data = json.loads(read_record_text(args_file, "job arguments file") or "null")
+    """Return the function and arguments of task ``task`` of the arguments file (ValueError when it has none).
+
+    The file is read by the one bounded reader (a regular file, a size bound) and parsed with its nesting
+    bounded; the function it names is looked up in ``JOB_ENTRIES`` before anything is imported, so a
+    hand-edited file cannot make this process import (and so run the import-time code of) any other module."""
+    text = read_record_text(args_file, "job arguments file", MAX_ARGS_BYTES)
+    data = None if text is None else parse_json_text(text, args_file, "job arguments file")
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
         raise ValueError(f"{args_file} is not a job's arguments file")
-    module, _, name = str(data.get("function", "")).partition(":")
-    if not module.startswith("hpc_runner.") or not name.isidentifier():
-        raise ValueError(f"{args_file} names {data.get('function')!r}, not a function of hpc-runner")
+    function = data.get("function")
+    if not isinstance(function, str) or function not in JOB_ENTRIES:  # checked before any import
+        raise ValueError(f"{args_file} names {str(function)[:200]!r}, not a function of hpc-runner a job may run")
+    module, _, name = function.partition(":")
     fn = getattr(importlib.import_module(module), name, None)
     if not getattr(fn, JOB_ENTRY, False):
         raise ValueError(f"{args_file} names {data.get('function')!r}, not a function a job may run")
@@ -51,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args_file = Path(argv[0])
     os.environ["SUBMITIT_FOLDER"] = str(args_file.parent)
-    fn, args = task_call(args_file, int(os.environ.get("SLURM_ARRAY_TASK_ID") or 0))
+    raw_task = os.environ.get("SLURM_ARRAY_TASK_ID") or "0"
+    task = outside_int(raw_task)
+    if task is None:
+        raise ValueError(f"SLURM_ARRAY_TASK_ID={raw_task[:40]!r} is not a task number")
+    fn, args = task_call(args_file, task)
     try:
         fn(*args)
     except BaseException as exc:

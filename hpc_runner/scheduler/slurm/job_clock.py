@@ -16,6 +16,7 @@ import datetime as _dt
 import subprocess
 from collections.abc import Callable, Mapping
 
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.slurm.variables import end_time, own_job_id
 
 UNKNOWN_TIMES = ("", "unknown", "n/a", "none", "invalid")
@@ -50,7 +51,7 @@ Runner = Callable[[list[str]], str]
 
 
 def _run(cmd: list[str]) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    res = run_command(cmd, timeout=20)
     return res.stdout if res.returncode == 0 else ""
 
 

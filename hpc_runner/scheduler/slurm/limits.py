@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.command_output import CommandOutput, run_command
+from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.executor import Limit, SubmitLimits
 from hpc_runner.scheduler.slurm import limits_cache
 from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
@@ -46,7 +48,7 @@ LIMIT_MESSAGES = (
     "job submit limit",
 )
 
-Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+Runner = Callable[[Sequence[str]], CommandOutput]
 
 
 def is_limit_refusal(message: str) -> bool:
@@ -63,13 +65,12 @@ def current_user() -> str:
         return os.environ.get("USER") or str(os.getuid())
 
 
-def _run(cmd: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+def _run(cmd: Sequence[str], timeout: float = 30) -> CommandOutput:
+    return run_command(list(cmd), timeout=timeout)
 
 
 def _int(value: str) -> int | None:
-    value = value.strip()
-    return int(value) if value.isdigit() else None
+    return outside_int(value)
 
 
 def parse_associations(text: str) -> list[dict[str, Any]]:
@@ -207,7 +208,7 @@ def _asked_at_once(run: Runner, commands: list[list[str]]) -> Runner:
     with ThreadPoolExecutor(len(commands)) as pool:
         futures = {tuple(c): pool.submit(run, c) for c in commands}
 
-    def answer(cmd: Sequence[str], *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def answer(cmd: Sequence[str], *args: Any, **kwargs: Any) -> CommandOutput:
         future = futures.pop(tuple(cmd), None)
         return future.result() if future is not None else run(cmd, *args, **kwargs)
 
@@ -237,9 +238,9 @@ def _answered(run: Runner, commands: list[list[str]], answers: list[str]) -> Run
     """A runner that answers ``commands`` with the kept ``answers`` (others as ``run`` does)."""
     kept = {tuple(c): a for c, a in zip(commands, answers, strict=True)}
 
-    def answer(cmd: Sequence[str], *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def answer(cmd: Sequence[str], *args: Any, **kwargs: Any) -> CommandOutput:
         text = kept.get(tuple(cmd))
-        return subprocess.CompletedProcess(list(cmd), 0, text, "") if text is not None else run(cmd, *args, **kwargs)
+        return CommandOutput(tuple(cmd), 0, text, "") if text is not None else run(cmd, *args, **kwargs)
 
     return answer
 

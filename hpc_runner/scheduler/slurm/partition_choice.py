@@ -8,6 +8,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.profile import ClusterProfile
 from hpc_runner.scheduler.slurm.profile_init import SINFO_COMMAND, Partition, limit_minutes, parse_sinfo
 
@@ -27,7 +28,7 @@ class Request:
     def of(cls, profile: ClusterProfile) -> Request:
         """The request a profile makes (GPUs from gpus_per_node, gpus_per_task or a gres ``gpu[:TYPE]:N``)."""
         gpus = int(profile.get("gpus_per_node") or 0) or int(profile.get("gpus_per_task") or 0)
-        m = re.search(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", str(profile.get("gres") or ""))
+        m = re.search(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)", str(profile.get("gres") or ""))
         if m and not gpus:
             gpus = int(m.group(1))
         tasks = int(profile.get("ntasks_per_node") or 1)
@@ -72,7 +73,7 @@ def partition_for(profile: ClusterProfile) -> tuple[str | None, str]:
     if profile.get("partition"):
         return None, ""
     try:
-        res = subprocess.run(SINFO_COMMAND, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
+        res = run_command(SINFO_COMMAND, timeout=SINFO_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None, ""
     if res.returncode != 0:

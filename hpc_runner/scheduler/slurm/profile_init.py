@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.command_output import run_command
+from hpc_runner.records.numbers import leading_int
 from hpc_runner.scheduler.profile import parse_time_minutes
 from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
 from hpc_runner.scheduler.slurm.limits import current_user, parse_associations, parse_qos
@@ -44,15 +46,14 @@ class Partition:
         """GPUs per node from the GRES (``gpu:2``, ``gpu:a100:4(S:0-1)``; 0 without)."""
         total = 0
         for item in self.gres.split(","):
-            m = re.match(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", item.strip())
+            m = re.match(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)", item.strip())
             if m:
                 total += int(m.group(1))
         return total
 
 
 def _number(text: str) -> int:
-    m = re.match(r"\d+", text.strip())
-    return int(m.group(0)) if m else 0
+    return leading_int(text)
 
 
 def parse_sinfo(text: str) -> list[Partition]:
@@ -132,7 +133,7 @@ def profile_lines(partitions: Sequence[Partition], associations: Sequence[dict[s
 
 def _run(cmd: Sequence[str]) -> str:
     try:
-        res = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30)
+        res = run_command(list(cmd), timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ClusterError(f"`{' '.join(cmd[:3])}` could not run ({exc})",
                            expected="a machine with the SLURM client commands (a login node)") from None

@@ -6,6 +6,7 @@ import re
 import subprocess
 from collections.abc import Mapping
 
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.slurm.variables import (
     MAX_REQUEUES_ENV,
     launched_world,
@@ -43,7 +44,7 @@ def requeue_current_job(environ: Mapping[str, str] | None = None) -> str | None:
     if job is None or not _still_running(job):
         return None
     try:
-        subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, text=True, timeout=30)
+        run_command(["scontrol", "requeue", job], check=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         # SLURM may requeue the job and signal every process of it, this scontrol included, before scontrol
         # exits (seen on the local cluster under load: the job came back, we said it would not): ask SLURM
@@ -54,17 +55,17 @@ def requeue_current_job(environ: Mapping[str, str] | None = None) -> str | None:
 def _requeued_since(job: str, restarts: int) -> bool:
     """Whether SLURM counts more restarts of ``job`` than this attempt's ``restarts`` (it was requeued)."""
     try:
-        res = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
+        res = run_command(["scontrol", "show", "job", "-o", job], timeout=30)
     except (OSError, subprocess.SubprocessError):
         return False
-    found = re.search(r"\bRestarts=(\d+)", res.stdout)
+    found = re.search(r"\bRestarts=([0-9]{1,18})", res.stdout)
     return found is not None and int(found.group(1)) > restarts
 
 
 def _still_running(job: str) -> bool:
     """False when SLURM is already ending the job (COMPLETING): requeueing then would undo a scancel."""
     try:
-        res = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30)
+        res = run_command(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30)
     except (OSError, subprocess.SubprocessError):
         return True
     return res.returncode != 0 or res.stdout.strip() in ("", "RUNNING")

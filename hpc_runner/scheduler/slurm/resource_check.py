@@ -15,6 +15,7 @@ import subprocess
 from typing import Any
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.profile import ClusterProfile
 
 _ANSWERS: dict[str, str | None] = {}  # script -> refusal (None: it could start); one call per distinct script
@@ -26,9 +27,7 @@ def sbatch_refusal(script: str, timeout: float = 60) -> str | None:
     if script in _ANSWERS:
         return _ANSWERS[script]
     try:
-        res = subprocess.run(
-            ["sbatch", "--test-only"], input=script, capture_output=True, text=True, timeout=timeout
-        )
+        res = run_command(["sbatch", "--test-only"], input=script, timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None  # no answer is not a refusal
     reason = None

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.numbers import outside_int
 
 MAX_REQUEUES_ENV = "HPCR_MAX_REQUEUES"
 MAX_REQUEUES = 5  # a job that asked to be requeued this often is stopped instead: bounded by construction
@@ -35,20 +36,20 @@ def in_job(environ: Mapping[str, str] | None = None) -> bool:
 
 def restart_count(environ: Mapping[str, str] | None = None) -> int:
     """Return how many times SLURM requeued this job (``SLURM_RESTART_COUNT``, 0 when absent or garbled)."""
-    raw = env_of(environ).get("SLURM_RESTART_COUNT", "").strip()
-    return int(raw) if raw.isdigit() else 0
+    value = outside_int(env_of(environ).get("SLURM_RESTART_COUNT", ""))
+    return 0 if value is None else value
 
 
 def max_requeues(environ: Mapping[str, str] | None = None) -> int:
     """Return how many requeues a job may ask for (``HPCR_MAX_REQUEUES``, default 5)."""
-    raw = env_of(environ).get(MAX_REQUEUES_ENV, "").strip()
-    return int(raw) if raw.isdigit() else MAX_REQUEUES
+    value = outside_int(env_of(environ).get(MAX_REQUEUES_ENV, ""))
+    return MAX_REQUEUES if value is None else value
 
 
 def end_time(environ: Mapping[str, str] | None = None) -> float | None:
     """Return the job's end as epoch seconds when SLURM says it (``SLURM_JOB_END_TIME``, SLURM >= 23.02)."""
-    raw = env_of(environ).get("SLURM_JOB_END_TIME", "").strip()
-    return float(raw) if raw.isdigit() and int(raw) > 0 else None
+    value = outside_int(env_of(environ).get("SLURM_JOB_END_TIME", ""), low=1)
+    return None if value is None else float(value)
 
 
 def env_int(environ: Mapping[str, str], name: str, default: int | None = None) -> int | None:
@@ -56,14 +57,14 @@ def env_int(environ: Mapping[str, str], name: str, default: int | None = None) -
     raw = environ.get(name)
     if raw is None or not raw.strip():
         return default
-    try:
-        return int(raw.strip())
-    except ValueError:
+    value = outside_int(raw)
+    if value is None:  # ASCII digits only: int() also takes '١', '1_000' and '-1'
         raise ClusterError(
             f"the environment variable {name}={raw!r} is not an integer; hpc-runner reads it to know how many "
             "processes this run has and which one this is",
             expected=f"{name} as SLURM or torchrun set it (a whole number), or {name} unset",
-        ) from None
+        )
+    return value
 
 
 def launched_world(environ: Mapping[str, str] | None = None) -> tuple[int, int]:

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.results import Figure, write_result  # noqa: E402
+
 GOAL_HELP_SPEEDUP = 10.0
 
 
@@ -59,6 +62,14 @@ def main() -> int:
     speedup = monai_median / results["python -m hpc_runner --help"][0]
     verdict = "met" if speedup >= GOAL_HELP_SPEEDUP else "NOT met"
     print(f"goal: --help >= {GOAL_HELP_SPEEDUP:.0f}x faster than MONAI's: {speedup:.1f}x ({verdict})")
+    monai_ms = round(monai_median * 1000)
+    write_result("cli_latency", [
+        Figure("`hpc-runner --help`, median", round(results["python -m hpc_runner --help"][0] * 1000),
+               "ms", "`python -m monai.bundle run -- --help`", monai_ms, f">= {GOAL_HELP_SPEEDUP:g}x faster",
+               speedup >= GOAL_HELP_SPEEDUP, ratio_of="anchor/value"),
+        Figure(f"`hpc-runner config --bundle {bundle}`, median", round(results[cases[-1][0]][0] * 1000), "ms",
+               "`python -m monai.bundle run -- --help`", monai_ms, ratio_of="anchor/value"),
+    ], measured_paths=["hpc_runner", "pyproject.toml"], quick=args.quick)
     return 0
 
 

@@ -240,6 +240,20 @@ def main() -> int:
               f"sbatch calls={h['sbatch'] / max(1, s['sbatch']):.3f}")
         print(load_s.line().replace("# machine:", "# machine (submitit; its jobs count as others):"))
     print(load_h.line().replace("# machine:", "# machine (hpc-runner; its jobs count as others):"))
+    from bench.results import Figure, write_result
+
+    h, s = results["hpc-runner"], results.get("submitit")
+    per_min = {k: round(args.points / r["wall"] * 60) for k, r in results.items()}
+    write_result("cluster_scale", [
+        Figure(f"{args.points:,} tiny points over {total} emulated nodes, `--pack {args.pack}`: throughput",
+               per_min["hpc-runner"], "points/min", "submitit `map_array`, default QOS" if s else None,
+               per_min.get("submitit")),
+        Figure(f"the same: most jobs queued or running at once (MaxSubmitJobsPerUser={args.limit})", h["most_queued"],
+               "jobs", "submitit `map_array`" if s else None, s["most_queued"] if s else None,
+               f"<= {args.limit}", h["most_queued"] <= args.limit),
+        Figure("the same: nodes the points ran on", len(h["nodes"]), f"of {total}", goal="every node",
+               goal_met=len(h["nodes"]) == total),
+    ], measured_paths=["hpc_runner/sweep", "hpc_runner/scheduler", "bench/cluster_scale.py"])
     return 0
 
 

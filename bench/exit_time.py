@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import Contention
+from bench.results import Figure, write_result
 
 
 def timed_run(cmd: list[str], cwd: Path) -> tuple[float, float]:
@@ -72,6 +73,13 @@ def main() -> int:
     print(contention.line())
     print(f"exit ratio ours/monai: last line to exit {med['ours'][1] / med['monai'][1]:.2f}, "
           f"wall {med['ours'][0] / med['monai'][0]:.2f}")
+    write_result("exit_time", [
+        Figure("a one-line bundle's run: last output line to exit", round(med["ours"][1], 2), "s",
+               "`python -m monai.bundle run`", round(med["monai"][1], 2)),
+        Figure("the same: wall, imports included", round(med["ours"][0], 2), "s", "`python -m monai.bundle run`",
+               round(med["monai"][0], 2)),
+    ], measured_paths=["hpc_runner/quick_exit.py", "hpc_runner/engine", "hpc_runner/cli", "bench/exit_time.py"],
+        quick=args.quick)
     return 0
 
 

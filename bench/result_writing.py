@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from bench._common import Contention
+from bench.results import Figure, write_result
 from hpc_runner.inference.nifti import encode_nifti, read_nifti
 from hpc_runner.inference.writer import ResultWriter
 from hpc_runner.resources.threads import use_cpu_budget
@@ -143,6 +144,15 @@ def compare(args: argparse.Namespace, work: Path) -> int:
     print(f"# ours: writer busy {stats['busy_s'] / stats['written'] * 1e3:.1f} ms/volume in its thread, "
           f"loop waited {stats['wait_s']:.2f} s for it (last run)")
     print(f"voxel-equal: {'yes' if equal else 'no'}")
+    ratio = rate["ours"] / rate["peer"]
+    write_result("result_writing", [
+        Figure(f"inference over {n} volumes of {args.size}³, our background writer (uint8)", round(rate["ours"], 3),
+               "volumes/s", "MONAI `SaveImaged` (float32) in the loop", round(rate["peer"], 3),
+               ">= 1.3x, voxel-equal", ratio >= 1.3 and equal, note=f"voxel-equal: {'yes' if equal else 'no'}"),
+        Figure("the same, no writing at all (the ceiling)", round(rate["bare"], 3), "volumes/s",
+               "MONAI `SaveImaged` (float32) in the loop", round(rate["peer"], 3)),
+    ], measured_paths=["hpc_runner/inference/writer.py", "hpc_runner/inference/nifti.py", "bench/result_writing.py"],
+        quick=args.quick)
     return 0 if equal else 1
 
 
@@ -167,6 +177,7 @@ def levels(args: argparse.Namespace) -> int:
     print(f"# encode_nifti per gzip level, {args.size}^3, median of {args.repeats}")
     print("| output | level | size (KiB) | ratio to raw | encode (ms) |")
     print("|---|---:|---:|---:|---:|")
+    figures = []
     for name, array in outputs.items():
         raw = len(encode_nifti(array, affine, 0))
         for level in (0, 1, 3, 6, 9):
@@ -177,6 +188,12 @@ def levels(args: argparse.Namespace) -> int:
                 spans.append(time.perf_counter() - t)
             print(f"| {name} | {level} | {len(data) / 1024:.0f} | {len(data) / raw:.3f} | "
                   f"{statistics.median(spans) * 1e3:.1f} |")
+            figures.append(Figure(f"{name}, {args.size}³, gzip level {level}: size", round(len(data) / 1024), "KiB",
+                                  "raw (level 0)", round(raw / 1024)))
+            figures.append(Figure(f"{name}, gzip level {level}: encode", round(statistics.median(spans) * 1e3, 1),
+                                  "ms"))
+    write_result("result_writing_levels", figures,
+                 measured_paths=["hpc_runner/inference/nifti.py", "bench/result_writing.py"])
     return 0
 
 

@@ -181,6 +181,15 @@ def main() -> int:
     # the sweep's own jobs are not children of this process: they count as "other processes" here
     print(load_u.line().replace("# machine:", "# machine (unpacked; its own jobs count as others):"))
     print(load_p.line().replace("# machine:", "# machine (packed; its own jobs count as others):"))
+    from bench.results import Figure, write_result
+
+    write_result("sweep_pack", [
+        Figure(f"{args.points} points of a ~0.5 s bundle, `--pack {args.pack}`: overhead per point",
+               round(packed["overhead"], 2), "s", "unpacked", round(unpacked["overhead"], 2), f"<= {GOAL:.2f}x",
+               ratio <= GOAL, note=f"{packed['jobs']:.0f} jobs against {unpacked['jobs']:.0f}"),
+        Figure(f"the same: wall, `--pack {args.pack}`", round(packed["wall"], 1), "s", "unpacked",
+               round(unpacked["wall"], 1)),
+    ], measured_paths=["hpc_runner/sweep", "hpc_runner/scheduler", "hpc_runner/engine", "bench/sweep_pack.py"])
     return 0
 
 

@@ -329,6 +329,26 @@ def main() -> int:
           f"{'met' if ok else 'NOT met'}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
+    from bench.results import Figure, write_result
+
+    sub = "submitit `map_array` of the same arrays"
+    write_result("sweep_scale", [
+        Figure(f"{n:,} points: expand + check (`--dry-run`)", round(check["seconds"], 2), "s"),
+        Figure(f"{n:,} points: sweep after the dry run (limits kept)", round(sweep["seconds"], 2), "s", sub,
+               round(peer["seconds"], 2), f"<= {GOALS['ratio']}x", ratio <= GOALS["ratio"],
+               note=f"sbatch calls {sweep['calls']['sbatch']}, sacctmgr calls {sweep['calls']['sacctmgr']}"),
+        Figure(f"{n:,} points: sweep, cold (no limits kept)", round(cold["seconds"], 2), "s", sub,
+               round(peer["seconds"], 2), f"<= {GOALS['ratio']}x", cold_ratio <= GOALS["ratio"],
+               note=f"sacctmgr calls {cold['calls']['sacctmgr']}"),
+        Figure(f"{n:,} points: `status`, in-process", round(status["seconds"], 3), "s",
+               goal=f"<= {GOALS['status_s']:g} s", goal_met=status["seconds"] <= GOALS["status_s"],
+               note=f"sacct calls {status['calls']['sacct']}"),
+        Figure(f"{n:,} points: `collect`", round(collect["seconds"], 2), "s", goal=f"<= {GOALS['collect_s']:g} s",
+               goal_met=collect["seconds"] <= GOALS["collect_s"]),
+        Figure(f"{n:,} points: peak RSS over the steps", round(peak), "MB", goal=f"<= {GOALS['peak_mb']:g} MB",
+               goal_met=peak <= GOALS["peak_mb"]),
+    ], measured_paths=["hpc_runner/sweep", "hpc_runner/scheduler", "hpc_runner/cli", "hpc_runner/records",
+                       "bench/sweep_scale.py"])
     return 0
 
 

@@ -39,6 +39,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.results import Figure, write_result  # noqa: E402  (stdlib only: the children's clocks are not touched)
+
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
 COUNTED = ("sbatch", "sacct", "squeue", "sacctmgr")
 GOAL_RATIO = 1.5
@@ -264,6 +267,7 @@ def main() -> int:
     print(f"sweep_submit: MaxArraySize={limit} ({source}); held jobs on the default partition, cancelled after "
           f"timing; {rounds} round(s), median; {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
     summary = []
+    figures = []
     for n in sizes:
         kinds = ["submitit", "sweep", *(["sweep-%j"] if args.per_task_folders else [])]
         results: dict[str, list[dict]] = {k: [] for k in [*kinds, "status"]}
@@ -308,12 +312,23 @@ def main() -> int:
             print(f"N={n:<5} hpc-runner sweep, %j:      {med['sweep-%j']:.2f} s (one folder per task, as submitit), "
                   f"sbatch calls {last['sweep-%j']['calls']['sbatch']}, ratio {r2:.2f}x")
         summary.append((n, ratio, med["status"]))
+        figures += [
+            Figure(f"sweep of {n:,} points: expand, check, pre-flight, write, submit", round(med["sweep"], 2), "s",
+                   f"submitit `map_array` x{len(last['submitit']['arrays'])}", round(med["submitit"], 2),
+                   f"<= {GOAL_RATIO}x", ratio <= GOAL_RATIO),
+            Figure(f"sweep of {n:,} points: sbatch calls", last["sweep"]["calls"]["sbatch"], "",
+                   "submitit `map_array`", last["submitit"]["calls"]["sbatch"]),
+            Figure(f"`status` of {n:,} points, in-process", round(med["status"], 3), "s", goal=f"<= {GOAL_STATUS_S} s",
+                   goal_met=med["status"] <= GOAL_STATUS_S, note=f"sacct calls {last['status']['calls']['sacct']}"),
+        ]
         sys.stdout.flush()
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     ok = all(r <= GOAL_RATIO and s <= GOAL_STATUS_S for _, r, s in summary)
     print("sweep_submit: " + ", ".join(f"N={n}: {r:.2f}x, status {s:.3f} s" for n, r, s in summary)
           + f" -> goals {'met' if ok else 'NOT met'}")
+    write_result("sweep_submit", figures, measured_paths=["hpc_runner/sweep", "hpc_runner/scheduler", "hpc_runner/cli",
+                                                         "bench/sweep_submit.py"], quick=args.quick)
     return 0
 
 

@@ -203,6 +203,15 @@ def main() -> int:
         print(f"# machine (sweep): {node_cpus} CPUs; other processes used {others_share:.0%} of them{note}")
         print(f"# other jobs running on the cluster during the sweep: {', '.join(sorted(others)) or 'none'}"
               + ("  (figures are not reliable)" if others else ""))
+        from bench.results import Figure, write_result
+
+        write_result("sweep_throughput", [
+            Figure(f"{args.points} points of the example on the local SLURM: a point's training time in the sweep, "
+                   "worst", round(max(in_sweep), 1), "s", "the same point alone, `run --cpus 1`",
+                   round(alone[ratios.index(worst)], 1), f"<= {GOAL_RATIO}x", worst <= GOAL_RATIO,
+                   note=f"mean ratio {statistics.mean(ratios):.2f}"),
+        ], measured_paths=["hpc_runner/resources", "hpc_runner/scheduler", "hpc_runner/engine",
+                           "bench/sweep_throughput.py"], quick=args.quick)
         return 0 if worst <= GOAL_RATIO else 1
     finally:
         if args.workdir is None:

@@ -146,6 +146,16 @@ def main() -> int:
             met.append(gap >= -GOAL_DICE and ratio <= GOAL_EPOCHS)
     print(f"\ngoal: best within {GOAL_DICE} of the grid's with <= {GOAL_EPOCHS:.0%} of its epochs: "
           f"met by {sum(met)} of {len(met)} seed(s); dirs in {folder}")
+    sys.path.insert(0, str(ROOT))
+    from bench.results import Figure, write_result
+
+    write_result("tune_vs_grid", [
+        Figure(f"`tune` seed {seed}: best val Dice", round(r["best"], 4), "", "the 16-point grid",
+               round(grid["best"], 4),
+               f"within {GOAL_DICE} with <= {GOAL_EPOCHS:.0%} of the epochs", ok,
+               note=f"{r['epochs']} epochs against {grid['epochs']}")
+        for seed, r, ok in zip(args.seeds, rows[1:], met)
+    ], measured_paths=["hpc_runner/tune", "bench/tune_vs_grid.py"])
     return 0
 
 

@@ -35,30 +35,12 @@ READ_ALLOWED = {
     "scheduler/job_env.py": "/proc/PID/stat and comm: kernel files, decoded with errors='replace'",
     "scheduler/slurm/follow.py": "follows a growing job log by offset, in bounded chunks (rb)",
     "config/module_source.py": "ast.parse of an importable module's own source, found by importlib",
-    "config/code_warnings.py": "reads a bounded prefix of a code file ('rb', limited read)",
-    "inference/manifest.py": "its own JSON-lines manifest, read in bounded chunks with a lock held",
+    "inference/manifest.py": "its own manifest lines, each parsed by parse_json_text; outputs hashed in 'rb' chunks",
     "registry/archive.py": "packs a bundle's files into a tar in 'rb' chunks (copying, not parsing)",
     "monai_cli/arguments.py": "copies a staged file in 'rb' chunks (copying, not parsing)",
-    "sweep/states.py": "reads job logs' tails through descriptors from records.read.open_regular",
-    "sweep/ledger.py": "TODO: point files read whole as bytes; to move to records.read.read_record_bytes",
-    "sweep/shards.py": "TODO: CSV shards (csv module); to move to records.read",
-    "pipeline/summary.py": "TODO: a results table written by this run; to move to records.read",
-    "engine/runner.py": "TODO: compares a run dir's config.yaml with the new text; to move to records.read",
-    "data/synthetic.py": "TODO: its own params file, retried while another job writes it",
-    "registry/metadata.py": "the package's own JSON schema files (package data)",
-    "cli/targets/points_collect.py": "TODO: a results table a point wrote; to move to records.read",
-    "registry/decathlon_bundle.py": "TODO(owner: output helper)",
-    "registry/decathlon_folder.py": "TODO(owner: output helper)",
-    "registry/scaffold.py": "TODO(owner: output helper)",
-    "cli/completion.py": "TODO(owner: output helper)",
-    "cli/init.py": "TODO(owner: output helper)",
-    "cli/sweep.py": "TODO(owner: output helper)",
-    "records/run_head.py": "TODO(owner: output helper)",
-    "control_chars.py": "TODO(owner: output helper)",
-    "sweep/spec.py": "TODO(owner: output helper)",
-    "sweep/check.py": "TODO(owner: output helper)",
+    "sweep/states.py": "reads error.txt's head through a descriptor from records.read.open_regular",
+    "scheduler/job_logs.py": "reads job logs' tails through descriptors from records.read.open_regular",
 }
-READ_ALLOWED_FOLDERS = {"pages/": "TODO(owner: output helper)"}
 
 
 def _modules() -> dict[str, ast.AST]:
@@ -128,7 +110,7 @@ def test_no_module_decodes_a_subprocess_answer_but_the_chokepoint():
 
 def test_no_module_reads_a_file_but_through_records_read():
     found = {name: lines for name, tree in _modules().items() if (lines := reading_calls(tree))
-             and name not in READ_ALLOWED and not name.startswith(tuple(READ_ALLOWED_FOLDERS))}
+             and name not in READ_ALLOWED}
     assert not found, f"read files through hpc_runner.records.read (read_record_text/bytes): {found}"
 
 

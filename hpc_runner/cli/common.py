@@ -91,8 +91,8 @@ def add_writable_argument(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--readable", action="append", metavar="DIR",
-        help="with --safe: the sandbox lets the run (or each job) read DIR too where it hides it (under $HOME, /tmp, "
-        "/run); repeatable",
+        help="with --safe: the sandbox lets the run (or each job) read DIR too (it shows only the system, Python, "
+        "hpc-runner, the bundle, the current folder and what you name); repeatable",
     )
 
 
@@ -215,6 +215,10 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     if cfg.safe:  # the folders the sandbox of this run (or of its jobs) may write and read besides the run dir
         cfg.sandbox_writable = tuple(named_writable(args))
         cfg.sandbox_readable = tuple(named_readable_grants(args))
+        if getattr(args, "command", None) in ("submit", "sweep"):  # a path its jobs' sandbox hides: before queueing
+            from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission
+
+            refuse_hidden_at_submission(cfg)
     cfg.tracking = getattr(args, "tracking_settings", None)  # recorded in the run dir by prepare_run
     return cfg
 

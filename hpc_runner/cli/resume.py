@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hpc_runner.cli.common import add_preflight_argument
+from hpc_runner.cli.common import add_preflight_argument, add_writable_argument
 from hpc_runner.cli.slurm_options import add_cluster_arguments, nonnegative_int, positive_int
 from hpc_runner.cli.sweep import add_right_size_arguments
 
@@ -20,7 +20,11 @@ The cluster profile recorded at submission is used unless --cluster is given; --
 shows each point's cause), e.g. with a longer time limit: --cause TIMEOUT --slurm time=04:00:00.
 --retry CAUSE:CHANGE records a rule for the sweep's later failures (see `hpc-runner sweep --help`);
 --right-size DIR asks for what the finished sweep DIR used. What --slurm, --cluster or --right-size set
-here replaces the points' own requests (from earlier --retry changes)."""
+here replaces the points' own requests (from earlier --retry changes).
+A sweep or run submitted with --safe goes on with the --writable/--readable folders of its submission, when
+its record (sweep.yaml, run.yaml) and its folder are your own and writable by you alone; a received record
+grants nothing: name the folders again here (--writable DIR, --readable DIR), which then replace the
+recorded ones (docs/security.md)."""
 EPILOG = """examples:
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --slurm time=04:00:00
@@ -74,14 +78,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "failed ones included (default: its points x (1 + max_returns + max_retries)); a sweep that "
                         "spent it submits nothing more, and `status` says so")
     add_right_size_arguments(parser)
+    add_writable_argument(parser)  # the --safe jobs' grants, instead of the recorded ones
     add_cluster_arguments(parser, default_from_env=False)
     add_preflight_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
+    from hpc_runner.cli.common import named_readable_grants
     from hpc_runner.cli.targets import open_target
+    from hpc_runner.engine.sandbox import Grants, checked_grant, granted_on_command_line
 
+    given = None  # the --safe jobs submitted again get these instead of their records' (checked as on submit)
+    if getattr(args, "writable", None) or getattr(args, "readable", None):
+        given = Grants(tuple(checked_grant(p, "--writable") for p in args.writable or []),
+                       tuple(named_readable_grants(args)))
+    with granted_on_command_line(given):
+        return _resume(args, open_target)
+
+
+def _resume(args: argparse.Namespace, open_target) -> int:
     # a pipeline dir: its stages that failed or never ran (cli/pipeline.py); a tune dir: its workers; a run dir:
     # the run; a sweep dir: its failed and missing points (the functions below)
     return open_target(args.dir).resume(args)

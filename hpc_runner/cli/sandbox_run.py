@@ -31,7 +31,7 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         find_bwrap,
         gpu_devices,
         hidden_folders,
-        refuse_ungranted,
+        refuse_hidden,
         run_sandboxed,
         sandbox_env,
     )
@@ -65,8 +65,7 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "hpc_runner", *argv]
     sandboxed = bwrap_argv(bwrap, needs, command)
     try:  # a path the bundle names that the sandbox hides and nothing granted: said now, not as a missing file
-        refuse_ungranted(cfg.config if cfg is not None else {}, [*needs.writable, *needs.readable], needs.hidden,
-                         "the config")
+        refuse_hidden(cfg.config if cfg is not None else {}, needs, "the config")
     except UserError:
         if not had_mark:
             os.remove(mark)
@@ -136,7 +135,7 @@ def cache_in_sandbox(args: argparse.Namespace) -> int:
         find_bwrap,
         gpu_devices,
         hidden_folders,
-        refuse_ungranted,
+        refuse_hidden,
         run_sandboxed,
         sandbox_env,
     )
@@ -161,7 +160,7 @@ def cache_in_sandbox(args: argparse.Namespace) -> int:
         env=sandbox_env(environ, home=home, user_config=user_config),
     )
     try:
-        refuse_ungranted(cfg.config, [*needs.writable, *needs.readable], needs.hidden, "the config")
+        refuse_hidden(cfg.config, needs, "the config")
         argv = list(getattr(args, "_argv", None) or sys.argv[1:])
         return run_sandboxed(bwrap_argv(bwrap, needs, [sys.executable, "-m", "hpc_runner", *argv]))
     finally:

@@ -11,7 +11,7 @@ DEFAULT_CLUSTER = "slurm"
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: bool = True) -> None:
-    """Add --cluster, --slurm KEY=VALUE, --hold and --dry-run."""
+    """Add --cluster, --scheduler-option KEY=VALUE (alias --slurm), --hold and --dry-run."""
     g = parser.add_argument_group("cluster")
     # None when neither --cluster nor $HPCR_CLUSTER names one: load_profile_from_args then checks that the
     # default profile can submit from here before anything is loaded (issue 34: no cluster, no wait)
@@ -26,10 +26,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
             "--cluster local runs the jobs here)" if default_from_env else ""),
     )
     g.add_argument(
-        "--slurm",
+        "--scheduler-option",
+        "--slurm",  # the earlier name, kept as an alias
+        dest="slurm",  # (every command reads args.slurm)
         action="append",
         metavar="KEY=VALUE",
-        help="change one profile setting for this submission, e.g. --slurm partition=gpu --slurm time=02:00:00",
+        help="change one profile setting for this submission, in the scheduler's own words, e.g. "
+             "--scheduler-option partition=gpu --scheduler-option time=02:00:00 (--slurm is the same option)",
     )
     g.add_argument("--hold", action="store_true", help="submit held (sbatch --hold); release with scontrol release")
     g.add_argument(

@@ -51,6 +51,12 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.config.verify import verify_bundle
     from hpc_runner.registry.search import resolve_bundle
 
+    if args.safe and args.net:  # --net builds the network: bundle code, which --safe runs only in its sandbox
+        from hpc_runner.errors import UserError
+
+        raise UserError("verify --safe --net would build the bundle's network here, outside the --safe sandbox "
+                        "(--safe runs a bundle's code only inside it); nothing was run",
+                        expected="verify --safe (the rules), and the network checked by run --safe")
     bundle_dir = resolve_bundle(args.bundle)
     report = verify_bundle(bundle_dir, imports=not args.no_imports, net=args.net, net_id=args.net_id,
                            safe=args.safe, progress=progress_printer(sys.stderr))

@@ -19,6 +19,7 @@ from hpc_runner.config.overrides import (
     Override,
     added_id_warning,
     apply_override,
+    fold_into_args_file,
     load_args_file,
     parse_env_overrides,
     suggest_ids,
@@ -304,7 +305,8 @@ def load_bundle_config(
         meta = meta_loaded.data
         for id_path, line in meta_loaded.lines.items():
             where[f"{META_KEY}::{id_path}"] = f"{meta_loaded.path}:{line}"
-    merged[META_KEY] = meta
+    if meta_paths or META_KEY not in merged:  # without a metadata file MONAI keeps a config file's own _meta_
+        merged[META_KEY] = meta
 
     name = str(meta.get("name") or (bundle_dir.name if bundle_dir else files[0].stem))
     cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where, strict_ids=strict_ids)
@@ -312,7 +314,13 @@ def load_bundle_config(
     if bundle_dir is None:
         cfg.config_root = monai_config_root(files)
     expand_file_env(cfg, environ)
-    apply_overrides(cfg, [*args_overrides, *parse_env_overrides(environ), *cli_overrides], environ)
+    env_overrides = parse_env_overrides(environ)
+    folded_args, cli_list = fold_into_args_file(args_overrides, list(cli_overrides))
+    if not env_overrides:  # as MONAI: a command-line key the args file has takes effect in the file's place
+        folded = {ov.key for ov in folded_args if ov.source == "cli"}
+        args_overrides, cli_list = folded_args, [ov for ov in cli_list if ov.key not in folded]
+    # (HPCR__ variables have no MONAI counterpart: after them the command line, its dicts merged, wins)
+    apply_overrides(cfg, [*args_overrides, *env_overrides, *cli_list], environ)
     if check:
         cfg.check()
     return cfg

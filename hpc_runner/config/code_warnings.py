@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.errors import UserError
+from hpc_runner.records.read import parse_json_text, read_record_bytes, read_record_text
 from hpc_runner.records.user_cache import user_cache_dir
 
 MAX_ENTRIES = 2000
@@ -27,21 +29,20 @@ def bundle_key(cfg: BundleConfig) -> str | None:
     """Return the key of the bundle's config files as they are now (None when one cannot be read)."""
     digest = hashlib.sha256()
     for path in [*cfg.config_files, *([cfg.meta_file] if cfg.meta_file else [])]:
-        try:
-            with open(path, "rb") as f:
-                data = f.read(16 << 20)
-        except OSError:
+        try:  # a config file over 16 MiB, or not a regular file: no key (the warning shows again)
+            data = read_record_bytes(path, "config file", limit=16 << 20)
+        except UserError:
+            return None
+        if data is None:
             return None
         digest.update(str(Path(path).resolve()).encode() + b"\0" + data + b"\0")
     return digest.hexdigest()[:32]
 
 
 def _read() -> list[str]:
-    from hpc_runner.records.read import read_record_text
-
     try:
-        text = read_record_text(memory_file(), "the code-warning memory", MAX_BYTES)
-        keys = json.loads(text) if text else []
+        text = read_record_text(memory_file(), "code-warning memory", MAX_BYTES)
+        keys = parse_json_text(text, memory_file(), "code-warning memory") if text else []
     except Exception:  # damaged or unreadable: warn again
         return []
     return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []

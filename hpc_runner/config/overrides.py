@@ -34,6 +34,7 @@ class Override:
     add: bool = False
     raw: str | None = None
     replaced: str | None = field(default=None)  # where the value it replaced was defined
+    key: str | None = None  # the id as written (``a#b``), which MONAI's update_kwargs matches args-file keys by
 
     def spelling(self) -> str:
         """Return the key as the user wrote it (with ``+`` for an added id)."""
@@ -76,7 +77,7 @@ def parse_cli_overrides(tokens: Iterable[str]) -> list[Override]:
             i += 2
         id_path, add = _split_key(key, token)
         value = parse_value(raw, what=f"value of --{key}")
-        result.append(Override(id_path, value, "cli", f"--{key}", add=add, raw=raw))
+        result.append(Override(id_path, value, "cli", f"--{key}", add=add, raw=raw, key=key))
     return result
 
 
@@ -123,8 +124,43 @@ def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
     for key, value in data.items():
         origin = f"{path}:{lines.get(str(key), 1)}"
         id_path, add = _split_key(str(key), origin)
-        result.append(Override(id_path, value, "args_file", origin, add=add))
+        result.append(Override(id_path, value, "args_file", origin, add=add, key=str(key)))
     return result, options
+
+
+def _update_kwargs(old: dict, new: dict) -> dict:
+    """MONAI's ``update_kwargs(old, **new)``: None values dropped, dicts merged recursively, ``+key`` merged."""
+    out = dict(old)
+    for k, v in new.items():
+        if v is None:
+            continue
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _update_kwargs(out[k], v)
+        elif isinstance(k, str) and k.startswith(ADD_PREFIX) and k[1:] in out:
+            out[k[1:]] = _merge(out[k[1:]], v)
+        else:
+            out[k[1:] if isinstance(k, str) and k.startswith(ADD_PREFIX) else k] = v
+    return out
+
+
+def fold_into_args_file(args: list[Override], cli: list[Override]) -> tuple[list[Override], list[Override]]:
+    """Combine args-file and command-line overrides as MONAI's ``update_kwargs(args_file, **overrides)`` does.
+
+    A command-line key spelled as an args-file key takes that key's place in the file's order, and a dict given
+    for a dict is merged into it (recursively); the other command-line overrides follow. Returns the args-file
+    overrides with those replaced, and the command-line overrides with their merged values, in their own order.
+    """
+    by_key = {ov.key: i for i, ov in enumerate(args) if ov.key is not None and not ov.add}
+    args, out = list(args), []
+    for ov in cli:
+        i = by_key.get(ov.key) if ov.key is not None and not ov.add else None
+        if i is not None:
+            old = args[i].value
+            value = _update_kwargs(old, ov.value) if isinstance(ov.value, dict) and isinstance(old, dict) else ov.value
+            ov = Override(ov.id, value, ov.source, ov.origin, add=ov.add, raw=ov.raw, key=ov.key)
+            args[i] = Override(ov.id, value, ov.source, ov.origin, add=ov.add, raw=ov.raw, key=ov.key)
+        out.append(ov)
+    return args, out
 
 
 def suggest_ids(id_path: str, config: Any, limit: int = 3) -> list[str]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.ids import SEP, get_by_id, has_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.ids import LEGACY_SEP, SEP, get_by_id, has_id, iter_ids, join_id, normalize_id
 from hpc_runner.config.merge import locate
 from hpc_runner.errors import ConfigError
 
@@ -109,8 +109,27 @@ def check_references(config: dict, where: Mapping[str, str], suggest: Callable[[
     """Raise ConfigError for an ``@ref`` to a missing id or a circular chain of references."""
     refs_below: dict[str, set[str]] = {}
     for id_path, value in iter_ids(config):
+        if LEGACY_SEP in id_path and (
+            (isinstance(value, dict) and "_target_" in value) or (isinstance(value, str) and value.startswith(EXPR_KEY))
+        ):  # MONAI resolves the item by its id, read with '#' as '::': a key holding '#' is never found
+            raise ConfigError(
+                f"a key with '#' holds a component or expression, which MONAI cannot resolve: it reads '#' in "
+                f"the id as '::' and looks for '{normalize_id(id_path)}'",
+                where=locate(where, id_path),
+                id_path=id_path,
+                expected="keys without '#' ('#' separates the keys of an id, as '::' does)",
+            )
         if isinstance(value, str):
             for ref in refs_in_string(value):
+                if not ref:  # MONAI: `@` with no id names the root item "", which holds this one
+                    raise ConfigError(
+                        f"'@' with no id after it in {value!r} refers to the whole config, which holds this item: "
+                        "MONAI fails with a circular reference",
+                        where=locate(where, id_path),
+                        id_path=id_path,
+                        expected="'@' followed by an id (in an expression: torch.matmul(x, y) for x @ y, "
+                        "chr(64) for the character)",
+                    )
                 if not has_id(config, ref):
                     close = suggest(ref)
                     raise ConfigError(

@@ -126,6 +126,8 @@ def _locate(parts: list[str], walk: _Walk) -> str:
         kind, spec = _attribute(spec, parts[n], walk)
         if kind == _CALLABLE and n + 1 < len(parts):
             raise Undecided(f"'{'.'.join(parts)}' is an attribute of a class or function: only running it tells")
+    if kind == _MODULE and n + 1 < len(parts):  # a value, or a module whose source is unknown, has the rest
+        raise Undecided(f"'{'.'.join(parts[: n + 1])}' is not a module read from source: only importing it tells")
     return kind
 
 
@@ -164,7 +166,9 @@ def _attribute(spec: ModuleSpec, name: str, walk: _Walk, no_submodule: bool = Fa
         if not hasattr(loaded, name):
             return _MISSING, None
         value = getattr(loaded, name)
-        return (_MODULE if isinstance(value, ModuleType) or not callable(value) else _CALLABLE), None
+        if isinstance(value, ModuleType):  # os.path: the module it names (posixpath), to look further into
+            return _MODULE, getattr(value, "__spec__", None)
+        return (_MODULE if not callable(value) else _CALLABLE), None
     found = bindings_of(spec)
     walk.files.add(found.path)
     _check_imports(spec, walk)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hpc_runner.records.read import RecordError, parse_json_text, read_record_text
+
 SPLITS = ("train", "val")
 
 
@@ -70,10 +72,13 @@ def _check_params(folder: Path, params: dict) -> None:
         return
     for _ in range(50):  # without hard links, another job may be between creating and writing the file
         try:
-            existing = json.loads(path.read_text(encoding="utf-8"))
-            break
-        except (OSError, ValueError):
-            time.sleep(0.1)
+            text = read_record_text(path, "synthetic dataset's params", limit=1 << 20)
+            if text is not None:
+                existing = parse_json_text(text, path, "synthetic dataset's params")
+                break
+        except RecordError:  # being written: cut short, or not there yet
+            pass
+        time.sleep(0.1)
     else:
         existing = {}
     if existing != params:

@@ -23,10 +23,10 @@ from typing import Any
 from hpc_runner.engine.launch_env import env_int, launched_world, local_rank, node_rank, srun_without_torchrun
 from hpc_runner.errors import ClusterError, ConfigError
 from hpc_runner.scheduler.job_env import (
-    LAUNCH_ADDRESS,
     first_node,
     job_number,
     launch_address,
+    launch_address_name,
     node_address,
     node_count,
     node_name,
@@ -113,6 +113,7 @@ def master_address(
     node_addr: Callable[[str], str | None],
     launch_ip: str | None,
     own_addr: Callable[[], str | None] | None = None,
+    launch_name: str = "the launch address",
 ) -> tuple[str, str]:
     """Return ``(address, how it was found)`` of rank 0's node ``host``, an address this rank can reach.
 
@@ -138,7 +139,7 @@ def master_address(
                              f"{this_host} ({mine}): the nodes are emulated on one machine")
     if launch_ip:
         return launch_ip, f"{host} {'resolves to loopback ' + ip if ip else 'does not resolve'} here; " \
-                          f"{LAUNCH_ADDRESS} {launch_ip}"
+                          f"{launch_name} {launch_ip}"
     raise ClusterError(
         f"rank 0 runs on {host}, which {'resolves to the loopback address ' + ip if ip else 'does not resolve'} "
         "on this node, and SLURM gives no other address for it (scontrol show node, SLURM_LAUNCH_NODE_IPADDR)",
@@ -219,8 +220,9 @@ def own_node_addr(environ: Mapping[str, str]) -> Callable[[], str | None]:
 def _default_address(environ: Mapping[str, str]) -> Callable[[str], tuple[str, str]]:
     def find(host: str) -> tuple[str, str]:
         return master_address(host, this_host=this_node(environ), resolve=resolve_host,
-                              node_addr=node_address, launch_ip=launch_address(environ),
-                              own_addr=own_node_addr(environ))
+                              node_addr=lambda h: node_address(h, environ), launch_ip=launch_address(environ),
+                              own_addr=own_node_addr(environ),
+                              launch_name=launch_address_name(environ) or "the launch address")
     return find
 
 

@@ -19,6 +19,7 @@ from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records import environment
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import tee_to_log
+from hpc_runner.records.read import read_record_text
 from hpc_runner.records.rundir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -32,6 +33,7 @@ from hpc_runner.records.rundir import (
     now_iso,
 )
 from hpc_runner.registry.trust import manifest_record
+from hpc_runner.scheduler.job_env import job_record
 
 INIT_ID, RUN_ID, FINAL_ID = "initialize", "run", "finalize"
 log = logging.getLogger("hpc_runner.runner")
@@ -172,10 +174,11 @@ def _prepare_run(
     run_dir.create()
     config_text = dump_yaml(to_plain(expanded))
     existing = run_dir.file(CONFIG_FILE)
+    recorded_text = read_record_text(existing, "run config", error=ConfigError)
     if (
-        existing.exists()
-        and existing.read_text(encoding="utf-8") != config_text
-        and not (cfg.recorded and _moved_copy_of(existing, config_text))
+        recorded_text is not None
+        and recorded_text != config_text
+        and not (cfg.recorded and _moved_copy_of(existing, recorded_text, config_text))
     ):
         raise ConfigError(
             "the run dir already holds a run of a different config",
@@ -261,11 +264,12 @@ def _init_final_record(cfg: BundleConfig) -> dict[str, str]:
     return out
 
 
-def _moved_copy_of(existing: Path, config_text: str) -> bool:
-    """Whether ``existing`` config.yaml is ``config_text`` but for ``output_dir``: the run dir was moved."""
-    from hpc_runner.records.read import parse_yaml_record, read_record_text
+def _moved_copy_of(existing: Path, recorded_text: str, config_text: str) -> bool:
+    """Whether ``existing`` config.yaml (``recorded_text``) is ``config_text`` but for ``output_dir``: the run
+    dir was moved."""
+    from hpc_runner.records.read import parse_yaml_record
 
-    recorded = parse_yaml_record(read_record_text(existing, "run config") or "", existing, "run config") or {}
+    recorded = parse_yaml_record(recorded_text, existing, "run config") or {}
     now = parse_yaml_record(config_text, existing, "run config") or {}
     if not isinstance(recorded, dict) or not isinstance(now, dict):
         return False
@@ -401,7 +405,7 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
         error=None,
         attempts=int(rec.get("attempts", 0)) + 1,
         host=environment.host_info(),
-        slurm=environment.slurm_environment(),
+        scheduler=job_record(),  # scheduler/job_env.py: its name, the job's ids, restarts, nodes, variables
         versions=environment.package_versions(),
         git=environment.git_state(cfg.bundle_dir or (cfg.config_files[0].parent if cfg.config_files else None)),
     )

@@ -3,12 +3,15 @@
 The allow-list (config/safe_mode.py) is a fast first check; this is the promise. `run --safe` starts
 ``python -m hpc_runner run ... --safe`` again under ``bwrap``, where:
 
-- the filesystem is the host's, read-only; only the run dir, the cache dir named on the command line
-  (``--cache_dir``) and the folders named with ``--writable`` are writable;
-- ``$HOME`` (and the account's home from the password database), ``/tmp``, ``/var/tmp``, ``/run`` and
-  ``/var/run`` are empty private tmpfs: SSH keys, ~/.config, agents' and daemons' sockets (munge, dbus) are not
-  there; what the run reads from them (the venv, the bundle, the current folder, the files named on the
-  command line and with ``--readable``, hpc-runner's own config file) is bound back read-only;
+- the filesystem is a minimal root (:func:`system_binds`): read-only, ``/usr`` and the top-level ``/bin``,
+  ``/sbin``, ``/lib*`` (links stay links), a fixed list of ``/etc`` files (``ETC_NAMES``: the loader's cache,
+  passwd/group, hosts, certificates, fonts...), ``/dev`` (GPUs' device files added), ``/proc``; then Python's
+  prefixes and ``sys.path``, hpc-runner, the current folder, the bundle and what the user names
+  (``--readable``, the files and paths on the command line, hpc-runner's config file); writable only the run dir,
+  the cache dir named on the command line (``--cache_dir``) and the folders named with ``--writable``. Nothing
+  else of the host is there (``/etc/shadow``, ``/etc/munge``, ``/opt``, ``/srv``, other projects);
+- ``$HOME`` (and the account's home from the password database), ``/tmp``, ``/var/tmp`` and ``/run`` are empty
+  private tmpfs (what the run needs under them, such as a venv in ``$HOME``, is bound back over them);
 - every capability is dropped (``--cap-drop ALL``): run as root, the code inside has none (CapEff 0);
 - there is no network (a new network namespace: loopback only), no other process (a new PID
   namespace), no terminal to inject into (a new session), and the sandbox dies with its parent;
@@ -26,13 +29,15 @@ either and a path through a link), never from the run dir or the bundle's config
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import glob
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hpc_runner.config.sandbox_marks import INSIDE_ENV, INSIDE_FILE
@@ -94,11 +99,45 @@ def hidden_folders(environ: Mapping[str, str], uid: int | None = None) -> list[s
 
 
 def python_paths() -> list[str]:
-    """Return what this Python needs to start: its prefixes, the executable and every folder on sys.path."""
+    """Return what this Python needs to start: its prefixes (``sys.prefix``, ``sys.base_prefix``,
+    ``sys.exec_prefix``: exactly those, even inside ``$HOME``), the executable's folder and every folder on
+    ``sys.path`` (site-packages, an editable install's source folder); what is not a folder here is left out."""
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.abspath(sys.executable)),
              os.path.dirname(os.path.realpath(sys.executable))]
     paths += [p for p in sys.path if p and os.path.isabs(p)]
-    return paths
+    return [p for p in dict.fromkeys(os.path.normpath(p) for p in paths) if os.path.isdir(p)]
+
+
+# the minimal root: what a Python program needs of the system, read-only (links such as /bin -> usr/bin stay links)
+SYSTEM_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# of /etc, only these (never shadow, munge, ssh, ssl/private, sudoers...): the loader, names, time, certificates,
+# fonts, MIME types; alternatives because Debian's /usr/bin links point there
+ETC_NAMES = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "hosts", "host.conf",
+    "localtime", "timezone", "alternatives", "ssl/certs", "ssl/openssl.cnf", "pki/tls/certs", "pki/ca-trust/extracted",
+    "ca-certificates", "ca-certificates.conf", "fonts", "mime.types", "matplotlibrc",
+)
+MOUNTED = ("/dev", "/proc")  # made by bwrap itself (--dev: a minimal /dev; --proc: this PID namespace's)
+
+
+def system_binds(root: str = "/") -> list[tuple[str, str, str]]:
+    """Return (bwrap option, source, destination) of the minimal root: ``SYSTEM_TOPS`` and the ``ETC_NAMES`` that
+    exist here (a link is made a link: ``--symlink TARGET PATH``; a folder or file is bound read-only)."""
+    found: list[tuple[str, str, str]] = []
+    for path in (*SYSTEM_TOPS, *(f"/etc/{name}" for name in ETC_NAMES)):
+        here = os.path.join(root, path.lstrip("/"))
+        if os.path.islink(here):
+            found.append(("--symlink", os.readlink(here), path))
+        elif os.path.exists(here):
+            found.append(("--ro-bind", here, path))
+    return found
+
+
+def visible_paths(needs: Needs) -> list[str]:
+    """Return what the run inside sees of the host's files: the minimal root, /dev, /proc and every path
+    :func:`bind_plan` binds (a path under none of them is not there inside)."""
+    system = [dest for option, _, dest in system_binds() if option != "--symlink"]
+    return [*system, *MOUNTED, *(p for option, p in bind_plan(needs) if option != "--tmpfs")]
 
 
 def sandbox_env(environ: Mapping[str, str], *, home: str, user_config: str | None = None) -> dict[str, str]:
@@ -123,21 +162,21 @@ def _depth(path: str) -> int:
 
 
 def bind_plan(needs: Needs) -> list[tuple[str, str]]:
-    """Return (bwrap option, path) for every tmpfs and every path bound back, shallowest first.
+    """Return (bwrap option, path) for every tmpfs and every path bound over the minimal root, shallowest first.
 
     A deeper mount lands on top of a shallower one, so the order alone says what wins: a hidden folder
-    inside a folder bound back (``$HOME`` inside the current folder) is hidden again, and what the run needs
-    inside a hidden folder (the venv in ``$HOME``) is bound back after it. A readable path that is a hidden
-    folder is not bound (the tmpfs wins: running from ``$HOME`` does not show ``$HOME``);
-    a readable path outside every hidden folder needs no bind (the read-only root shows it), nor does one
-    inside a folder already bound back with nothing hidden or writable between. Writable paths are always
-    bound; at the same path, a bind comes after the tmpfs. Protected paths (inside a writable folder) are bound
-    read-only last, over it. Paths are absolute, and real (a link is bound at its real place too).
+    inside a folder bound (``$HOME`` inside the current folder) is hidden again, and what the run needs
+    inside a hidden folder (the venv in ``$HOME``) is bound after it. A readable path that is a hidden
+    folder is not bound (the tmpfs wins: running from ``$HOME`` does not show ``$HOME``), nor ``/`` (that would be
+    the whole host again), nor one the minimal root shows already (``/usr/lib/python3``), nor one inside a folder
+    already bound with nothing hidden or writable between. Writable paths are always bound; at the same path, a
+    bind comes after the tmpfs. Protected paths (inside a writable folder) are bound read-only last, over it.
+    Paths are absolute, and real (a link is bound at its real place too).
     """
     hidden = [os.path.normpath(h) for h in needs.hidden]
     writable = sorted({p for path in needs.writable for p in (os.path.abspath(path), os.path.realpath(path))})
     readable = sorted({p for path in needs.readable for p in (os.path.abspath(path), os.path.realpath(path))})
-    readable = [p for p in readable if under(p, hidden) and p not in hidden]
+    readable = [p for p in readable if p != "/" and p not in hidden and not under(p, (*SYSTEM_TOPS, *MOUNTED))]
     marks = hidden + writable
 
     def covered(p: str) -> bool:  # inside another readable folder, nothing hidden or writable in between
@@ -154,17 +193,24 @@ def bind_plan(needs: Needs) -> list[tuple[str, str]]:
 
 
 def bwrap_argv(bwrap: str, needs: Needs, command: Sequence[str]) -> list[str]:
-    """Return the exact bwrap command line that runs ``command`` inside the sandbox ``needs`` describes."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    """Return the exact bwrap command line that runs ``command`` inside the sandbox ``needs`` describes: the
+    minimal root (:func:`system_binds`), /dev (with ``needs.devices``), /proc, :func:`bind_plan`'s mounts, then
+    the root made read-only, no capability, no network, no other process, a clean environment."""
+    argv = [bwrap]
+    for option, source, dest in system_binds():
+        argv += [option, source, dest]
+    argv += ["--dev", "/dev"]
     for device in needs.devices:
         argv += ["--dev-bind-try", device, device]
+    argv += ["--proc", "/proc"]
     plan = bind_plan(needs)
     for option, path in plan:
         argv += [option, path] if option == "--tmpfs" else [option, os.path.realpath(path), path]
     if ("--tmpfs", "/run") in plan:  # what tells the run it is inside: a folder only bwrap makes, on its own /run
         argv += ["--dir", INSIDE_FILE]
-    argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-             "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    argv += ["--remount-ro", "/",  # the root bwrap made (the folders it holds are mount points): nothing new there
+             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     for key, value in sorted(needs.env.items()):
         argv += ["--setenv", key, value]
     argv += ["--chdir", needs.cwd, "--", *command]
@@ -180,7 +226,8 @@ def _homes(environ: Mapping[str, str]) -> list[str]:
         homes.append(pwd.getpwuid(os.getuid()).pw_dir)
     except (KeyError, ImportError):
         pass
-    return [os.path.normpath(h) for h in homes if h and os.path.isabs(h)]
+    homes = [os.path.normpath(h) for h in homes if h and os.path.isabs(h)]
+    return list(dict.fromkeys([*homes, *(os.path.realpath(h) for h in homes)]))  # a home reached by a link too
 
 
 def checked_grant(path: str, option: str, environ: Mapping[str, str] | None = None) -> str:
@@ -240,6 +287,67 @@ class Grants:
         return cls(**lists)
 
 
+UNVERIFIED = "unverified"  # in a record's grants: the file was received, so they were dropped when it was read
+
+
+def record_owned(file: str | os.PathLike) -> str | None:
+    """Return None when the record ``file`` may grant (it and its folder are this account's own, no link, not
+    writable by group or others: nobody else wrote what it says), else the reason in a few words."""
+    path = os.path.abspath(file)
+    for what, here in (("the file", path), ("its folder", os.path.dirname(path))):
+        try:
+            st = os.lstat(here)
+        except OSError as exc:
+            return f"{what} {here} cannot be read ({exc.strerror})"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{what} {here} is a symbolic link"
+        if st.st_uid != os.geteuid():
+            return f"{what} {here} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})"
+        if st.st_mode & 0o022:
+            return f"{what} {here} is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def received_grants(found: object, file: str | os.PathLike) -> object:
+    """Return a record's recorded grants as this account may honour them: as written when the record is its own
+    (:func:`record_owned`), else none, with the reason under ``UNVERIFIED`` (so that the record, saved again by this
+    account, still grants nothing: a received record's grants are never laundered by a rewrite)."""
+    if not isinstance(found, dict) or UNVERIFIED in found or not (found.get("writable") or found.get("readable")):
+        return found
+    why = record_owned(file)
+    return found if why is None else {"writable": [], "readable": [], UNVERIFIED: why}
+
+
+_GIVEN: contextvars.ContextVar[Grants | None] = contextvars.ContextVar("hpcr_sandbox_grants", default=None)
+
+
+@contextlib.contextmanager
+def granted_on_command_line(grants: Grants | None) -> Iterator[None]:
+    """While the block runs, the jobs a command submits again (``resume --writable/--readable``) get ``grants``
+    instead of what their records recorded (None: the records' own, when they may grant)."""
+    token = _GIVEN.set(grants)
+    try:
+        yield
+    finally:
+        _GIVEN.reset(token)
+
+
+def recorded_grants(found: object, where: str) -> Grants:
+    """Return the grants a job submitted again gets: the command line's (``granted_on_command_line``), else the
+    record's own (``found``, read through :func:`received_grants`); bad input (exit 2) when the record was received
+    (not this account's own) and granted something: it grants nothing, the command line must say it again."""
+    given = _GIVEN.get()
+    if given is not None:
+        return given
+    if isinstance(found, dict) and UNVERIFIED in found:
+        raise UserError(
+            f"{where} records --safe grants, and a record this account did not write alone grants nothing "
+            f"({found[UNVERIFIED]}); its jobs were not submitted", where=where,
+            expected="the folders its runs need, named again on the command line: hpc-runner resume DIR "
+            "--readable DIR --writable DIR (only the ones you mean to grant)")
+    return Grants.from_record(found, where)
+
+
 def ungranted_paths(config: object, granted: Iterable[str], hidden: Iterable[str]) -> list[tuple[str, str]]:
     """Return (id, path) for each existing absolute path among the config's values that the sandbox hides (under a
     hidden folder) and that nothing granted shows: the run would not find it inside. (A path that does not exist
@@ -252,7 +360,7 @@ def ungranted_paths(config: object, granted: Iterable[str], hidden: Iterable[str
         if not isinstance(value, str) or not value.startswith("/") or len(value) > 4096 or "\n" in value:
             continue
         path = os.path.normpath(value)
-        if under(path, hidden) and not under(path, granted) and os.path.lexists(path):
+        if path != "/" and under(path, hidden) and not under(path, granted) and os.path.lexists(path):
             found.append((str(id_path), path))
     return found
 
@@ -271,9 +379,18 @@ def refuse_ungranted(config: object, granted: Iterable[str], hidden: Iterable[st
             "if the run may read it")
 
 
+def refuse_hidden(config: object, needs: Needs, where: str) -> None:
+    """Bad input (exit 2) naming the first config id whose existing absolute path the sandbox of ``needs`` does not
+    show (anything outside :func:`visible_paths`), and the ``--readable`` to add. Only paths written in the config
+    (or given as overrides) can be known here; a path a ``$`` expression or a ``@`` reference builds at run time
+    cannot: inside, it is simply not there."""
+    refuse_ungranted(config, visible_paths(needs), ["/"], where)
+
+
 def gpu_devices() -> list[str]:
-    """Return the NVIDIA device files of this machine (bound into the sandbox; none on a CPU machine)."""
-    return sorted(glob.glob("/dev/nvidia*"))
+    """Return the GPU device files of this machine, bound into the sandbox's /dev: ``/dev/nvidia*`` (the devices,
+    ``nvidiactl``, ``nvidia-uvm``, ``nvidia-caps``) and ``/dev/dri`` (none on a CPU machine)."""
+    return sorted(glob.glob("/dev/nvidia*")) + (["/dev/dri"] if os.path.isdir("/dev/dri") else [])
 
 
 def find_bwrap(environ: Mapping[str, str] | None = None) -> str:

@@ -11,13 +11,15 @@ job call's arguments: ``job_record["sandbox"]``, the :class:`~hpc_runner.engine.
 ``--writable``, ``--readable`` and ``--cache_dir`` given on the submitting command line), never from a file of the
 run dir: a mark or a record found there grants nothing (a run dir marked ``--safe`` whose job was submitted
 without grants is refused, never run outside). What the run inside may write: its run dir and the granted
-folders. What it may read under the hidden folders: Python, hpc-runner, the bundle, the job's working folder,
-hpc-runner's config file and the granted folders; a config naming a hidden path nothing grants is refused
-before the sandbox starts, naming the id and the ``--readable`` to add.
+folders. What it may read besides the minimal root (engine/sandbox.py): Python, hpc-runner, the bundle, the
+job's working folder, hpc-runner's config file and the granted folders; a config naming a path it would not show
+is refused at submission (``refuse_hidden_at_submission``) and before the sandbox starts, naming the id and the
+``--readable`` to add.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,9 +37,11 @@ from hpc_runner.engine.sandbox import (
     gpu_devices,
     hidden_folders,
     python_paths,
+    refuse_hidden,
     refuse_ungranted,
     run_sandboxed,
     sandbox_env,
+    visible_paths,
 )
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import read_json_record
@@ -121,6 +125,23 @@ def job_needs(run_dir: str, environ: Mapping[str, str], plan: JobPlan, cwd: str,
     )
 
 
+def refuse_hidden_at_submission(cfg: Any, config: object = None, where: str = "the config") -> None:
+    """Before a --safe submission queues anything (``submit``, ``sweep``, each sweep point): bad input (exit 2)
+    naming the first config id whose existing absolute path the job's sandbox would not show, and the
+    ``--readable`` to add, the check each job makes again when it starts (``run_recorded_in_sandbox``). The job's
+    sandbox is planned from this command line: its grants, the bundle, this working folder (the job's), Python
+    and hpc-runner. A path a ``$`` expression or a ``@`` reference builds at run time cannot be known here."""
+    bundle = (str(cfg.bundle_dir),) if cfg.bundle_dir else ()
+    shown = _submission_shown(tuple(cfg.sandbox_writable), (*bundle, *cfg.sandbox_readable), os.getcwd(),
+                              os.environ.get("HOME") or "")
+    refuse_ungranted(cfg.config if config is None else config, shown, ["/"], where)
+
+
+@functools.lru_cache(maxsize=8)  # once for a sweep's thousands of points
+def _submission_shown(writable: tuple[str, ...], readable: tuple[str, ...], cwd: str, _home: str) -> tuple[str, ...]:
+    return tuple(visible_paths(job_needs(cwd, os.environ, JobPlan(writable=writable, readable=readable), cwd)))
+
+
 def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, grants: Grants,
                             protect: Sequence[str] = ()) -> RunOutcome:
     """Run the recorded run in ``run_dir`` inside the sandbox; return how it ended (read back from inside).
@@ -140,7 +161,7 @@ def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, grant
         os.makedirs(folder, exist_ok=True)
     needs = job_needs(str(rd.path), os.environ, plan, os.getcwd(),
                       tuple(str(rd.path / name) for name in protect if os.path.lexists(rd.path / name)))
-    refuse_ungranted(cfg.config, [*plan.writable, *needs.readable], needs.hidden, str(rd.path / "config.yaml"))
+    refuse_hidden(cfg.config, needs, str(rd.path / "config.yaml"))
     outcome_file = rd.path / OUTCOME_FILE
     outcome_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "hpc_runner.engine.sandbox_job", str(rd.path.resolve()), entry or ""]

@@ -7,7 +7,6 @@ checkpoints, metrics and seeding live in their own modules; this file only calls
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import sys
@@ -48,7 +47,7 @@ from hpc_runner.engine.val_sample import middle_slice, write_val_sample
 from hpc_runner.errors import ConfigError
 from hpc_runner.pages import bottleneck
 from hpc_runner.records.atomic import save_atomic, write_text_atomic
-from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.json_out import dumps_json, json_copy
 from hpc_runner.records.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 
@@ -382,7 +381,7 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rngs[0],
             "rng_by_rank": rngs,
-            "history": json.loads(json.dumps(self.history)),
+            "history": json_copy(self.history),
             "epoch_losses": list(self.epoch_losses),
         }
 

@@ -11,6 +11,8 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hpc_runner.records.read import RecordError, parse_json_text
+
 log = logging.getLogger(__name__)
 
 
@@ -39,8 +41,8 @@ def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
 
-def _parse(line: str) -> ManifestEntry:
-    raw = json.loads(line)
+def _parse(line: str, path: Path) -> ManifestEntry:
+    raw = parse_json_text(line, path, "manifest line")  # its nesting bounded first
     if not isinstance(raw, dict) or not isinstance(raw.get("case"), str):
         raise ValueError("not an object with a 'case' string")
     return ManifestEntry(case=raw["case"], file=raw.get("file"), size=raw.get("size"),
@@ -114,8 +116,8 @@ class OutputManifest:
                     if not line.strip():
                         continue
                     try:
-                        entry = _parse(line)
-                    except (ValueError, TypeError) as err:
+                        entry = _parse(line, path)
+                    except (RecordError, ValueError, TypeError) as err:
                         _warn(f"{path}:{number}: damaged manifest line ignored ({err}); "
                               "its case counts as not finished")
                         continue

@@ -26,7 +26,7 @@ from hpc_runner.records.rundir import (
     SUMMARY_FILE,
     VAL_SAMPLE_FILE,
 )
-from hpc_runner.scheduler.job_env import job_summary
+from hpc_runner.scheduler.job_env import recorded_job
 
 REPORT_FILE = "report.html"
 PLOTS_DIR = "plots"
@@ -129,9 +129,9 @@ def _environment_html(run: RunData) -> str:
     parts = [page.key_values(sorted(versions.items()), "versions")] if versions else []
     if git:
         parts.append(page.key_values([(f"git {k}", v) for k, v in git.items()], "git"))
-    job = job_summary(r.get("slurm") or {})  # the job's ids, nodes and CPUs, as the scheduler named them
-    if job:
-        parts.append(page.key_values(job, "slurm"))
+    job = recorded_job(r)  # the job's ids, nodes and CPUs, as its scheduler named them (an older run's too)
+    if job.summary:
+        parts.append(page.key_values(job.summary, job.name))
     return "\n".join(parts) or "<p>Not recorded (the run has not started).</p>"
 
 

@@ -80,7 +80,7 @@ def examine(folder: Path) -> Examined:
         cause = None
         if s.state != "COMPLETED":
             try:
-                cause = f"{s.cause_kind or s.state}: {failure_text(s, target.job_folder)}".strip(": ")
+                cause = f"{s.cause_kind or s.state}: {failure_text(s, target.job_logs)}".strip(": ")
             except Exception:  # a cause that cannot be read is no reason not to choose
                 cause = s.cause_kind
         out.candidates.append(Candidate(s.index, s.run_dir, {**s.params, **s.extra}, s.state, cause=cause,

@@ -15,6 +15,7 @@ from typing import Any
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.view import StageView, render, view
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.read import read_record_text
 
 SUMMARY_MD = "pipeline.md"
 SUMMARY_JSON = "pipeline.json"
@@ -63,7 +64,7 @@ def markdown(record: pr.PipelineRecord, views: list[StageView], data: dict[str, 
     for entry in data["stages"]:
         lines.append(f"## {entry['stage']} ({entry['kind']}): {entry['state']}")
         if entry.get("results_md"):
-            table = Path(entry["results_md"]).read_text(encoding="utf-8").splitlines()
+            table = (read_record_text(Path(entry["results_md"]), "results table") or "").splitlines()
             lines += table[: MAX_ROWS + 2]
             if len(table) > MAX_ROWS + 2:
                 lines.append(f"... {len(table) - MAX_ROWS - 2} more rows in {entry['results_md']}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.stages.registry import kind_of
 from hpc_runner.records.numbers import starts_with_digit
+from hpc_runner.scheduler.job_status import JobState
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.stages.base import StageKind
@@ -127,9 +128,10 @@ def from_job(record: pr.PipelineRecord, v: StageView) -> None:
         v.state = PENDING if v.jobs else PLANNED
         return
     answer = stage_executor(record, v.name).query(jobs)
-    state = ((answer.info.get(jobs[-1]) or {}).get("State") or "").split(" ")[0].rstrip("+")
-    v.state = {"": PENDING, "COMPLETED": COMPLETED, "PENDING": PENDING, "RUNNING": RUNNING, "REQUEUED": PENDING,
-               "COMPLETING": RUNNING}.get(state, FAILED if state else PENDING)
+    status = answer.status(jobs[-1])
+    state = status.state.value if status is not None and status.state is not JobState.UNKNOWN else ""
+    v.state = {"": PENDING, JobState.COMPLETED.value: COMPLETED, JobState.PENDING.value: PENDING,
+               JobState.RUNNING.value: RUNNING}.get(state, FAILED if state else PENDING)
     if v.state == FAILED:
         v.cause = v.cause or {"kind": state, "message": f"job {jobs[-1]} ended {state}"}
         v.detail = v.detail or f"job {jobs[-1]} ended {state}"

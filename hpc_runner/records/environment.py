@@ -1,4 +1,5 @@
-"""What a run record needs to know about where it ran: host, SLURM, package versions, git."""
+"""What a run record needs to know about where it ran: host, package versions, git (the scheduler's job:
+scheduler/job_env.py ``job_record``)."""
 
 from __future__ import annotations
 
@@ -67,12 +68,6 @@ def package_versions() -> dict[str, str]:
     # run from a checkout that was never installed (PYTHONPATH, a .pth): no metadata, the package says it
     versions.setdefault("hpc-runner", __version__)
     return versions
-
-
-def slurm_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return every ``SLURM_*`` variable (job id, array index, node list, CPUs...)."""
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith("SLURM_")}
 
 
 def host_info() -> dict[str, object]:

@@ -28,6 +28,11 @@ def finite_json(value: Any) -> Any:
     return value
 
 
+
+def json_copy(value: Any) -> Any:
+    """Return a copy of our own ``value`` as JSON gives it back (lists for tuples, text keys); a scalar as it is."""
+    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
+
 def dumps_json(value: Any, **options: Any) -> str:
     """Return ``value`` as strict JSON text (non-finite floats as null); ``options`` as for ``json.dumps``
     (``indent``, ``sort_keys``, ``default``...), but ``allow_nan`` is always False."""

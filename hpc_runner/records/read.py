@@ -219,7 +219,7 @@ def read_json_cache(path: Path, what: str, limit: int = MAX_BYTES) -> dict[str, 
     return data if isinstance(data, dict) else {}
 
 
-def read_json_lines(path: Path, what: str = "JSON-lines file") -> JsonLines:
+def read_json_lines(path: Path | str, what: str = "JSON-lines file") -> JsonLines:
     """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged."""
     out = JsonLines()
     data = read_record_bytes(path, what)

@@ -27,8 +27,8 @@ import re
 from yaml import ScalarNode
 from yaml.resolver import Resolver
 
-_TOP_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?: (.*))?$")
-_CHILD = re.compile(r"  ([A-Za-z_][A-Za-z0-9_-]*):(?: (.*))?$")
+_TOP_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?: (.*))?")  # fullmatch: no "$" (it takes a trailing newline)
+_CHILD = re.compile(r"  ([A-Za-z_][A-Za-z0-9_-]*):(?: (.*))?")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _QUOTED = re.compile(r"'([A-Za-z0-9_.-]*)'|\"([A-Za-z0-9_.-]*)\"")
 _DIGITS = re.compile(r"[1-9][0-9]*|0")
@@ -121,7 +121,7 @@ def run_head(text: str) -> tuple[str | None, str | None] | None:
                 if indent == 1:
                     return None
                 if indent == 2:
-                    m = _CHILD.match(line)
+                    m = _CHILD.fullmatch(line)
                     if m is None or m.group(1) in job_keys:
                         return None  # a list, a merge key, a complex key, a key twice: parse it whole
                     job_keys.add(m.group(1))
@@ -129,7 +129,7 @@ def run_head(text: str) -> tuple[str | None, str | None] | None:
                         job_id = _scalar(m.group(2), number=True)
                         watch = 2
             continue
-        m = _TOP_KEY.match(line)
+        m = _TOP_KEY.fullmatch(line)
         if m is None or m.group(1) in seen:
             return None  # a comment, a document marker, a flow or complex key, a key written twice
         key, value = m.group(1), m.group(2)

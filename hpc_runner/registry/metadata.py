@@ -9,7 +9,6 @@ never refuse metadata (MONAI's runner never validates it): :func:`metadata_note`
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import BundleError
+from hpc_runner.records.read import read_json_record
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
 SCHEMA_PATH = SCHEMA_DIR / "metadata.schema.json"
@@ -36,7 +36,12 @@ class MetadataProblem:
 @lru_cache(maxsize=2)
 def metadata_schema(strict: bool = False) -> dict:
     """Return the packaged metadata JSON schema (MONAI semantics, or hpc-runner's stricter additions)."""
-    return json.loads((STRICT_SCHEMA_PATH if strict else SCHEMA_PATH).read_text(encoding="utf-8"))
+    path = STRICT_SCHEMA_PATH if strict else SCHEMA_PATH
+    schema = read_json_record(path, "packaged metadata schema")
+    if schema is None:
+        raise BundleError("the packaged metadata schema is missing", where=str(path),
+                          expected="hpc-runner installed whole (reinstall it)")
+    return schema
 
 
 def _problems(meta: Any, schema: dict, strict: bool) -> list[MetadataProblem]:

@@ -29,7 +29,7 @@ from hpc_runner.registry.search import META_RELPATH
 
 DEFAULT_TEMPLATE = "synthetic_seg"
 FIRST_VERSION = "0.1.0"
-NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+NAME_PATTERN = re.compile(r"\A[A-Za-z][A-Za-z0-9_]*\Z")
 SKIPPED = ("docs/README.md",)
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 

@@ -20,34 +20,42 @@ def _clock(at: str | None) -> str:
     return (at or "").split("+")[0].replace("T", " ") or "now"
 
 
+def _said(answer: Any, source: str) -> str:
+    """What the answer's backend calls ``source``, for people (SLURM: sacct, squeue)."""
+    words = getattr(answer, "words", None) or {}
+    return words.get(source, source)
+
+
 def states_source(answer: Any) -> str:
-    """Where the states come from, for people: ``sacct, 1 call``, ``squeue (sacct did not answer)``, ``the
-    run records`` (no scheduler: local runs), or that the scheduler cannot be reached."""
+    """Where the states come from, for people, in the backend's words: ``sacct, 1 call``, ``squeue (sacct did not
+    answer)``, ``the run records`` (no scheduler: local runs), or that the scheduler cannot be reached."""
     source = getattr(answer, "source", None)
     calls = getattr(answer, "calls", 0)
     if source == FROM_ACCOUNTING:
-        return f"{source}, {calls} call{'s' if calls != 1 else ''}" if calls else source
+        said = _said(answer, source)
+        return f"{said}, {calls} call{'s' if calls != 1 else ''}" if calls else said
     if source == FROM_QUEUE:
-        return f"{source} ({FROM_ACCOUNTING} did not answer)"
+        return f"{_said(answer, source)} ({_said(answer, FROM_ACCOUNTING)} did not answer)"
     if getattr(answer, "error", None):
         return f"the run records (the scheduler cannot be reached, as of {_clock(getattr(answer, 'at', None))})"
     return "the run records"
 
 
-def _sacct_reason(error: str) -> str:
-    """Return sacct's own reason from the error of an answer squeue gave (``sacct: ...``), one short line."""
-    text = " ".join(error.removeprefix("sacct:").split())  # sacct's stderr may span lines: the note is one
+def _accounting_reason(error: str, accounting: str) -> str:
+    """Return the accounting's own reason from the error of an answer the queue gave (``sacct: ...``), one line."""
+    text = " ".join(error.removeprefix(f"{accounting}:").split())  # its stderr may span lines: the note is one
     return text if len(text) <= 160 else text[:157] + "..."
 
 
 def scheduler_note(answer: Any) -> str | None:
-    """One line when the scheduler could not be asked (instead of sacct's and squeue's raw errors), else None."""
+    """One line when the scheduler could not be asked (instead of its commands' raw errors), else None."""
     if not getattr(answer, "error", None):
         return None
     at = _clock(getattr(answer, "at", None))
     if getattr(answer, "source", None) == FROM_QUEUE:
-        reason = _sacct_reason(answer.error)
-        return f"sacct did not answer ({reason}); states are from squeue and the run records, as of {at}"
+        accounting, queue = _said(answer, FROM_ACCOUNTING), _said(answer, FROM_QUEUE)
+        reason = _accounting_reason(answer.error, accounting)
+        return f"{accounting} did not answer ({reason}); states are from {queue} and the run records, as of {at}"
     return f"the scheduler cannot be reached; states are from the run records, as of {at}"
 
 
@@ -92,7 +100,7 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
         rows = [["point", "state", "cause", "job", "node", "requeues", *params, "error"]]
         for s in states:
             eff = {**s.params, **s.extra}
-            err = failure_text(s, target.job_folder) if s.failed else ""
+            err = failure_text(s, target.job_logs) if s.failed else ""
             rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", s.where(), str(s.requeues),
                          *(format_cell(eff.get(p)) for p in params), err[:300]])
         lines.append(_table(rows))
@@ -100,7 +108,7 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
         lines.append(f"failed points ({len(failed)}; --all lists every point):")
         for s in failed[:MAX_ERRORS]:
             lines.append(f"  {s.index}  {s.cause_kind or s.state}  {s.job_id or '-'}  {s.where()}  "
-                         f"{failure_text(s, target.job_folder)[:300]}")
+                         f"{failure_text(s, target.job_logs)[:300]}")
         if len(failed) > MAX_ERRORS:
             lines.append(f"  ... and {len(failed) - MAX_ERRORS} more")
     if failed and target.hints_resume:

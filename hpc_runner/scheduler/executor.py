@@ -7,8 +7,9 @@ executor submits through submitit (``scheduler/slurm/executor.py``); the local o
 recorded them (``run_pending``), so the same records and the same code paths serve both. Each
 executor lives in its own folder and is listed once, in ``scheduler/select.py`` (``EXECUTORS``).
 
-Besides the interface, this module holds what every executor answers in: ``SchedulerAnswer`` (the
-job states, in SLURM's words), ``SubmitLimits`` (how many more jobs may be queued).
+Besides the interface, this module holds what every executor answers in: ``SchedulerAnswer`` (each job's
+``JobStatus`` and ``Usage``, in our own words: scheduler/job_status.py), ``SubmitLimits`` (how many more jobs may be
+queued). A backend parses its own outputs into these; nothing above the scheduler reads a backend's fields.
 """
 
 from __future__ import annotations
@@ -21,44 +22,44 @@ from typing import Any, ClassVar, TypeVar
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.numbers import starts_with_digit
+from hpc_runner.scheduler.job_logs import JobLogs
+from hpc_runner.scheduler.job_status import Attempt, JobStatus, Usage
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
 
 Log = Callable[[str], None]
 LOCAL_JOB_ID = "local"  # the job id recorded for work the local executor runs
-# the job states every executor reports in are SLURM's names; these are the states after which a job never runs
-# again, and that mean its work must be run again
-FAILED_STATES = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
-                           "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
-DONE = "COMPLETED"
 
 
 @dataclass
 class SchedulerAnswer:
-    """What the scheduler says about a set of jobs, read in one call (SLURM: sacct, else squeue).
+    """What the scheduler says about a set of jobs, read in one call (its accounting, else its queue).
 
-    ``info`` is keyed by job id (array tasks ``123_4``), each a mapping with at least ``State``, in SLURM's
-    words (``DONE``, ``FAILED_STATES``, PENDING, RUNNING): every executor answers in that vocabulary."""
+    ``statuses`` is keyed by job id (array tasks ``123_4``), each a ``JobStatus`` in our own words; ``usage`` what
+    each job used and was given; ``attempts`` each requeued job's runs, oldest first. ``words`` names, for people,
+    what the backend asked for each source (``{"accounting": "sacct", "queue": "squeue"}``)."""
 
-    info: dict[str, dict[str, str]]
+    statuses: dict[str, JobStatus]
     source: str  # job_state.FROM_ACCOUNTING, FROM_QUEUE or FROM_NOWHERE
     calls: int = 0
     error: str | None = None
-    records: dict[str, int] = field(default_factory=dict)  # sacct records per job id (2 and more: requeued)
-    attempts: dict[str, list[Attempt]] = field(default_factory=dict)  # per job id, oldest first (sacct -D)
-    steps: dict[str, dict[str, Any]] = field(default_factory=dict)  # per job id: its steps' peaks (fold_steps)
+    usage: dict[str, Usage] = field(default_factory=dict)
+    attempts: dict[str, list[Attempt]] = field(default_factory=dict)  # per job id, oldest first
     at: str | None = None  # when the answer was read (local time, ISO)
+    words: dict[str, str] = field(default_factory=dict)  # source -> what the backend calls it, for people
+
+    def status(self, job_id: str | None) -> JobStatus | None:
+        """Return the job's status, None when the scheduler said nothing of it."""
+        return self.statuses.get(job_id) if job_id else None
 
     def requeues(self, job_id: str | None) -> int:
-        """Return how many times the job was requeued (its sacct records beyond the first)."""
-        return max(0, self.records.get(job_id, 0) - 1) if job_id else 0
+        """Return how many times the job was requeued (its attempts before the current one)."""
+        status = self.status(job_id)
+        return status.requeues if status is not None else 0
 
-
-@dataclass(frozen=True)
-class Attempt:
-    """One run of a job (a requeued job has several): how it ended and where it ran."""
-
-    state: str  # sacct's State, first word (NODE_FAIL, COMPLETED, RUNNING, ...)
-    node: str | None  # sacct's NodeList (``vm[1-2]``), None before the job had nodes
+    def said(self, source: str | None = None) -> str:
+        """Return what the backend calls ``source`` (this answer's when None), for people."""
+        source = self.source if source is None else source
+        return self.words.get(source, source)
 
 
 @dataclass
@@ -308,6 +309,11 @@ class Executor(ABC):
     def pending_reasons(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Return why each of the jobs still pending waits (``Dependency``, ``DependencyNeverSatisfied``)."""
         return {}
+
+    def job_logs(self, folder: Path) -> JobLogs:
+        """Return where this executor's jobs under ``folder`` write their logs, and what its own daemons write there
+        when they end a job (by default: no log files known, no verdicts)."""
+        return JobLogs(folder)
 
     def follow(self, job_id: str, stdout: Path, stderr: Path, *, since: str | None = None) -> str:
         """Print the job's ``stdout``/``stderr`` as they grow until it ends (``submit --wait``); return its final

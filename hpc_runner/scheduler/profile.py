@@ -92,3 +92,18 @@ def parse_time_minutes(value: Any, where: str = "time") -> int:
     if seconds <= 0:
         raise ClusterError(f"time {value!r} is not positive", where=where, expected="a time limit above zero")
     return -(-seconds // 60)
+
+
+def check_time_room(profile: ClusterProfile) -> None:
+    """ClusterError when the profile's time limit is not longer than its stop-signal delay: the stop signal
+    would come before the job could start anything, and a job that only checkpoints and requeues forever
+    floods the scheduler."""
+    limit_s = profile.time_minutes() * 60
+    delay = int(profile.get("signal_delay_s") or 0)
+    if limit_s <= delay:
+        raise ClusterError(
+            f"time limit {profile.time_minutes()} min leaves no room before the stop signal, which the scheduler "
+            f"sends signal_delay_s={delay} s before the end",
+            where=profile.where,
+            expected=f"--scheduler-option time longer than {delay // 60 + 1} min, or a smaller signal_delay_s",
+        )

@@ -1,21 +1,27 @@
-"""The one registry of executors: the name a cluster profile gives (``executor: NAME``) -> the executor class.
+"""The one registry of schedulers: the submit side (``EXECUTORS``: the name a cluster profile gives, ``executor:
+NAME`` -> the executor class) and the job side (``JOB_ENVIRONMENTS``: each backend's ``JobEnvironment``, the one
+whose variables are present chosen at run time by scheduler/job_env.py, else ``NoScheduler``).
 
 Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/local/``, ``scheduler/memory/``: the
 in-memory cluster the tests drive) and declares what it needs of a profile: ``kind`` (its name here),
 ``profile_keys`` (the keys it understands beyond ``profiles.COMMON_KEYS``) and ``check_profile`` (their values).
-Adding a scheduler (PBS, LSF, Flux) is one new folder and one entry in ``EXECUTORS``; profiles.py, the
-commands and the sweep's logic ask this module, never an executor's name.
+Adding a scheduler (Grid Engine, PBS, LSF, Flux) is one new folder and one entry in each tuple below; profiles.py,
+the commands, the job side and the sweep's logic ask this module, never an executor's name.
 """
 
 from __future__ import annotations
 
 from hpc_runner.scheduler.executor import Executor
+from hpc_runner.scheduler.job_environment import JobEnvironment
 from hpc_runner.scheduler.local.executor import LocalExecutor
 from hpc_runner.scheduler.memory.executor import MemoryExecutor
 from hpc_runner.scheduler.profile import COMMON_KEYS, ClusterProfile, KeySpec
 from hpc_runner.scheduler.slurm.executor import SlurmExecutor
+from hpc_runner.scheduler.slurm.job_environment import SlurmJobEnvironment
 
 EXECUTORS: dict[str, type[Executor]] = {cls.kind: cls for cls in (SlurmExecutor, LocalExecutor, MemoryExecutor)}
+# the job sides, asked in this order which one's variables are present (the in-memory cluster's jobs get SLURM's)
+JOB_ENVIRONMENTS: tuple[type[JobEnvironment], ...] = (SlurmJobEnvironment,)
 
 
 def profile_keys() -> dict[str, KeySpec]:

@@ -1,14 +1,14 @@
-"""Why a failed point failed: one cause from sacct's State and ExitCode and the run dir's records together.
+"""Why a failed point failed: one cause from the scheduler's ``JobStatus`` and the run dir's records together.
 
 The causes, and what decides each (first match wins; a completed run.yaml never reaches here):
 
-- ``OUT_OF_MEMORY``: sacct says OUT_OF_MEMORY (a cgroup kill), or the run's error is
+- ``OUT_OF_MEMORY``: the scheduler says OUT_OF_MEMORY (a cgroup kill), or the run's error is
   torch.cuda.OutOfMemoryError / MemoryError or says "CUDA out of memory".
-- ``TIMEOUT``: sacct says TIMEOUT or DEADLINE, or slurmstepd wrote "DUE TO TIME LIMIT" in the log.
-- ``PREEMPTED``: sacct says PREEMPTED, or the run stopped at a checkpoint and was not requeued
-  (run.yaml "preempted" in a job that ended FAILED: ``scontrol requeue`` was refused).
-- ``NODE_FAIL``: sacct says NODE_FAIL or BOOT_FAIL.
-- ``CANCELLED``: sacct says CANCELLED (``by <uid>``: by whom), or the run was interrupted.
+- ``TIMEOUT``: the scheduler says TIMEOUT, or its own line in the job log says so (``LogLine.state``).
+- ``PREEMPTED``: the scheduler says PREEMPTED, or the run stopped at a checkpoint and was not requeued
+  (run.yaml "preempted" in a job that ended FAILED: the requeue was refused).
+- ``NODE_FAIL``: the scheduler says NODE_FAIL.
+- ``CANCELLED``: the scheduler says CANCELLED (and by whom, where it says), or the run was interrupted.
 - ``BAD_INPUT``: the run failed with a hpc-runner UserError (a bad config or a missing input), or
   the job exited with code 2 (what ``hpc-runner run`` returns for one).
 - ``ERROR``: any other exception: its type, message, the config id whose resolution failed and
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpc_runner.scheduler.executor import FAILED_STATES
+from hpc_runner.scheduler.job_logs import LogLine
+from hpc_runner.scheduler.job_status import FAILED_STATES, JobState, JobStatus
 
 OUT_OF_MEMORY = "OUT_OF_MEMORY"
 TIMEOUT = "TIMEOUT"
@@ -38,26 +39,14 @@ BAD_INPUT = "BAD_INPUT"
 RETURNED = "RETURNED"  # the ledger gave the point up: its tasks returned it unrun too often
 CAUSES = (OUT_OF_MEMORY, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, ERROR, BAD_INPUT, RETURNED)
 
-# sacct states (first word) that say by themselves why the job ended
+# the scheduler's states that say by themselves why the job ended
 SCHEDULER_CAUSES = {
-    "OUT_OF_MEMORY": OUT_OF_MEMORY,
-    "TIMEOUT": TIMEOUT,
-    "DEADLINE": TIMEOUT,
-    "PREEMPTED": PREEMPTED,
-    "NODE_FAIL": NODE_FAIL,
-    "BOOT_FAIL": NODE_FAIL,
-    "CANCELLED": CANCELLED,
-    "REVOKED": CANCELLED,
+    JobState.OUT_OF_MEMORY.value: OUT_OF_MEMORY,
+    JobState.TIMEOUT.value: TIMEOUT,
+    JobState.PREEMPTED.value: PREEMPTED,
+    JobState.NODE_FAIL.value: NODE_FAIL,
+    JobState.CANCELLED.value: CANCELLED,
 }
-# what slurmstepd writes into the job log ("*** JOB 12 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***")
-LOG_CAUSES = (
-    ("DUE TO TIME LIMIT", TIMEOUT),
-    ("DUE TO PREEMPTION", PREEMPTED),
-    ("DUE TO NODE FAILURE", NODE_FAIL),
-    ("oom-kill", OUT_OF_MEMORY),
-    ("Exceeded job memory limit", OUT_OF_MEMORY),
-    ("task 0: Out Of Memory", OUT_OF_MEMORY),  # srun's line for a step the memory cgroup killed
-)
 OOM_TYPES = frozenset({"OutOfMemoryError", "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError", "MemoryError"})
 OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory", re.I)
 USER_ERROR_TYPES = frozenset({"UserError", "ConfigError", "BundleError", "ClusterError"})
@@ -75,7 +64,7 @@ class Cause:
     config_id: str | None = None
     where: str | None = None  # file:line where the exception was raised
     config_file: str | None = None  # file:line where the failing id (or the bad input) was set
-    by: str | None = None  # who cancelled it (sacct's "CANCELLED by <uid>")
+    by: str | None = None  # who cancelled it (where the scheduler says)
     exit_code: str | None = None
 
     def text(self) -> str:
@@ -109,16 +98,17 @@ def _user(uid: str) -> str:
         return uid
 
 
-def cancelled_by(state_text: str) -> str | None:
-    """Return who cancelled the job from sacct's ``CANCELLED by 1000`` (a user name when known)."""
-    m = re.search(r"\bby (\d+)", state_text or "")
-    return _user(m.group(1)) if m else None
+def cancelled_by(status: JobStatus | None) -> str | None:
+    """Return who cancelled the job, as the scheduler says (a user name when it gives a known uid)."""
+    by = status.cancelled_by if status is not None else None
+    return _user(by) if by and by.isdigit() else by
 
 
-def _exit_status(exit_code: str | None) -> str | None:
-    """Return the exit status of sacct's ExitCode ``status:signal`` when the job exited by itself."""
-    status, _, signal = (exit_code or "").partition(":")
-    return status if status and status != "0" and signal in ("", "0") else None
+def _exit_status(status: JobStatus | None) -> str | None:
+    """Return the exit code of a job that exited by itself with a non-zero code (no signal), else None."""
+    if status is None or status.exit_code in (None, 0) or status.signal:
+        return None
+    return str(status.exit_code)
 
 
 def _is_oom(error_type: str | None, message: str | None) -> bool:
@@ -143,13 +133,15 @@ def _record_error(record: dict[str, Any]) -> Cause | None:
     return Cause(ERROR, **fields)
 
 
-def _log_cause(log_line: str | None, exit_code: str | None) -> Cause | None:
-    """The cause the job log's error line gives (a job that died before run.yaml said why)."""
-    if not log_line:
+def _log_cause(log: LogLine | None, exit_code: str | None) -> Cause | None:
+    """The cause the job log's telling line gives (a job that died before run.yaml said why): the scheduler's own
+    verdict (``log.state``), else the exception the line names."""
+    if log is None or not log.text:
         return None
-    for marker, kind in LOG_CAUSES:
-        if marker.lower() in log_line.lower():
-            return Cause(kind, message=log_line[:300], exit_code=exit_code)
+    log_line = log.text
+    kind = SCHEDULER_CAUSES.get(log.state.value) if log.state is not None else None
+    if kind is not None:
+        return Cause(kind, message=log_line[:300], exit_code=exit_code)
     m = _LOG_EXCEPTION.match(log_line)
     etype, message = (m.group("type"), m.group("msg")) if m else (None, log_line)
     if _is_oom(etype, message):
@@ -160,31 +152,35 @@ def _log_cause(log_line: str | None, exit_code: str | None) -> Cause | None:
     return Cause(ERROR, error_type=etype, message=message[:300], exit_code=exit_code)
 
 
+LogSource = LogLine | str | None
+
+
 def decide(
     state: str,
-    scheduler_state: str | None = None,
-    exit_code: str | None = None,
+    status: JobStatus | None = None,
     record: dict[str, Any] | None = None,
-    log_line: str | Callable[[], str | None] | None = None,
+    log_line: LogSource | Callable[[], LogSource] = None,
 ) -> Cause | None:
     """Return why a point in ``state`` failed (None for a point that did not fail).
 
-    ``scheduler_state`` is sacct's whole State (``CANCELLED by 1000``), ``exit_code`` its ExitCode,
-    ``record`` the point's run.yaml and ``log_line`` the job log's error line, or a function that
-    reads it: it is called only when the others do not tell.
+    ``status`` is the scheduler's answer about its job (its exit code, who cancelled it), ``record`` the point's
+    run.yaml and ``log_line`` the job log's telling line (a ``LogLine``, with the scheduler's verdict when its own
+    daemon wrote it; a plain string is the job's own line), or a function that reads it: it is called only when
+    the others do not tell.
     """
     if state not in FAILED_STATES:
         return None
     record = record or {}
+    exit_code = status.exit_text if status is not None else None
     from_record = _record_error(record) if record.get("status") == "failed" else None
     if from_record is not None and from_record.kind == OUT_OF_MEMORY:
         return from_record
     kind = SCHEDULER_CAUSES.get(state)
     if kind is not None:
         if kind == CANCELLED:
-            if record.get("status") == "interrupted" and not scheduler_state:
+            if record.get("status") == "interrupted" and status is None:
                 return Cause(CANCELLED, message="interrupted (Ctrl-C or SIGINT)")
-            return Cause(CANCELLED, by=cancelled_by(scheduler_state or ""), exit_code=exit_code)
+            return Cause(CANCELLED, by=cancelled_by(status), exit_code=exit_code)
         if kind == PREEMPTED and record.get("checkpoint"):
             return Cause(PREEMPTED, message=f"checkpoint {record['checkpoint']}")
         return Cause(kind, exit_code=exit_code)
@@ -193,10 +189,12 @@ def decide(
     if record.get("status") == "preempted":  # stopped at a checkpoint, then the requeue was refused
         return Cause(PREEMPTED, message=f"checkpoint {record['checkpoint']}" if record.get("checkpoint") else None,
                      exit_code=exit_code)
-    text = log_line() if callable(log_line) else log_line
-    if _exit_status(exit_code) == BAD_INPUT_EXIT:
+    found = log_line() if callable(log_line) else log_line
+    line = LogLine(found) if isinstance(found, str) else found
+    text = line.text if line is not None else None
+    if _exit_status(status) == BAD_INPUT_EXIT:
         return Cause(BAD_INPUT, message=text[:300] if text else None, exit_code=exit_code)
-    log = _log_cause(text, exit_code)
+    log = _log_cause(line, exit_code)
     if log is not None:
         return log
     return Cause(ERROR, exit_code=exit_code)

@@ -22,6 +22,7 @@ from hpc_runner.config.ids import get_by_id, has_id, split_id
 from hpc_runner.config.overrides import Override, check_value_type
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES
 from hpc_runner.errors import ClusterError, ConfigError
+from hpc_runner.records.json_out import json_copy
 from hpc_runner.sweep.spec import ADD_PREFIX, describe_point
 
 SOURCE = "sweep"
@@ -31,11 +32,7 @@ def make_override(spelled_id: str, value: Any) -> Override:
     """Return the Override for one swept ``id`` (``+id`` adds it) and value."""
     add = spelled_id.startswith(ADD_PREFIX)
     key = spelled_id[1:] if add else spelled_id
-    return Override(key, _copy(value), SOURCE, f"--sweep {key}", add=add)
-
-
-def _copy(value: Any) -> Any:
-    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
+    return Override(key, json_copy(value), SOURCE, f"--sweep {key}", add=add)
 
 
 def has_references(value: Any) -> bool:
@@ -182,6 +179,9 @@ def check_safe_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> No
             err = problems_error(problems, f"--safe refuses sweep point {n} ({describe_point(point)}), nothing was "
                                  "submitted", expected=EXPECTED)
             raise ClusterError(err.message)
+        from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission  # a swept path its sandbox hides
+
+        refuse_hidden_at_submission(cfg, new.config, f"sweep point {n} ({describe_point(point)})")
 
 
 def check_extra_overrides(cfg: BundleConfig, points: Sequence[dict[str, Any]], extra: Sequence[Override]) -> None:

@@ -82,7 +82,7 @@ def result_rows(target: Target, states: list[PointState], answer: Any = None,
         row["job_id"] = st.job_id
         row["requeues"] = st.requeues
         row["run_dir"] = str(st.run_dir)
-        row["error"] = (failure_text(st, target.job_folder) or None) if st.state != DONE and st.failed else None
+        row["error"] = (failure_text(st, target.job_logs) or None) if st.state != DONE and st.failed else None
         rows.append(row)
     columns = ["point", *params, *(["resumed_with"] if any_extra else []), "state", "cause"]
     for col in SUMMARY_COLUMNS:

@@ -236,10 +236,11 @@ def send_points(
     settings = executor.profile.settings
     clock = {k: settings.get(k) for k in ("signal_delay_s", "point_minutes") if settings.get(k) is not None}
     job_record = {"cluster": executor.name, "sweep": sweep_dir, "clock": clock}  # what a task needs, no more
-    if record.data.get("sandbox") is not None:  # a --safe sweep: its submission's grants, checked again
-        from hpc_runner.engine.sandbox import Grants
+    if record.data.get("sandbox") is not None:  # a --safe sweep: its submission's grants, checked again, or
+        from hpc_runner.engine.sandbox import recorded_grants  # resume's own; a received sweep.yaml grants nothing
 
-        job_record["sandbox"] = Grants.from_record(record.data["sandbox"], str(record.file)).to_record()
+        record.data["sandbox"] = job_record["sandbox"] = recorded_grants(record.data["sandbox"],
+                                                                         str(record.file)).to_record()
     submission: dict[str, Any] = {"at": now_iso(), "reason": reason, "arrays": []}
     if reason != "top-up":  # a top-up uses the profile of the submission before it (profile_from_record)
         submission["profile"] = executor.profile.to_record()

@@ -1,6 +1,6 @@
 """What a submitted job runs: ``run_recorded`` on its run dir (a sweep point's is written first).
 
-These functions are pickled by reference (module + name) by submitit, so the job's Python must be
+These functions are named by reference (module + name) in the job's arguments, so the job's Python must be
 able to import hpc_runner; they import the runner lazily so the submitting side stays light.
 """
 
@@ -74,14 +74,10 @@ def _text_or_none(path: Path) -> str | None:
 
 
 def _log_paths() -> dict[str, str]:
-    """submitit's stdout/stderr files of this job, when it runs under submitit."""
-    try:
-        import submitit
+    """This job's stdout/stderr files, where its scheduler's backend knows them (an in-process local run: none)."""
+    from hpc_runner.scheduler.job_env import log_files
 
-        paths = submitit.JobEnvironment().paths
-        return {"stdout": str(paths.stdout), "stderr": str(paths.stderr)}
-    except Exception:  # not a submitit job (in-process local run)
-        return {}
+    return log_files()
 
 
 @contextlib.contextmanager

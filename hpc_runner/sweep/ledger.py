@@ -40,7 +40,6 @@ sweep.yaml is written as JSON (a subset of YAML 1.2), one point a line: at 5,000
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside, links_inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
 from hpc_runner.records.numbers import is_ascii_digits
+from hpc_runner.records.read import RecordError, parse_json_text, read_record_bytes
 from hpc_runner.records.rundir import now_iso
 
 SWEEP_FILE = "sweep.yaml"
@@ -154,6 +154,17 @@ class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_poi
     ``points``. Read it anywhere; write it through ``locked`` only (a hand edit may change params only)."""
 
     points: list[dict[str, Any]] = field(default_factory=list)  # after the base's path and data
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepRecord:  # type: ignore[override]
+        """Read sweep.yaml; a received one's --safe grants are dropped as it is read (engine/sandbox.py
+        ``received_grants``): a record this account did not write alone grants nothing, even saved again."""
+        record = super().load(path)
+        if record.data.get("sandbox") is not None:
+            from hpc_runner.engine.sandbox import received_grants
+
+            record.data["sandbox"] = received_grants(record.data["sandbox"], record.file)
+        return record
 
     @property
     def base_dir(self) -> Path:
@@ -422,18 +433,17 @@ def read_point(path: str | Path, index: int) -> dict[str, Any]:
     """Return point ``index`` of a sweep, reading only its line of sweep.yaml (a job's start-up at 10,000
     points must not parse the whole file); the whole file when it is not in the layout hpc-runner writes."""
     file = Path(path) / SWEEP_FILE
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise ClusterError(f"cannot read the sweep record ({exc.strerror or exc})", where=str(file)) from None
+    raw = read_record_bytes(file, "sweep record", error=ClusterError)
+    if raw is None:
+        raise ClusterError("cannot read the sweep record (No such file or directory)", where=str(file))
     start = raw.find(b'\n  "points": [\n')
     if start >= 0:
         lines = raw[start:].split(b"\n", index + 3)
         if len(lines) > index + 2:
             line = lines[index + 2].strip().rstrip(b",")
             try:
-                point = json.loads(line)
-            except ValueError:
+                point = parse_json_text(line, file, "sweep record's point line")
+            except RecordError:
                 point = None
             if isinstance(point, dict) and point.get("index") == index:
                 _check_point(point, index, file)

@@ -203,8 +203,11 @@ def resume_run(
     job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
     from hpc_runner.engine.sandbox_job import recorded_safe
 
-    if recorded_safe(target.path):  # a --safe run goes on in its sandbox; its mark grants nothing (run dir only)
-        job_record["sandbox"] = {"writable": [], "readable": []}
+    if recorded_safe(target.path):  # a --safe run goes on in its sandbox (its mark grants nothing), with the grants
+        from hpc_runner.engine.sandbox import received_grants, recorded_grants  # of resume's command line, else of
+        # its submission when run.yaml is this account's own (a received run.yaml grants nothing)
+        found = received_grants(old.get("sandbox") or {"writable": [], "readable": []}, rd.file("run.yaml"))
+        job_record["sandbox"] = recorded_grants(found, str(rd.file("run.yaml"))).to_record()
     name = (rec.get("bundle") or {}).get("name", "run")
     # a slurm/ that is a link out of the run dir would get the job script and the pickles the job unpickles
     folder = inside(target.path, sr.RUN_JOB_FOLDER, f"the job folder {sr.RUN_JOB_FOLDER}/", rd.file("run.yaml"))

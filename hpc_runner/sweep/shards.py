@@ -19,6 +19,7 @@ from typing import Any
 from hpc_runner.config.bundle_config import BundleConfig, config_value
 from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.read import read_record_text
 
 SHARD_IDS = ("shard_index", "num_shards")
 PREDICTIONS_ID = "predictions_dir"
@@ -96,16 +97,16 @@ def merge_cases(run_dirs: list[tuple[int, Path]]) -> MergedCases:
     missing = []
     for shard, run_dir in run_dirs:
         path = run_dir / CASES_CSV
-        if not path.is_file():
+        text = read_record_text(path, "cases table") if path.is_file() else None
+        if text is None:
             missing.append((shard, run_dir))
             continue
-        with path.open(newline="", encoding="utf-8") as f:
-            for row in csv.DictReader(f):
-                for col in row:
-                    if col not in columns:
-                        columns.append(col)
-                seen.setdefault(row.get("case", ""), []).append(shard)
-                rows.append({**row, "shard": str(shard)})
+        for row in csv.DictReader(io.StringIO(text, newline="")):
+            for col in row:
+                if col not in columns:
+                    columns.append(col)
+            seen.setdefault(row.get("case", ""), []).append(shard)
+            rows.append({**row, "shard": str(shard)})
     rows.sort(key=lambda r: (r.get("case", ""), int(r["shard"])))
     repeated = [(case, shards) for case, shards in sorted(seen.items()) if len(shards) > 1]
     return MergedCases(columns, rows, missing, repeated)

@@ -20,7 +20,7 @@ from hpc_runner.errors import ClusterError, ConfigError
 from hpc_runner.records.read import read_record_text
 
 ADD_PREFIX = "+"
-_FUNC = re.compile(r"^(range|linspace|logspace)\((.*)\)$", re.S)
+_FUNC = re.compile(r"\A(range|linspace|logspace)\((.*)\)\Z", re.S)
 MAX_POINTS = 1_000_000
 # ids hpc-runner sets itself for every point (engine/runner.py prepare_run: each point's run dir), whatever the
 # point's overrides say: sweeping one gives identical points, so it is refused

@@ -1,5 +1,6 @@
 """Where every point of a sweep (or a single submitted run) stands: the ledger's state, the scheduler's
-answer to ONE call (scheduler/slurm/accounting.py) and the run's own run.yaml, put together, read-only.
+answer to ONE call (``Executor.query``: each job's ``JobStatus``, in our own words) and the run's own run.yaml,
+put together, read-only.
 
 The run dirs are read only where the scheduler cannot tell (no record yet, purged, local runs, packed
 points) and for the cause of failed points, so status stays fast at thousands of points.
@@ -25,11 +26,14 @@ from hpc_runner.errors import UserError
 from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.records.read import open_regular, read_record_text
 from hpc_runner.records.run_head import run_head
-from hpc_runner.scheduler.executor import DONE, FAILED_STATES, Executor, SchedulerAnswer, is_local_job, is_scheduler_job
-from hpc_runner.scheduler.job_env import recorded_restarts
+from hpc_runner.scheduler.executor import Executor, SchedulerAnswer, is_local_job, is_scheduler_job
+from hpc_runner.scheduler.job_env import recorded_job
+from hpc_runner.scheduler.job_logs import EXCEPTION_LINE, JobLogs, LogLine
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
+from hpc_runner.scheduler.job_status import FAILED_STATES, JobState, JobStatus
 from hpc_runner.sweep import ledger as sr
 
+DONE = JobState.COMPLETED.value
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
 ENDED_WELL = (DONE, PRUNED)
 NOT_SUBMITTED = "NOT-SUBMITTED"
@@ -60,16 +64,17 @@ class PointState:
     params: dict[str, Any]
     job_id: str | None
     state: str
-    source: str  # "sacct", "squeue", "run.yaml", "record"
+    source: str  # job_state.FROM_ACCOUNTING or FROM_QUEUE, "run.yaml", "record"
     elapsed: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    requeues: int = 0  # how many times the scheduler requeued its job (sacct -D records, run.yaml)
-    scheduler_state: str | None = None  # sacct's whole State ("CANCELLED by 1000")
-    exit_code: str | None = None  # sacct's ExitCode ("2:0")
+    requeues: int = 0  # how many times the scheduler requeued its job (its attempts, run.yaml)
+    scheduler_state: str | None = None  # the scheduler's own words for its state, for display ("CANCELLED by 1000")
+    exit_code: str | None = None  # its exit code for people ("2", "0 (signal 15)")
+    status: JobStatus | None = None  # the scheduler's whole answer about its job
     cause: Any = None  # hpc_runner.sweep.causes.Cause of a failed point (see explain_failures)
     recorded_cause: dict[str, Any] | None = None  # the ledger's own cause (a point it gave up)
-    node: str | None = None  # where its job's current attempt runs or ran (sacct NodeList)
+    node: str | None = None  # where its job's current attempt runs or ran (the scheduler's host list)
     history: list[dict[str, Any]] = field(default_factory=list)  # its job's earlier attempts: state, node
     excluded: list[str] = field(default_factory=list)  # nodes its submissions exclude (the ledger's)
 
@@ -94,19 +99,25 @@ class PointState:
         return not (self.failed or self.state in (*ENDED_WELL, UNKNOWN, NOT_STARTED))
 
 
-def _first_word(state: str) -> str:
-    return state.split()[0].rstrip("+") if state.strip() else ""
+def _elapsed_text(seconds: float | None) -> str | None:
+    """``64.0`` -> ``00:01:04`` (``1-02:00:00`` from a day on), None when unknown."""
+    if seconds is None:
+        return None
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
 
 
-# failures after which SLURM itself may requeue the job (JobRequeue=1 / --requeue); sacct records the
-# new attempt only once it is eligible to start (~10 s later), so until then the job looks failed
+# failures after which the scheduler itself may requeue the job (SLURM: JobRequeue=1 / --requeue); its accounting
+# records the new attempt only once it is eligible to start (~10 s later), so until then the job looks failed
 REQUEUABLE_STATES = frozenset({"NODE_FAIL", "PREEMPTED"})
 
 
 def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, executor: Executor,
                      timeout: float = 30) -> None:
-    """Ask the queue once (only when some point ended NODE_FAIL/PREEMPTED) whether SLURM requeued those jobs;
-    a requeued one is shown as squeue says (PENDING, RUNNING), one requeue more than sacct counts."""
+    """Ask the queue once (only when some point ended NODE_FAIL/PREEMPTED) whether the scheduler requeued those
+    jobs; a requeued one is shown as the queue says (PENDING, RUNNING), one requeue more than the accounting counts."""
     suspects = [s for s in states if s.state in REQUEUABLE_STATES and s.source == FROM_ACCOUNTING and s.job_id]
     if not suspects:
         return
@@ -117,12 +128,12 @@ def recheck_requeued(states: Sequence[PointState], answer: SchedulerAnswer, exec
     for s in suspects:
         now = queued.get(s.job_id) or queued.get(f"{s.job_id}_0" if "_" not in s.job_id else "")
         if now and now not in FAILED_STATES and now != DONE:
-            s.history.append({"state": s.state, "node": s.node})  # sacct has not recorded the new attempt yet
+            s.history.append({"state": s.state, "node": s.node})  # the accounting has not the new attempt yet
             s.state, s.source, s.requeues, s.node = now, FROM_QUEUE, s.requeues + 1, None
 
 
 def _since(dates: Iterable[str | None]) -> str | None:
-    """sacct's -S: the day before the earliest submission (sacct defaults to today only)."""
+    """Where the accounting starts looking: the day before the earliest submission (SLURM's defaults to today)."""
     days = []
     for d in dates:
         try:
@@ -157,8 +168,8 @@ def _status_and_job(run_dir: Path) -> tuple[str | None, str]:
 def _state_from_record(run_dir: Path, local: bool, job_id: str | None = None) -> tuple[str, str]:
     status, recorded_job = _status_and_job(run_dir)  # (None, "") without a run dir
     if job_id and is_scheduler_job(job_id) and is_scheduler_job(recorded_job) and recorded_job != job_id:
-        # run.yaml is an earlier job's (a retry or resume sent the point again, and sacct does not list the
-        # new job yet): not the point's state
+        # run.yaml is an earlier job's (a retry or resume sent the point again, and the scheduler does not list
+        # the new job yet): not the point's state
         return UNKNOWN, "record"
     if status in RUN_STATUS_STATES:
         return RUN_STATUS_STATES[status], "run.yaml"
@@ -216,12 +227,12 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
         if point.get("submit") == sr.GAVE_UP:
             ps.recorded_cause = point.get("cause") or {}
         return ps
-    info = answer.info.get(job_id) if starts_with_digit(job_id) else None
-    if info and _first_word(info.get("State", "")):
-        ps.state, ps.source, ps.elapsed = _first_word(info["State"]), answer.source, info.get("Elapsed")
-        ps.scheduler_state, ps.exit_code = info["State"], info.get("ExitCode")
-        ps.requeues = answer.requeues(job_id)
-        ps.node = info.get("NodeList") if info.get("NodeList") not in (None, "", "None assigned") else None
+    status = answer.status(job_id) if starts_with_digit(job_id) else None
+    if status is not None:
+        ps.state, ps.source, ps.elapsed = status.state.value, answer.source, _elapsed_text(status.elapsed_s)
+        ps.scheduler_state, ps.exit_code, ps.status = status.raw or status.state.value, status.exit_text, status
+        ps.requeues = status.requeues
+        ps.node = status.node
         ps.history = [{"state": a.state, "node": a.node} for a in answer.attempts.get(job_id, [])[:-1]]
         if packed:
             ps.state, ps.source = _packed_state(ps, ps.state, run_status(run_dir))
@@ -237,47 +248,18 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
 
 
 def job_alive(answer: SchedulerAnswer, job_id: str | None) -> bool:
-    """Whether a scheduler's job may still run: queued or running, or not yet in sacct (it lags a few
-    seconds behind sbatch); a local job never is."""
+    """Whether a scheduler's job may still run: queued or running, or not yet in its accounting (which lags a few
+    seconds behind the submission); a local job never is."""
     if not is_scheduler_job(job_id):
         return False
-    state = _first_word((answer.info.get(job_id or "") or {}).get("State", ""))
-    return state not in FAILED_STATES and state not in ENDED_WELL
+    status = answer.status(job_id)
+    return status is None or not status.state.final
 
 
 def unclaimed_trial(point: dict[str, Any], run_dir: Path, workers_alive: bool) -> PointState:
     """A tune trial no worker has claimed: PENDING while a worker may still claim it, else NOT-STARTED."""
     state = "PENDING" if workers_alive else NOT_STARTED
     return PointState(point["index"], run_dir, {}, None, state, "record")
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failed|Warning)\b.*")
-
-
-# a step killed for its memory: by polling (OverMemoryKill: "Exceeded job memory limit") or by the cgroup
-_MEMORY_KILL = r"^slurmstepd(-\S+)?: error: (Exceeded job memory limit|Detected \d+ oom-kill event)"
-
-
-def _tail_error(path: Path, limit: int = 65536) -> str | None:
-    try:  # a job's log: a regular file only (a named pipe would block status), its last ``limit`` bytes
-        fd = open_regular(path, "job log")
-        if fd is None:
-            return None
-        with open(fd, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    except (OSError, UserError):
-        return None
-    # the scheduler's own verdict (memory, then time limit or cancel), then the last exception, then any error
-    # line; slurmstepd names itself slurmstepd-<node> where one machine runs several slurmd
-    for pattern in (_MEMORY_KILL, r"^slurmstepd(-\S+)?: error: \*\*\*", _EXCEPTION_LINE.pattern,
-                    r".*(error|killed|cancelled)"):
-        for ln in reversed(lines):
-            if re.match(pattern, ln, re.I if pattern.startswith(".*") else 0):
-                return ln
-    return lines[-1] if lines else None
 
 
 def _first_exception(path: Path) -> str | None:
@@ -291,12 +273,12 @@ def _first_exception(path: Path) -> str | None:
     except (OSError, UserError):
         return None
     for line in text.splitlines():
-        if _EXCEPTION_LINE.match(line):
+        if EXCEPTION_LINE.match(line):
             return line.strip()
     return None
 
 
-def error_line(ps: PointState, job_folder: Path | None) -> str | None:
+def error_line(ps: PointState, logs: JobLogs | None) -> str | None:
     """Return the line that says why a point failed: error.txt's root cause, run.yaml's error, the job's log."""
     rec = _read_record(ps.run_dir) if ps.run_dir.is_dir() else {}
     err = rec.get("error") if isinstance(rec.get("error"), dict) else {}
@@ -306,28 +288,23 @@ def error_line(ps: PointState, job_folder: Path | None) -> str | None:
         return line + at
     if err.get("message") or err.get("type"):
         return f"{err.get('type', 'Error')}: {err.get('message', '')}".strip() + at
-    if ps.job_id and job_folder is not None and starts_with_digit(ps.job_id):
-        from submitit.core.utils import JobPaths
-
-        paths = JobPaths(job_folder, job_id=ps.job_id)
-        for log in (paths.stderr, paths.stdout):
-            line = _tail_error(log)
-            if line:
-                return line
+    found = _log_line(ps, logs)
+    if found is not None:
+        return found.text
     if ps.state == NOT_SUBMITTED:
-        return "not submitted (the sbatch call for it failed; `hpc-runner resume` sends it)"
+        return "not submitted (the scheduler refused its submission; `hpc-runner resume` sends it)"
     return None
 
 
-def failure_text(state: PointState, job_folder: Path | None) -> str:
+def failure_text(state: PointState, logs: JobLogs | None) -> str:
     """Return the line that says why a failed point failed: its cause's text, else the error line."""
     cause = state.cause
     if cause is None:
-        return error_line(state, job_folder) or ""
+        return error_line(state, logs) or ""
     if cause.kind in ("ERROR", "BAD_INPUT", "OUT_OF_MEMORY") and not cause.where:
         # an error run.yaml does not place (an older record, or a job that died before writing it):
         # error.txt's root cause or the job log says more
-        return error_line(state, job_folder) or cause.text()
+        return error_line(state, logs) or cause.text()
     return cause.text()
 
 
@@ -342,11 +319,11 @@ def cause_counts(states: Sequence[PointState]) -> Counter:
 
 
 def _requeue_counter(rec: dict[str, Any]) -> int:
-    """run.yaml's requeue counter: SLURM_RESTART_COUNT of the attempt that wrote it."""
-    return recorded_restarts(rec.get("slurm") or {})
+    """run.yaml's requeue counter: the restarts of the attempt that wrote it, as its scheduler said."""
+    return recorded_job(rec).restarts
 
 
-def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> None:
+def explain_failures(states: Sequence[PointState], logs: JobLogs | None) -> None:
     """Set ``cause`` (and run.yaml's requeue count) on every failed point; reads only failed points' files."""
     from hpc_runner.sweep.causes import decide
 
@@ -360,18 +337,12 @@ def explain_failures(states: Sequence[PointState], job_folder: Path | None) -> N
             continue
         rec = _read_record(ps.run_dir) if ps.run_dir.is_dir() else {}
         ps.requeues = max(ps.requeues, _requeue_counter(rec))
-        ps.cause = decide(ps.state, ps.scheduler_state, ps.exit_code, rec, lambda p=ps: _log_line(p, job_folder))
+        ps.cause = decide(ps.state, ps.status, rec, lambda p=ps: _log_line(p, logs))
 
 
-def _log_line(ps: PointState, job_folder: Path | None) -> str | None:
-    """The job log's verdict line (slurmstepd's, else the last exception), for a point run.yaml cannot explain."""
-    if not (ps.job_id and job_folder is not None and starts_with_digit(ps.job_id)):
+def _log_line(ps: PointState, logs: JobLogs | None) -> LogLine | None:
+    """The job log's telling line (the scheduler's own verdict, else the last exception), for a point run.yaml
+    cannot explain; the executor's ``JobLogs`` knows where its jobs' logs are."""
+    if not (ps.job_id and logs is not None and starts_with_digit(ps.job_id)):
         return None
-    from submitit.core.utils import JobPaths
-
-    paths = JobPaths(job_folder, job_id=ps.job_id)
-    for log in (paths.stderr, paths.stdout):
-        line = _tail_error(log)
-        if line:
-            return line
-    return None
+    return logs.line(ps.job_id)

@@ -14,7 +14,8 @@ from typing import Any, ClassVar, TypeVar
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.rundir import RUN_FILE, RunDir
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID, Executor, is_scheduler_job
-from hpc_runner.scheduler.job_env import own_job_id
+from hpc_runner.scheduler.job_env import recorded_job
+from hpc_runner.scheduler.job_logs import JobLogs
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep import states as tracking
@@ -66,8 +67,16 @@ class Target:
         """Return submitit's folder pattern (``%A``/``%j`` still in it) for the jobs of this target."""
         return self.record.job_folder if self.record else self.path / sr.RUN_JOB_FOLDER
 
+    @property
+    def job_logs(self) -> JobLogs:
+        """Return where this target's jobs wrote their logs, as its executor says (``Executor.job_logs``)."""
+        try:
+            return self.executor().job_logs(self.job_folder)
+        except ClusterError:  # a profile whose executor cannot be made here: no logs to read
+            return JobLogs(self.job_folder)
+
     def submitted_dates(self) -> list[str]:
-        """Return when the jobs were submitted (for sacct's start time)."""
+        """Return when the jobs were submitted (where the scheduler's accounting starts looking)."""
         if self.record:
             return [s.get("at") for s in self.record.submissions()] or [self.record.data.get("created")]
         job = (self.run_record or {}).get("job") or {}
@@ -110,7 +119,7 @@ class Target:
         states = [self._point_state(p, answer, packed_sweep or p.get("job_id") in shared, alive)
                   for p in self.points]
         tracking.recheck_requeued(states, answer, executor)
-        tracking.explain_failures(states, self.job_folder)
+        tracking.explain_failures(states, executor.job_logs(self.job_folder))
         return states, answer
 
     def states_beside(self, work: Callable[[], T]) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer, T]:
@@ -217,7 +226,7 @@ def _job_id_of_run(rec: dict[str, Any]) -> str | None:
     job = rec.get("job") or {}
     if job.get("id"):
         return str(job["id"])
-    return own_job_id(rec.get("slurm") or {})  # the job's variables the run recorded (``123_4`` for an array task)
+    return recorded_job(rec).job_id  # the job that wrote the record (``123_4`` for an array task)
 
 
 def states_of(path: str | Path) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:

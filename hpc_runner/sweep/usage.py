@@ -1,34 +1,32 @@
-"""What each point's job used, against what it asked for: from the one sacct call ``status`` makes.
+"""What each point's job used, against what it asked for: from the one scheduler call ``status`` makes.
 
-Per point (its job's last attempt; a packed point shows its task's job, which it shares):
+Per point (its job's last attempt; a packed point shows its task's job, which it shares), from the answer's
+``Usage`` (scheduler/job_status.py; each backend parses its accounting into it):
 
-- ``elapsed_s`` against ``time_limit_s`` (sacct Elapsed, Timelimit),
-- ``cpu_efficiency`` = TotalCPU / (Elapsed x AllocCPUS), 0-1, and ``cpus_used`` = TotalCPU / Elapsed
-  (how many CPUs it kept busy on average) against ``cpus`` (AllocCPUS),
-- ``max_rss_mb`` (the largest MaxRSS of its steps) against ``mem_request_mb`` (ReqMem),
-- ``gpu_util`` (mean %), ``gpu_util_max`` and ``gpu_mem_mb`` (peak): from the steps' TRESUsageInAve and
-  TRESUsageInMax ``gres/gpuutil`` and ``gres/gpumem`` where the site gathers them (SLURM >= 23.02 with
-  AcctGatherGpu/NVML), else from the samples the job wrote into the run dir (``gpu_usage.jsonl``, see
+- ``elapsed_s`` against ``time_limit_s``,
+- ``cpu_efficiency`` = CPU time / (elapsed x CPUs), 0-1, and ``cpus_used`` = CPU time / elapsed
+  (how many CPUs it kept busy on average) against ``cpus`` (allocated),
+- ``max_rss_mb`` (peak memory) against ``mem_request_mb`` (the memory asked for),
+- ``gpu_util`` (mean %), ``gpu_util_max`` and ``gpu_mem_mb`` (peak): from the scheduler's accounting where the
+  site gathers them, else from the samples the job wrote into the run dir (``gpu_usage.jsonl``, see
   resources/gpu_sampler.py) when nvidia-ml-py and a GPU were there.
 
-A field SLURM did not record is None (MaxRSS is sampled every JobAcctGatherFrequency seconds: a job
-shorter than that may have none). Nothing here calls the scheduler: the answer is given.
+A figure the scheduler did not record is None (peak memory is sampled now and then: a short job may have none).
+Nothing here calls the scheduler: the answer is given.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
-from hpc_runner.records.numbers import outside_int
-from hpc_runner.records.read import read_record_bytes
+from hpc_runner.records.read import read_json_lines
 from hpc_runner.scheduler.executor import SchedulerAnswer
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
-from hpc_runner.scheduler.units import parse_duration_s, parse_size_bytes
+from hpc_runner.scheduler.job_status import Usage
 
 MB = 1024 * 1024
 GPU_SAMPLES_FILE = "gpu_usage.jsonl"  # hpc_runner.resources.gpu_sampler.SAMPLES_FILE, read without importing it
@@ -51,7 +49,7 @@ class PointUsage:
     gpu_util: float | None = None
     gpu_util_max: float | None = None
     gpu_mem_mb: float | None = None
-    gpu_source: str | None = None  # "sacct" or "sampled"
+    gpu_source: str | None = None  # job_state.FROM_ACCOUNTING or "sampled"
     job_id: str | None = None  # the job it was read from (shared by the points of a packed task)
     node: str | None = None
 
@@ -74,52 +72,27 @@ def _round(value: Any) -> Any:
     return value
 
 
-def _int(text: str | None) -> int | None:
-    return outside_int(text or "")
-
-
-def mem_request_mb(req_mem: str | None, cpus: int | None) -> float | None:
-    """Return sacct's ReqMem in MB for the whole job (an older SLURM's per-CPU ``...c`` times the CPUs)."""
-    size = parse_size_bytes(req_mem, default_unit="M")
-    if size is None or size <= 0:
-        return None
-    per_cpu = (req_mem or "").strip().endswith("c")
-    return size / MB * ((cpus or 1) if per_cpu else 1)
-
-
 def cpu_efficiency(total_cpu_s: float | None, elapsed_s: float | None, cpus: int | None) -> float | None:
-    """Return TotalCPU / (Elapsed x AllocCPUS), clipped to 0-1; None when any of them is unknown or zero."""
+    """Return CPU time / (elapsed x CPUs), clipped to 0-1; None when any of them is unknown or zero."""
     if total_cpu_s is None or not elapsed_s or not cpus:
         return None
     return max(0.0, min(1.0, total_cpu_s / (elapsed_s * cpus)))
 
 
-def node_of(info: dict[str, str]) -> str | None:
-    """Return sacct's NodeList of a job that ran (a hostlist like ``n[1-2]`` for several nodes), else None."""
-    nodes = (info.get("NodeList") or "").strip()
-    return None if not nodes or nodes.lower().startswith("none") else nodes
-
-
-def from_sacct(info: dict[str, str], steps: dict[str, Any] | None) -> PointUsage:
-    """Return the usage in one job's sacct record (``info``) and its folded steps (accounting.fold_steps)."""
-    steps = steps or {}
-    elapsed = parse_duration_s(info.get("Elapsed"))
-    total_cpu = parse_duration_s(info.get("TotalCPU"))
-    cpus = _int(info.get("AllocCPUS"))
-    u = PointUsage(elapsed_s=elapsed, time_limit_s=parse_duration_s(info.get("Timelimit")), cpus=cpus or None,
-                   node=node_of(info))
+def from_usage(used: Usage, node: str | None = None) -> PointUsage:
+    """Return a point's usage from its job's ``Usage`` (the scheduler's answer) and the node it ran on."""
+    elapsed, total_cpu, cpus = used.elapsed_s, used.cpu_time_s, used.cpus or None
+    u = PointUsage(elapsed_s=elapsed, time_limit_s=used.time_limit_s, cpus=cpus, node=node)
     if elapsed and cpus and total_cpu is not None:
         u.cpu_efficiency = cpu_efficiency(total_cpu, elapsed, cpus)
         u.cpus_used = total_cpu / elapsed
-    u.mem_request_mb = mem_request_mb(info.get("ReqMem"), cpus)
-    if steps.get("max_rss") is not None:
-        u.max_rss_mb = steps["max_rss"] / MB
-    tres_ave, tres_max = steps.get("tres_ave") or {}, steps.get("tres_max") or {}
-    if "gres/gpuutil" in tres_ave or "gres/gpuutil" in tres_max or "gres/gpumem" in tres_max:
-        u.gpu_util = tres_ave.get("gres/gpuutil")
-        u.gpu_util_max = tres_max.get("gres/gpuutil")
-        mem = tres_max.get("gres/gpumem")
-        u.gpu_mem_mb = mem / MB if mem is not None else None
+    if used.memory_request_bytes:
+        u.mem_request_mb = used.memory_request_bytes / MB
+    if used.peak_memory_bytes is not None:
+        u.max_rss_mb = used.peak_memory_bytes / MB
+    if used.gpu_util is not None or used.gpu_util_max is not None or used.gpu_memory_bytes is not None:
+        u.gpu_util, u.gpu_util_max = used.gpu_util, used.gpu_util_max
+        u.gpu_mem_mb = used.gpu_memory_bytes / MB if used.gpu_memory_bytes is not None else None
         u.gpu_source = FROM_ACCOUNTING  # the scheduler's accounting recorded it
     return u
 
@@ -129,20 +102,13 @@ def sampled_gpu(run_dir: Path) -> dict[str, float] | None:
     (``gpu_usage.jsonl``: one JSON line per sample, ``{"t", "gpus": [{"index", "util", "mem_mb"}]}``)."""
     path = os.path.join(run_dir, GPU_SAMPLES_FILE)  # a string: no Path object per point of a 10,000-point collect
     try:  # bounded, a regular file only: status and report read it from a shared sweep folder
-        data = read_record_bytes(path, "GPU samples")
+        samples = read_json_lines(path, "GPU samples").records  # a line cut by a kill is skipped
     except UserError:
         return None
-    if data is None:
-        return None
-    text = data.decode("utf-8", "replace")
     utils: list[float] = []
     mems: list[float] = []
-    for line in text.splitlines():
-        try:
-            sample = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
-        gpus = sample.get("gpus") if isinstance(sample, dict) else None
+    for sample in samples:
+        gpus = sample.get("gpus")
         if not isinstance(gpus, list):
             continue
         used = [g for g in gpus if isinstance(g, dict)]
@@ -164,8 +130,9 @@ def sampled_gpu(run_dir: Path) -> dict[str, float] | None:
 def point_usage(state: Any, answer: SchedulerAnswer) -> PointUsage:
     """Return what a point's job used (``state``: a sweep.states.PointState; ``answer``: the status call's)."""
     job_id = getattr(state, "job_id", None)
-    info = answer.info.get(job_id) if job_id else None
-    u = from_sacct(info, answer.steps.get(job_id)) if info else PointUsage()
+    used = answer.usage.get(job_id) if job_id else None
+    status = answer.status(job_id)
+    u = from_usage(used, status.node if status is not None else None) if used is not None else PointUsage()
     u.job_id = job_id
     if u.gpu_source is None and getattr(state, "run_dir", None) is not None:
         sampled = sampled_gpu(state.run_dir)

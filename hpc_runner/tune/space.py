@@ -18,6 +18,7 @@ from typing import Any
 
 from hpc_runner.config.ids import normalize_id
 from hpc_runner.errors import UserError
+from hpc_runner.records.json_out import json_copy
 
 ADD_PREFIX = "+"  # as in sweeps: ``+id`` adds an id the config does not have
 FUNCTIONS = ("loguniform", "uniform", "int", "choice")
@@ -54,7 +55,7 @@ class Param:
         if self.kind == "choice":
             for c in self.choices:
                 if to_optuna_choice(c) == optuna_value:
-                    return _copy(c)
+                    return json_copy(c)
             raise ValueError(f"{optuna_value!r} is not a choice of {self.id}")
         if self.kind == "int":
             return int(optuna_value)
@@ -62,12 +63,12 @@ class Param:
 
     def first(self) -> Any:
         """Return the value this parameter takes in the corners of the other parameters."""
-        return _copy(self.choices[0]) if self.kind == "choice" else self.low
+        return json_copy(self.choices[0]) if self.kind == "choice" else self.low
 
     def corners(self) -> list[Any]:
         """Return the values the pre-flight must check: both bounds, or every choice."""
         if self.kind == "choice":
-            return [_copy(c) for c in self.choices]
+            return [json_copy(c) for c in self.choices]
         high = self.high
         if self.kind == "int" and self.step:
             high = self.low + (self.high - self.low) // self.step * self.step  # type: ignore[operator]
@@ -103,10 +104,6 @@ def to_optuna_choice(value: Any) -> Any:
     if value is None or isinstance(value, str | bool | int | float):
         return value
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _copy(value: Any) -> Any:
-    return json.loads(json.dumps(value)) if isinstance(value, dict | list) else value
 
 
 def _error(text: str, message: str, expected: str | None = None, hint: str | None = None, id_path: str | None = None):
@@ -226,7 +223,7 @@ def space_corners(space: Space) -> list[dict[str, Any]]:
     points, keys = [], set()
     for p in space.params:
         for value in p.corners():
-            point = {**{k: _copy(v) for k, v in base.items()}, p.id: value}
+            point = {**{k: json_copy(v) for k, v in base.items()}, p.id: value}
             key = json.dumps(point, sort_keys=True, default=repr)
             if key not in keys:
                 keys.add(key)

@@ -174,7 +174,8 @@ def test_a_loopback_node_addr_is_reachable_when_this_nodes_own_is_loopback_too()
     assert addr == "127.0.1.1" and "the nodes are emulated on one machine" in how
     # on a real cluster this node's NodeAddr is not loopback: a loopback answer for rank 0 is not reachable
     addr, how = master_address("vm1", this_host="vm2", resolve=EMULATED.get, node_addr=EMULATED.get,
-                               launch_ip="10.1.0.2", own_addr=lambda: "10.1.0.2")
+                               launch_ip="10.1.0.2", own_addr=lambda: "10.1.0.2",
+                               launch_name="SLURM_LAUNCH_NODE_IPADDR")  # the job side names where it came from
     assert addr == "10.1.0.2" and "SLURM_LAUNCH_NODE_IPADDR" in how
 
 

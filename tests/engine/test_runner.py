@@ -27,8 +27,10 @@ def test_run_records_config_overrides_command_and_environment(tiny_bundle: Path,
     record = yaml.safe_load((out / "run.yaml").read_text())
     assert record["status"] == "completed" and record["entry"] == "run"
     assert record["command"]["argv"][1:3] == ["run", "--bundle"]
-    assert record["slurm"]["SLURM_CPUS_PER_TASK"] == "2"  # CI's own SLURM_CONF may sit beside it
-    assert all(key.startswith("SLURM_") for key in record["slurm"])
+    job = record["scheduler"]  # scheduler/job_env.py job_record: the scheduler whose variables were there
+    assert job["name"] == "slurm" and job["cpus"] == 2
+    assert job["variables"]["SLURM_CPUS_PER_TASK"] == "2"  # CI's own SLURM_CONF may sit beside it
+    assert all(key.startswith("SLURM_") for key in job["variables"])
     assert record["env"]["HPCR"] == {"HPCR__checkpoint_interval": "3"}
     assert {"python", "torch", "monai", "hpc-runner"} <= set(record["versions"])
     assert record["host"]["hostname"]

@@ -50,16 +50,19 @@ def test_the_argv_hides_home_and_binds_back_only_what_the_run_needs() -> None:
     )
     argv = bwrap_argv("/usr/bin/bwrap", needs, ["python", "-m", "hpc_runner", "run", "--safe"])
     text = " ".join(argv)
-    assert argv[:8] == ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    assert "--dev-bind-try /dev/nvidia0 /dev/nvidia0" in text
+    # a minimal root, never the host's: /usr read-only, a few files of /etc, no / bind at all
+    assert "--ro-bind / /" not in text and "--ro-bind /usr /usr" in text and "/etc/shadow" not in text
+    assert "--ro-bind /etc/ld.so.cache /etc/ld.so.cache" in text or not os.path.exists("/etc/ld.so.cache")
+    assert text.index("--dev /dev") < text.index("--dev-bind-try /dev/nvidia0 /dev/nvidia0") < text.index("--proc")
     assert text.index("--tmpfs /home/u") < text.index("--ro-bind-try /home/u/venv /home/u/venv")
     # the current folder read-only, the run dir inside it writable (bound after: the deeper bind wins)
     assert text.index("--ro-bind-try /home/u/proj /home/u/proj") < text.index(
         "--bind /home/u/proj/runs/x /home/u/proj/runs/x")
     assert "--bind /scratch/cache /scratch/cache" in text
-    assert "/usr/lib/python3" not in text  # the read-only root shows it already
+    assert "/usr/lib/python3" not in text  # the minimal root's /usr shows it already
     assert "bundles/b" not in text  # inside a folder already bound back
-    for option in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session", "--clearenv"):
+    assert argv.index("--remount-ro") > max(i for i, a in enumerate(argv) if a.startswith(("--bind", "--ro-bind")))
+    for option in ("--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop"):
         assert option in argv
     assert "--setenv HOME /home/u" in text and "--setenv PATH /usr/bin" in text
     assert argv[argv.index("--chdir") + 1] == "/home/u/proj"
@@ -79,9 +82,9 @@ def test_the_order_of_mounts_says_what_wins() -> None:
 
 def test_running_from_home_does_not_show_home() -> None:
     needs = Needs(run_dir="/home/u/runs/x", cwd="/home/u", home="/home/u", writable=("/home/u/runs/x",),
-                  readable=("/home/u", "/home", "/home/u/venv"), hidden=("/home/u",))
+                  readable=("/home/u", "/", "/home/u/venv"), hidden=("/home/u",))
     assert bind_plan(needs) == [("--tmpfs", "/home/u"), ("--ro-bind-try", "/home/u/venv"),
-                                ("--bind", "/home/u/runs/x")]
+                                ("--bind", "/home/u/runs/x")]  # nor is / (the whole host) ever bound
 
 
 def test_the_environment_keeps_only_what_the_run_needs() -> None:

@@ -126,6 +126,11 @@ def test_cache_safe_without_bubblewrap_is_refused_and_runs_nothing(tmp_path: Pat
     assert not (tmp_path / "cache").exists() and not (EXAMPLE / "data" / "never-made-by-this-test").exists()
 
 
+def test_verify_safe_does_not_build_the_network_outside_the_sandbox(tmp_path: Path, cli) -> None:
+    res = cli("verify", str(EXAMPLE), "--safe", "--net", cwd=tmp_path)
+    assert res.returncode == 2 and "outside the --safe sandbox" in res.stderr, res.stdout + res.stderr
+
+
 # ------------------------------------------------------------------ grants: only what the user names
 
 @pytest.mark.parametrize("option", ["--writable", "--readable", "--output_dir", "--cache_dir"])
@@ -269,3 +274,158 @@ def test_a_profile_bind_is_checked_as_writable_is(bind: str, tmp_path: Path, mon
         container_spec(str(tmp_path), "apptainer", {"binds": [bind]}, "profile x")
     assert container_spec(str(tmp_path), "apptainer", {"binds": [f"{tmp_path / 'real'}:/opt/site"]},
                           "profile x").binds == (f"{tmp_path / 'real'}:/opt/site",)
+
+
+# ------------------------------------------------------------------ the minimal root: nothing ungranted is there
+
+def _outside_folder() -> Path:
+    """A folder with a secret made outside, in a place the sandbox never binds (not /tmp: a tmpfs inside anyway)."""
+    for parent in ("/srv", "/var/lib"):
+        try:
+            folder = Path(parent) / f"hpcr-test-{uuid.uuid4().hex[:8]}"
+            folder.mkdir()
+        except OSError:
+            continue
+        (folder / "secret.txt").write_text("SECRET-OUTSIDE\n")
+        return folder
+    pytest.skip("cannot make a folder under /srv or /var/lib here")
+
+
+@needs_bwrap
+def test_the_sandbox_root_is_minimal_and_shows_nothing_ungranted(tmp_path: Path) -> None:
+    from hpc_runner.engine.sandbox import ETC_NAMES
+
+    folder = _outside_folder()
+    try:
+        code = ("import json, os\nr = {}\nimport torch, monai\n"
+                "r['torch'] = float(torch.ones(2).sum()); r['monai'] = monai.__version__\n"
+                f"r['secret'] = os.path.exists({str(folder / 'secret.txt')!r}) or os.path.exists({str(folder)!r})\n"
+                "r['shadow'] = os.path.exists('/etc/shadow'); r['etc'] = sorted(os.listdir('/etc'))\n"
+                "r['opt'] = os.listdir('/opt') if os.path.isdir('/opt') else None\n"
+                "r['srv'] = os.listdir('/srv') if os.path.isdir('/srv') else None\n"
+                f"r['work'] = sorted(os.listdir({str(REPO.parent)!r}))\n"
+                "try:\n    open('/planted', 'w'); r['root'] = 'written'\nexcept OSError as e:\n    r['root'] = str(e)\n"
+                "print(json.dumps(r))")
+        found = _inside(tmp_path, code)
+        assert found["torch"] == 2.0 and found["monai"]  # torch and MONAI import and run inside
+        assert found["secret"] is False and found["shadow"] is False, found
+        assert set(found["etc"]) <= {name.split("/")[0] for name in ETC_NAMES}, found["etc"]
+        assert "munge" not in found["etc"] and "ssh" not in found["etc"]
+        # /opt, /srv and the repository's parent hold only what leads to a bound path (Python, the repository)
+        python = {p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+        for top in ("/opt", "/srv"):
+            leads = {Path(p).relative_to(top).parts[0] for p in python if p.startswith(top + "/")}
+            assert found[top.strip("/")] in (None, sorted(leads)) or set(found[top.strip("/")]) <= leads, found
+        leads = {Path(p).relative_to(REPO.parent).parts[0] for p in (*python, str(REPO))
+                 if p.startswith(str(REPO.parent) + "/")}
+        assert set(found["work"]) <= leads, found["work"]
+        assert "Read-only" in found["root"], found
+        # granted with --readable: there, and read-only
+        code = (f"import json\nr = {{'read': open({str(folder / 'secret.txt')!r}).read()}}\n"
+                f"try:\n    open({str(folder / 'new')!r}, 'w'); r['write'] = 'written'\n"
+                "except OSError as e:\n    r['write'] = str(e)\nprint(json.dumps(r))")
+        found = _inside(tmp_path, code, Grants((), (str(folder),)))
+        assert found["read"] == "SECRET-OUTSIDE\n" and "Read-only" in found["write"], found
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_config_path_the_sandbox_would_not_show_is_refused_at_submission_before_queueing(
+        tmp_path: Path, cli) -> None:
+    folder = _outside_folder()
+    try:
+        args = ["submit", "--safe", "--bundle", str(EXAMPLE), "--cluster", "local", "--dry-run",
+                "--dataset_dir", str(folder), "--output_dir", str(tmp_path / "run")]
+        res = cli(*args, cwd=tmp_path)
+        assert res.returncode == 2 and res.stderr.count("error:") == 1, res.stdout + res.stderr
+        assert "id 'dataset_dir'" in res.stderr and f"--readable {folder}" in res.stderr, res.stderr
+        assert not (tmp_path / "run").exists()
+        res = cli(*args, "--readable", str(folder), cwd=tmp_path)  # granted: it goes on (a dry run: nothing queued)
+        assert res.returncode == 0, res.stdout + res.stderr
+        # a swept path too, naming the point
+        res = cli("sweep", "--safe", "--bundle", str(EXAMPLE), "--cluster", "local", "--dry-run", "--sweep",
+                  f"dataset_dir={tmp_path / 'd'},{folder}", "--output_dir", str(tmp_path / "sw"), cwd=tmp_path)
+        assert res.returncode == 2 and "sweep point 1" in res.stderr and f"--readable {folder}" in res.stderr, \
+            res.stdout + res.stderr
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ a received record grants nothing
+
+def _job_sandbox(cluster, job_id: str) -> dict:
+    """The sandbox grants a queued job of the in-memory cluster carries in its arguments."""
+    found = [a for arg in cluster.job(job_id).args for a in (arg if isinstance(arg, list) else [arg])
+             if isinstance(a, dict) and "sandbox" in a]
+    return found[0]["sandbox"]
+
+
+@pytest.mark.parametrize("received", ["file chowned to nobody", "file group-writable", "folder group-writable"])
+def test_a_received_sweep_yaml_grants_nothing_until_the_command_line_says_it(
+        received: str, tmp_path: Path, make_cluster, capsys: pytest.CaptureFixture) -> None:
+    import pwd
+
+    from hpc_runner.cli import main
+    from hpc_runner.engine.sandbox import UNVERIFIED
+    from hpc_runner.scheduler.profiles import ClusterProfile
+    from hpc_runner.scheduler.select import executor_for
+    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.sweep.submission import submit_points, top_up
+
+    cluster = make_cluster(max_submit=1)
+    data_dir, mine = tmp_path / "data", tmp_path / "mine"
+    data_dir.mkdir()
+    mine.mkdir()
+    profile = ClusterProfile("mem", [], {"executor": "memory", "time": 10, "mem_gb": 1})
+    path = tmp_path / "sw"
+    path.mkdir(mode=0o755)
+    grants = {"writable": [str(data_dir)], "readable": []}
+    data = {"kind": sr.KIND, "version": 1, "submissions": [], "cluster": profile.to_record(), "sandbox": grants}
+    sr.write_new(sr.SweepRecord(path, data, sr.new_points([{"a": 0}, {"a": 1}, {"a": 2}], 3)))
+    with sr.locked(path) as ledger:
+        submit_points(ledger, range(3), executor_for(profile), entry=None, reason="sweep", log=lambda line: None)
+        ledger.data["state"] = "submitted"
+    (first,) = cluster.queued()
+    assert _job_sandbox(cluster, first) == grants  # its own sweep.yaml: its grants go with its jobs
+
+    file = path / sr.SWEEP_FILE
+    if received == "file chowned to nobody":
+        os.chown(file, pwd.getpwnam("nobody").pw_uid, -1) if os.geteuid() == 0 else pytest.skip("needs root")
+    elif received == "file group-writable":
+        file.chmod(0o664)
+    else:
+        path.chmod(0o775)
+    assert sr.SweepRecord.load(path).data["sandbox"][UNVERIFIED]  # dropped as it is read
+    cluster.advance(0)
+    cluster.finish(first)
+    lines: list[str] = []
+    assert top_up(path, log=lines.append) == 0 and len(cluster.queued()) == 0  # status's top-up: nothing sent
+    assert any("grants nothing" in line and "--readable" in line for line in lines), lines
+    if received != "folder group-writable":  # saved again by this account: still granting nothing (no laundering)
+        assert os.stat(file).st_uid == os.geteuid() and sr.SweepRecord.load(path).data["sandbox"][UNVERIFIED]
+
+    assert main(["resume", str(path)]) == 2  # resume: one paragraph asking for the grants on its command line
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "grants nothing" in err and "--readable" in err and "Traceback" not in err
+    assert len(cluster.queued()) == 0
+    assert main(["resume", str(path), "--writable", str(mine)]) == 0, capsys.readouterr().err
+    (sent,) = cluster.queued()
+    assert _job_sandbox(cluster, sent) == {"writable": [str(mine)], "readable": []}  # what resume named, only
+    if received != "folder group-writable":
+        assert sr.SweepRecord.load(path).data["sandbox"] == {"writable": [str(mine)], "readable": []}
+
+
+def test_a_received_run_yaml_grants_nothing(tmp_path: Path) -> None:
+    from hpc_runner.engine.sandbox import granted_on_command_line, received_grants, recorded_grants
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    (run / "run.yaml").write_text("{}")
+    grants = {"writable": [str(tmp_path / "data")], "readable": []}
+    assert recorded_grants(received_grants(grants, run / "run.yaml"), "run.yaml") == Grants((str(tmp_path / "data"),))
+    (run / "run.yaml").chmod(0o666)
+    found = received_grants(grants, run / "run.yaml")
+    with pytest.raises(UserError, match="grants nothing"):
+        recorded_grants(found, "run.yaml")
+    with granted_on_command_line(Grants((), (str(tmp_path / "x"),))):
+        assert recorded_grants(found, "run.yaml") == Grants((), (str(tmp_path / "x"),))

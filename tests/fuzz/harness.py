@@ -10,15 +10,18 @@ The contract (issue 44), for every subcommand and every hostile input:
   the folders a surface names, such as ``~/.config/hpc-runner/clusters`` for ``cluster init``), nothing new beside
   the working folder, the example bundle unchanged, no ``PWNED`` file anywhere in the case;
 - bounded time (``HPCR_FUZZ_DEADLINE_S``, default 10 s) and bounded memory (``HPCR_FUZZ_MEMORY_MB`` of resident
-  growth, default 700 MB), watched from a thread that interrupts the call with SIGALRM.
+  growth, default 200 MB: a record's size is checked before it is read, not read up to a 512 MB cap), watched from
+  a thread that interrupts the call with SIGALRM.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -37,8 +40,9 @@ from tests.fuzz.strategies import SANE_ANSWERS, Answers, FileSpec, fake_schedule
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
 DEADLINE_S = float(os.environ.get("HPCR_FUZZ_DEADLINE_S", "10"))
-MEMORY_MB = float(os.environ.get("HPCR_FUZZ_MEMORY_MB", "700"))
+MEMORY_MB = float(os.environ.get("HPCR_FUZZ_MEMORY_MB", "200"))
 EXIT_CODES = {0, 1, 2, 130}
+PROBLEM_REPORT = re.compile(r"^hpc-runner verify: \d+ problem\(s\) in ")  # verify's exit 2 lists its problems
 ALWAYS_WRITABLE = (".cache/hpc-runner",)  # in HOME: the kept pre-flight verdicts, limits, name lists
 
 CANARY: dict[str, bytes] = {
@@ -58,18 +62,29 @@ class Overrun(BaseException):
     """The call ran past its deadline or its memory cap (a BaseException: the CLI's handlers must not eat it)."""
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _status_kb(field: str) -> int:
+    """A field of /proc/self/status in kB (VmRSS: resident now; VmHWM: the peak since the last reset)."""
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"^{field}:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def _reset_peak() -> None:
+    """Make VmHWM start again from the resident size now (Linux 4.0+: ``5`` to /proc/self/clear_refs)."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 @contextlib.contextmanager
 def bounded(deadline_s: float = DEADLINE_S, memory_mb: float = MEMORY_MB) -> Iterator[dict[str, Any]]:
     """Interrupt the body (SIGALRM in the main thread, which raises Overrun) when it runs longer than
-    ``deadline_s`` or its resident memory grows by more than ``memory_mb``; yields the measures
-    (``seconds``, ``peak_mb``)."""
+    ``deadline_s`` or its resident memory grows by more than ``memory_mb`` (a watcher thread samples it every
+    20 ms); after the body, the kernel's peak (VmHWM, reset before) catches a growth the samples missed: Overrun
+    then too. Yields the measures (``seconds``, ``peak_mb``)."""
     measures: dict[str, Any] = {"peak_mb": 0.0, "why": None}
-    base = _rss_bytes()
+    with contextlib.suppress(OSError, AttributeError):  # freed memory back to the system: growth is measured afresh
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    _reset_peak()
+    base = _status_kb("VmRSS")
     stop = threading.Event()
     main = threading.main_thread().ident
     start = time.monotonic()
@@ -79,7 +94,7 @@ def bounded(deadline_s: float = DEADLINE_S, memory_mb: float = MEMORY_MB) -> Ite
 
     def watch() -> None:
         while not stop.wait(0.02):
-            grown = (_rss_bytes() - base) / 2**20
+            grown = (_status_kb("VmRSS") - base) / 1024
             measures["peak_mb"] = max(measures["peak_mb"], grown)
             late = time.monotonic() - start > deadline_s
             if (grown > memory_mb or late) and measures["why"] is None:
@@ -100,6 +115,10 @@ def bounded(deadline_s: float = DEADLINE_S, memory_mb: float = MEMORY_MB) -> Ite
         watcher.join()
         signal.signal(signal.SIGALRM, old)
         measures["seconds"] = time.monotonic() - start
+        measures["peak_mb"] = max(measures["peak_mb"], (_status_kb("VmHWM") - base) / 1024)
+    if measures["peak_mb"] > memory_mb and measures["why"] is None:
+        measures["why"] = f"resident memory peaked {measures['peak_mb']:.0f} MB above its start (cap {memory_mb:g} MB)"
+        raise Overrun(measures["why"])
 
 
 def tree(root: Path, skip: Sequence[str] = ()) -> dict[str, tuple]:
@@ -277,18 +296,22 @@ class Case:
         capfd.readouterr()
         code: int | str | None
         shown = list(argv) if not callable(argv) else [getattr(argv, "__name__", "call")]
-        with bounded() as measures:
-            try:
-                code = argv() if callable(argv) else main(list(argv))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
-            except Overrun as exc:
-                code = f"overrun: {exc}"
-            except BaseException as exc:  # noqa: BLE001 - an exception out of main is the finding
-                import traceback
+        measures: dict[str, Any] = {"peak_mb": 0.0}
+        try:
+            with bounded() as measures:
+                try:
+                    code = argv() if callable(argv) else main(list(argv))
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
+                except Overrun as exc:
+                    code = f"overrun: {exc}"
+                except BaseException as exc:  # an exception out of main is the finding
+                    import traceback
 
-                code = f"raised {type(exc).__name__}: {str(exc)[:300]}"
-                print("".join(traceback.format_exception(exc)[-6:]), file=sys.stderr)
+                    code = f"raised {type(exc).__name__}: {str(exc)[:300]}"
+                    print("".join(traceback.format_exception(exc)[-6:]), file=sys.stderr)
+        except Overrun as exc:  # the peak after the call (bounded's last check)
+            code = f"overrun: {exc}"
         fifo_safe_unblock(self.root)
         captured = capfd.readouterr()
         return Outcome(shown, 0 if code is None else code, captured.out, captured.err,
@@ -304,6 +327,7 @@ class Case:
             found.append("a traceback in the output")
         if outcome.code == 2:
             errors = [line for line in outcome.err.splitlines() if ": error: " in line or line.startswith("error:")]
+            errors += [line for line in both.splitlines() if PROBLEM_REPORT.match(line)]  # verify's paragraph
             if len(errors) != 1:
                 found.append(f"exit 2 with {len(errors)} error paragraphs (expected 1)")
         if json_out and outcome.code == 0:
@@ -312,8 +336,12 @@ class Case:
 
             try:
                 json.loads(outcome.out, parse_constant=no_constant)
-            except ValueError as exc:
-                found.append(f"--json output is not JSON: {exc}")
+            except ValueError:
+                try:  # JSON lines (status --json): each line one value
+                    for line in filter(str.strip, outcome.out.splitlines()):
+                        json.loads(line, parse_constant=no_constant)
+                except ValueError as exc:
+                    found.append(f"--json output is neither JSON nor JSON lines: {exc}")
         after = self.snapshot()
         for where, then in before.items():
             changes = _changes(then, after[where])
@@ -333,11 +361,14 @@ class Case:
                 "bin": tree(self.bin, ["calls.txt"]), "bundle": tree(BUNDLE, ["__pycache__"])}
 
     def report(self, outcome: Outcome, found: list[str]) -> str:
-        """A failure message with the reproduction: argv, files, and the output's last lines."""
-        tail = (outcome.out[-1500:] + "\n---- stderr ----\n" + outcome.err[-2500:]).replace(str(self.root), "$CASE")
-        argv = [a.replace(str(self.root), "$CASE") for a in outcome.argv]
-        env = {k: v.replace(str(self.root), "$CASE") for k, v in self.env.items()}
-        return ("contract broken: " + "; ".join(found) + f"\n  argv: {argv!r}\n  env: {env!r}\n  files: "
-                + "\n         ".join(self.made or ["(none)"])
-                + f"\n  exit: {outcome.code!r} in {outcome.seconds:.2f} s, +{outcome.peak_mb:.0f} MB\n"
+        """A failure message with the reproduction: argv, files, and the output's last lines ($CASE: the case's
+        folder; a run of one character is shown as <'x' * N>)."""
+        def short(text: str) -> str:
+            text = text.replace(str(self.root), "$CASE").replace(str(self.fixtures.get("data", "@")), "$DATA")
+            return re.sub(r"(.)\1{39,}", lambda m: f"<{m.group(1)!r} * {len(m.group(0))}>", text)
+
+        tail = short(outcome.out[-1500:] + "\n---- stderr ----\n" + outcome.err[-2500:])
+        return (short("contract broken: " + "; ".join(found)) + f"\n  argv: {short(repr(outcome.argv))}"
+                + f"\n  env: {short(repr(self.env))}\n  files: " + "\n         ".join(map(short, self.made or ["-"]))
+                + f"\n  exit: {short(repr(outcome.code))} in {outcome.seconds:.2f} s, +{outcome.peak_mb:.0f} MB\n"
                 + "  output:\n" + tail)

@@ -213,7 +213,7 @@ FILE_CLASSES: dict[str, st.SearchStrategy[FileSpec]] = {
         st.sampled_from([b"\xff\xfe\x00k\x00e\x00y\x00", b"key: \xff\xfe\n", b"\xc3\x28: 1\n", bytes(range(256))]),
         st.binary(min_size=1, max_size=64),
     ).map(lambda b: FileSpec("bytes", b)),
-    "control chars": _mixed(CONTROL_PIECES + ["a: ", "\x00", "{", "- "]).map(
+    "control chars": _mixed([*CONTROL_PIECES, "a: ", "\x00", "{", "- "]).map(
         lambda s: FileSpec("bytes", s.encode("utf-8", "surrogatepass"))),
     "odd numbers": st.sampled_from(
         [b"NaN", b"[NaN, Infinity, -Infinity]", b'{"a": 1e999}', b"a: .nan\nb: 1e999\n", b"a: \xc2\xb2\n",

@@ -12,6 +12,7 @@ scheduler (``fuzzslurm``: a SLURM profile whose sbatch, sacct... are the case's 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,10 +152,8 @@ def completion_profiles(case: Case, name: str) -> Callable[[], int]:
     """The bash completion's profile candidates (``_hpcr_profiles``) with a profile file of a hostile name: it
     lists names, runs nothing they hold."""
     safe = name.replace("/", "_").replace("\x00", "")[:200] or "_"
-    try:
+    with contextlib.suppress(OSError, UnicodeEncodeError):
         (case.home / ".config/hpc-runner/clusters" / f"{safe}.yaml").write_text("extends: local\n")
-    except (OSError, UnicodeEncodeError):
-        pass
     case.made.append(f"~/.config/hpc-runner/clusters/{safe!r}.yaml")
     case.writable.append(".config/hpc-runner/clusters")  # the profile made above
 
@@ -171,16 +170,18 @@ def completion_profiles(case: Case, name: str) -> Callable[[], int]:
     return listing
 
 
-def record_lines(command: str, extra: list[str] | None = None) -> list[Surface]:
-    """The damaged records of a finished run and sweep that ``command`` reads."""
+RUN_RECORDS = ("run.yaml", "summary.json", "metrics.jsonl")
+SWEEP_RECORDS = ("sweep.yaml", "points/0001/run.yaml", "points/0000/summary.json")
+
+
+def record_lines(command: str, extra: list[str] | None = None, run: tuple[str, ...] = RUN_RECORDS,
+                 sweep: tuple[str, ...] = SWEEP_RECORDS) -> list[Surface]:
+    """One line per damaged record of a finished run (``run``) and sweep (``sweep``) that ``command`` reads."""
     extra = extra or []
-    lines = []
-    for record in ("run.yaml", "summary.json", "metrics.jsonl"):
-        lines.append(Surface(command, f"run dir {record}", "file",
-                             lambda c, v, r=record: [command, run_dir(c, r, v), *extra]))
-    for record in ("sweep.yaml", "points/0001/run.yaml", "points/0000/summary.json"):
-        lines.append(Surface(command, f"sweep dir {record}", "file",
-                             lambda c, v, r=record: [command, sweep_dir(c, r, v), *extra]))
+    lines = [Surface(command, f"run dir {record}", "file", lambda c, v, r=record: [command, run_dir(c, r, v), *extra])
+             for record in run]
+    lines += [Surface(command, f"sweep dir {record}", "file",
+                      lambda c, v, r=record: [command, sweep_dir(c, r, v), *extra]) for record in sweep]
     return lines
 
 
@@ -262,7 +263,8 @@ SURFACES: list[Surface] = [
     Surface("sweep", "--sweep VALUE", "text", lambda c, v: ["sweep", *mem(c), "--dry-run", "--sweep", v]),
     Surface("sweep", "--array-parallelism", "text",
             lambda c, v: ["sweep", *mem(c), "--dry-run", "--sweep", "seed=1,2", "--array-parallelism", v]),
-    Surface("sweep", "--pack", "text", lambda c, v: ["sweep", *mem(c), "--dry-run", "--sweep", "seed=1,2", "--pack", v]),
+    Surface("sweep", "--pack", "text",
+            lambda c, v: ["sweep", *mem(c), "--dry-run", "--sweep", "seed=1,2", "--pack", v]),
     Surface("sweep", "--retry", "text",
             lambda c, v: ["sweep", *mem(c), "--dry-run", "--sweep", "seed=1,2", "--retry", v]),
     Surface("sweep", "--right-size", "text",
@@ -290,9 +292,9 @@ SURFACES: list[Surface] = [
     Surface("status", "scheduler answers", "answers", lambda c, v: with_answers(c, v, ["status", "ssw", "--json"]),
             setup=slurm_sweep),
     Surface("collect", "--out", "text", lambda c, v: ["collect", sweep_dir(c), "--out", v]),
-    *record_lines("collect"),
+    *record_lines("collect", run=("summary.json",), sweep=("sweep.yaml", "points/0000/summary.json")),
     Surface("report", "DIR", "text", lambda c, v: ["report", v]),
-    *record_lines("report"),
+    *record_lines("report", run=("run.yaml", "metrics.jsonl"), sweep=("sweep.yaml",)),  # plots: ~0.5 s a call
     Surface("rerun", "--entry", "text", lambda c, v: ["rerun", run_dir(c), "--dry-run", "--entry", v]),
     Surface("rerun", "--output_dir", "text", lambda c, v: ["rerun", run_dir(c), "--dry-run", "--output_dir", v]),
     Surface("rerun", "run dir run.yaml", "file", lambda c, v: ["rerun", run_dir(c, "run.yaml", v), "--dry-run"]),
@@ -348,9 +350,9 @@ SURFACES: list[Surface] = [
                           c.file("model.pt", v), "--config_file", str(BUNDLE / "configs/train.yaml")]),
     Surface("verify_metadata", "--meta_file", "file",
             lambda c, v: ["verify_metadata", "--meta_file", c.file("metadata.json", v), "--filepath", "s.json"]),
-    Surface("verify_net_in_out", "--net_id", "text",
-            lambda c, v: ["verify_net_in_out", "--net_id", v, "--meta_file", str(BUNDLE / "configs/metadata.json"),
-                          "--config_file", str(BUNDLE / "configs/train.yaml")]),
+    Surface("verify_net_in_out", "--config_file", "file",  # the bundle's own network: a 64^3 forward pass, ~3 s
+            lambda c, v: ["verify_net_in_out", "--net_id", "network_def", "--meta_file",
+                          str(BUNDLE / "configs/metadata.json"), "--config_file", c.file("net.yaml", v)]),
     Surface("init_bundle", "BUNDLE_DIR", "text", lambda c, v: ["init_bundle", v]),
     Surface("init_bundle", "--metadata_str", "text", lambda c, v: ["init_bundle", "nb", "--metadata_str", v]),
     # ---- the job side: the arguments file a command job reads

@@ -13,6 +13,7 @@ import pytest
 from hpc_runner.report.status_table import scheduler_note, states_source
 from hpc_runner.report.sweep_plots import label_digits, short_cell, spans_decades
 from hpc_runner.scheduler.executor import SchedulerAnswer
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
 from hpc_runner.scheduler.slurm.accounting import query_scheduler
 
 
@@ -31,13 +32,15 @@ def test_a_log_axis_when_values_span_more_than_a_decade() -> None:
 
 
 def test_the_states_source_reads_as_words() -> None:
-    assert states_source(SchedulerAnswer({}, "sacct", 1)) == "sacct, 1 call"
+    said = {FROM_ACCOUNTING: "sacct", FROM_QUEUE: "squeue"}  # what the backend calls them (SLURM's words)
+    assert states_source(SchedulerAnswer({}, FROM_ACCOUNTING, 1, words=said)) == "sacct, 1 call"
+    assert states_source(SchedulerAnswer({}, FROM_ACCOUNTING, 1)) == "accounting, 1 call"  # a backend with no words
     assert states_source(SchedulerAnswer({}, "none")) == "the run records"  # local runs, not "none"
     gone = SchedulerAnswer({}, "none", 2, "sacct: ... resolve_ctls_from_dns_srv ...", at="2026-11-25T21:26:57+00:00")
     assert states_source(gone) == "the run records (the scheduler cannot be reached, as of 2026-11-25 21:26:57)"
     assert scheduler_note(gone) == ("the scheduler cannot be reached; states are from the run records, as of "
                                     "2026-11-25 21:26:57")
-    assert scheduler_note(SchedulerAnswer({}, "sacct", 1)) is None
+    assert scheduler_note(SchedulerAnswer({}, FROM_ACCOUNTING, 1, words=said)) is None
 
 
 @pytest.fixture
@@ -78,7 +81,7 @@ def test_a_report_made_when_the_scheduler_is_gone_says_so_in_one_line(local_swee
 
 
 def test_when_squeue_answered_the_note_gives_sacct_s_own_reason_in_one_line() -> None:
-    answer = SchedulerAnswer({}, "squeue", 2, "sacct: Slurm accounting storage is disabled\n(see slurm.conf)",
-                             at="2026-11-25T21:26:57+00:00")
+    answer = SchedulerAnswer({}, FROM_QUEUE, 2, "sacct: Slurm accounting storage is disabled\n(see slurm.conf)",
+                             at="2026-11-25T21:26:57+00:00", words={FROM_ACCOUNTING: "sacct", FROM_QUEUE: "squeue"})
     assert scheduler_note(answer) == ("sacct did not answer (Slurm accounting storage is disabled (see slurm.conf)); "
                                       "states are from squeue and the run records, as of 2026-11-25 21:26:57")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.scheduler.executor import JobRequest
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
+from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
@@ -45,15 +47,15 @@ def test_sacct_of_completed_failed_cancelled_requeued_and_held_jobs(recorded) ->
     recorded("sacct", "sacct.txt")
     array, requeued, held = JOBS["array"], JOBS["requeued"], JOBS["held"]
     answer = accounting.query_scheduler([array, requeued, held])
-    assert answer.source == "sacct" and answer.calls == 1
-    states = {job: answer.info[job]["State"].split()[0] for job in (f"{array}_0", f"{array}_1", f"{array}_2")}
-    assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "FAILED", f"{array}_2": "CANCELLED"}
-    assert answer.info[f"{array}_1"]["ExitCode"] == "3:0"
+    assert answer.source == FROM_ACCOUNTING and answer.said() == "sacct" and answer.calls == 1
+    states = {job: answer.statuses[job].state for job in (f"{array}_0", f"{array}_1", f"{array}_2")}
+    assert states == {f"{array}_0": JobState.COMPLETED, f"{array}_1": JobState.FAILED, f"{array}_2": JobState.CANCELLED}
+    assert answer.statuses[f"{array}_1"].exit_code == 3 and answer.statuses[f"{array}_1"].signal is None
     assert answer.requeues(requeued) >= 1  # sacct -D keeps the requeued attempt's record
     attempts = answer.attempts[requeued]
     assert attempts[-1].state == "COMPLETED" and attempts[0].state == "REQUEUED" and attempts[0].node
-    assert answer.info[held]["State"].split()[0] == "CANCELLED"
-    assert answer.steps  # the batch steps' MaxRSS/TRES were folded into their jobs
+    assert answer.statuses[held].state is JobState.CANCELLED
+    assert all(u.elapsed_s is not None and u.cpus for u in answer.usage.values() if u.cpus)  # what each job used
 
 
 def test_squeue_states_and_pending_reasons(recorded) -> None:
@@ -76,9 +78,10 @@ def test_scontrol_gives_the_job_end_time_and_the_max_array_size(recorded) -> Non
     assert (size, source) == (1001, "scontrol show config")
 
 
-def test_the_in_memory_cluster_prints_sacct_in_the_recorded_shape() -> None:
-    """The contract between the two schedulers the tests use: sacct's header and the fields of each line."""
-    recorded_lines = (GOLDEN / "sacct.txt").read_text().splitlines()
+def test_the_in_memory_cluster_answers_in_the_typed_shape_slurms_parser_gives(recorded) -> None:
+    """The contract between the two schedulers the tests use: the same typed answer, the same figures known."""
+    recorded("sacct", "sacct.txt")
+    slurm = accounting.query_scheduler([JOBS["array"]])
     cluster = MemoryCluster()
     with cluster.installed():
         executor = executor_for(ClusterProfile("mem", [], {"executor": "memory", "time": 5}))
@@ -86,14 +89,13 @@ def test_the_in_memory_cluster_prints_sacct_in_the_recorded_shape() -> None:
         cluster.advance(0)
         cluster.finish(jobs[0].job_id)
         cluster.finish(jobs[1].job_id, "FAILED", exit_code="3:0")
-        text = cluster.sacct_text([jobs[0].job_id])
-    lines = text.splitlines()
-    assert lines[0] == recorded_lines[0]
-    width = len(recorded_lines[0].split("|"))
-    assert all(len(line.split("|")) == width for line in lines + recorded_lines)
-    ours = accounting.parse_sacct(text)
-    assert {j: i["State"] for j, i in ours.info.items()} == {jobs[0].job_id: "COMPLETED", jobs[1].job_id: "FAILED"}
-
+        ours = executor.query([jobs[0].job_id])
+    assert {j: s.state for j, s in ours.statuses.items()} == {jobs[0].job_id: JobState.COMPLETED,
+                                                              jobs[1].job_id: JobState.FAILED}
+    assert ours.statuses[jobs[1].job_id].exit_code == slurm.statuses[f"{JOBS['array']}_1"].exit_code == 3
+    known = {f for f in ("elapsed_s", "time_limit_s", "cpus", "memory_request_bytes")
+             if getattr(slurm.usage[f"{JOBS['array']}_0"], f) is not None}
+    assert known and all(getattr(ours.usage[jobs[0].job_id], f) is not None for f in known)
 
 
 # a profile that reaches every part of the job script: options, the array, setup lines, srun arguments, sbatch extras

@@ -358,3 +358,17 @@ def test_name_patterns_refuse_a_trailing_newline(tmp_path):
     assert not space._CALL.match("choice(1, 2)\nx") and space._CALL.match("choice(1, 2)\n")  # \s* takes it
     assert items._OBJECT_REPR.match("<a.B object at 0x1f>") and not items._OBJECT_REPR.match("<a.B object at 0x1f>\n")
     assert monai_names._EXCLUDED.match("x.__main__") and not monai_names._EXCLUDED.match("x.__main__\n")
+
+
+def test_scaffold_sweep_and_run_head_patterns_refuse_a_trailing_newline():
+    from hpc_runner.errors import BundleError
+    from hpc_runner.records import run_head
+    from hpc_runner.registry import scaffold
+    from hpc_runner.sweep import spec
+
+    scaffold.check_name("spleen_seg")
+    with pytest.raises(BundleError):
+        scaffold.check_name("spleen_seg\n")
+    assert spec._FUNC.match("range(3)") and not spec._FUNC.match("range(3)\n")
+    assert run_head._TOP_KEY.fullmatch("status: done") and not run_head._TOP_KEY.fullmatch("status: done\n")
+    assert run_head._CHILD.fullmatch("  id: 12") and not run_head._CHILD.fullmatch("  id: 12\n")

@@ -13,7 +13,9 @@ from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler import job_env
 from hpc_runner.scheduler.dependency import AFTER_ANY, AFTER_OK, after, after_any, after_ok
 from hpc_runner.scheduler.executor import array_ids
-from hpc_runner.scheduler.job_env import JobEnvironment
+from hpc_runner.scheduler.job_env import current as JobEnvironment  # the job side whose variables are set
+from hpc_runner.scheduler.job_environment import NoScheduler
+from hpc_runner.scheduler.slurm.job_environment import SlurmJobEnvironment
 
 # task 3 of a 4-task step on 2 nodes of array task 7 of job 500, requeued twice (as sbatch and srun set it)
 ARRAY_TASK = {
@@ -36,17 +38,21 @@ def test_a_job_says_its_ids_restarts_and_end():
 def test_a_job_says_what_it_was_granted():
     job = JobEnvironment(ARRAY_TASK)
     assert (job.cpus, job.gpus, job.memory_mb) == (6, ["4", "5"], 32000)
-    assert job_env.cpu_grant({"SLURM_TRES_PER_TASK": "cpu:4,gres/gpu:1"})[:2] == (4, "SLURM_TRES_PER_TASK")
+    one = {"SLURM_JOB_ID": "1"}
+    assert job_env.cpu_grant({**one, "SLURM_TRES_PER_TASK": "cpu:4,gres/gpu:1"})[:2] == (4, "SLURM_TRES_PER_TASK")
     on_node = {"SLURM_JOB_ID": "1", "SLURM_CPUS_ON_NODE": "8", "SLURM_NTASKS_PER_NODE": "2(x2)"}
     assert job_env.cpu_grant(on_node) == (4, "SLURM_CPUS_ON_NODE", "SLURM_CPUS_ON_NODE=8 / 2 tasks per node")
-    assert job_env.gpu_grant({"SLURM_STEP_GPUS": "5", "SLURM_JOB_GPUS": "4,5"}) == (["5"], "SLURM_STEP_GPUS")
-    assert job_env.memory_grant_mb({"SLURM_MEM_PER_CPU": "2000", "SLURM_CPUS_ON_NODE": "4"}) == 8000
+    assert job_env.gpu_grant({**one, "SLURM_STEP_GPUS": "5", "SLURM_JOB_GPUS": "4,5"}) == (["5"], "SLURM_STEP_GPUS")
+    assert job_env.memory_grant_mb({**one, "SLURM_MEM_PER_CPU": "2000", "SLURM_CPUS_ON_NODE": "4"}) == 8000
 
 
 def test_a_granted_cpu_count_is_what_the_grant_then_says():
-    env = {"SLURM_TRES_PER_TASK": "cpu=8", "SLURM_CPUS_PER_TASK": "8"}
+    env = {"SLURM_JOB_ID": "1", "SLURM_TRES_PER_TASK": "cpu=8", "SLURM_CPUS_PER_TASK": "8"}
     job_env.grant_cpus(3, env)
-    assert env == {"SLURM_CPUS_PER_TASK": "3"} and JobEnvironment(env).cpus == 3
+    assert env == {"SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "3"} and JobEnvironment(env).cpus == 3
+    local: dict[str, str] = {}  # no scheduler: the share is our own variable, read back the same way
+    job_env.grant_cpus(2, local)
+    assert JobEnvironment(local).cpus == 2 and isinstance(JobEnvironment(local), NoScheduler)
 
 
 def test_a_job_says_its_nodes_and_this_process_rank():
@@ -79,17 +85,23 @@ def test_a_garbled_value_is_named_not_a_traceback():
     with pytest.raises(ClusterError, match="SLURM_JOB_NODELIST='gpu\\[03-' is not a SLURM host list"):
         _ = JobEnvironment({**ARRAY_TASK, "SLURM_JOB_NODELIST": "gpu[03-"}).nodes
     with pytest.warns(UserWarning, match="SLURM_CPUS_PER_TASK='two'"):
-        assert job_env.cpu_grant({"SLURM_CPUS_PER_TASK": "two"}) is None
+        assert job_env.cpu_grant({"SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "two"}) is None
 
 
 def test_the_record_keeps_the_jobs_words_and_is_read_back_neutrally():
-    recorded = job_env.slurm_variables(ARRAY_TASK)
+    recorded = job_env.scheduler_variables(ARRAY_TASK)
     assert "SLURMD_NODENAME" not in recorded and recorded["SLURM_JOB_ID"] == "507"
-    assert job_env.own_job_id(recorded) == "500_7" and job_env.recorded_restarts(recorded) == 2
-    assert job_env.recorded_restarts({"SLURM_RESTART_COUNT": "lots"}) == 0
-    assert [k for k, _ in job_env.job_summary(recorded)] == [
-        "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST"]
-    assert job_env.job_summary({}) == []
+    record = {"scheduler": job_env.job_record(ARRAY_TASK)}
+    assert record["scheduler"]["name"] == "slurm" and record["scheduler"]["job_id"] == "500_7"
+    job = job_env.recorded_job(record)
+    assert (job.name, job.job_id, job.restarts) == ("slurm", "500_7", 2)
+    assert [k for k, _ in job.summary] == [
+        "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NODELIST", "SLURM_CPUS_ON_NODE"][:4]
+    old = job_env.recorded_job({"slurm": recorded})  # an earlier version's run.yaml: every SLURM_* variable
+    assert (old.name, old.job_id, old.restarts) == ("slurm", "500_7", 2) and old.summary == job.summary
+    assert job_env.recorded_job({"slurm": {"SLURM_JOB_ID": "3", "SLURM_RESTART_COUNT": "lots"}}).restarts == 0
+    assert job_env.recorded_job({}).job_id is None and job_env.recorded_job({"slurm": {}}).summary == []
+    assert job_env.job_record({})["name"] == "none"  # a local run: no scheduler
 
 
 def test_a_job_submitted_from_inside_a_job_does_not_inherit_it(monkeypatch):
@@ -118,7 +130,7 @@ def test_the_job_clock_is_asked_neutrally():
 def test_slurm_variables_without_slurmstepd_among_the_parents_are_a_stale_claim():
     """Every task of a step is a child (however deep) of slurmstepd; variables left in a shell have none behind them."""
     stale = job_env.stale_world_claim(ARRAY_TASK, parents=lambda: ["bash", "sshd", "systemd"])
-    assert stale is not None and "bash < sshd < systemd" in stale and job_env.STEP_DAEMON in stale
+    assert stale is not None and "bash < sshd < systemd" in stale and SlurmJobEnvironment.step_daemon in stale
     assert job_env.stale_world_claim(ARRAY_TASK, parents=lambda: ["bash", "slurmstepd", "systemd"]) is None
     assert job_env.stale_world_claim(ARRAY_TASK, parents=lambda: None) is None  # cannot tell: benefit of the doubt
     one_task = {k: v for k, v in ARRAY_TASK.items() if k != "SLURM_STEP_ID"}  # a batch script: claims no world

@@ -11,10 +11,11 @@ import pytest
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import Attempt, JobRequest
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE
+from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.scheduler.memory.executor import MemoryCluster, MemoryExecutor
 from hpc_runner.scheduler.profiles import ClusterProfile, check_settings
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.scheduler.slurm.accounting import SACCT_FIELDS
 from hpc_runner.scheduler.slurm.limits import is_limit_refusal
 from hpc_runner.sweep.states import PointState
 from hpc_runner.sweep.usage import point_usage
@@ -104,9 +105,9 @@ def test_jobs_start_at_a_scheduling_pass_and_end_as_planned_or_at_their_time_lim
     assert [cluster.state(j) for j in ids] == ["COMPLETED", "RUNNING", "RUNNING"]
     cluster.advance(600)
     assert [cluster.state(j) for j in ids] == ["COMPLETED", "OUT_OF_MEMORY", "TIMEOUT"]
-    info = executor.query(ids).info
-    assert [info[j]["Elapsed"] for j in ids] == ["00:00:30", "00:01:30", "00:10:00"]
-    assert info[ids[2]]["Timelimit"] == "00:10:00"
+    usage = executor.query(ids).usage
+    assert [usage[j].elapsed_s for j in ids] == [30, 90, 600]
+    assert usage[ids[2]].time_limit_s == 600
 
 
 def test_every_failure_cause_is_what_sacct_says_in_the_slurm_executors_answer_shape(cluster, tmp_path) -> None:
@@ -117,12 +118,13 @@ def test_every_failure_cause_is_what_sacct_says_in_the_slurm_executors_answer_sh
         cluster.finish(job_id, state)
     executor.cancel([ids[-1]])  # the whole array: only the last task was still queued
     answer = executor.query([*ids, None, "local"])
-    assert answer.source == "sacct" and cluster.calls["sacct"] == 1
-    assert set(answer.info[ids[0]]) == set(SACCT_FIELDS.split(","))
-    assert [answer.info[j]["State"] for j in ids] == [*states, f"CANCELLED by {os.getuid()}"]
-    assert answer.info[ids[1]]["ExitCode"] == "1:0" and answer.info[ids[0]]["ExitCode"] == "0:0"
+    assert answer.source == FROM_ACCOUNTING and cluster.calls["sacct"] == 1
+    assert [answer.statuses[j].state.value for j in ids] == [*states, "CANCELLED"]
+    assert answer.statuses[ids[-1]].raw == f"CANCELLED by {os.getuid()}"
+    assert answer.statuses[ids[-1]].cancelled_by == str(os.getuid())
+    assert answer.statuses[ids[1]].exit_code == 1 and answer.statuses[ids[0]].exit_code == 0
     assert answer.attempts[ids[4]] == [Attempt("NODE_FAIL", "mem1")]
-    assert executor_for(profile()).query([None, "local"]).source == "none"  # nothing to ask: no call
+    assert executor_for(profile()).query([None, "local"]).source == FROM_NOWHERE  # nothing to ask: no call
 
 
 def test_usage_figures_read_back_through_the_sweeps_usage_reader(cluster, tmp_path) -> None:
@@ -131,11 +133,11 @@ def test_usage_figures_read_back_through_the_sweeps_usage_reader(cluster, tmp_pa
     cluster.advance(0)
     cluster.advance(100)
     cluster.finish(job, cpus_used=2.0, max_rss_mb=3000, gpu_util=40, gpu_util_max=90, gpu_mem_mb=5000)
-    used = point_usage(PointState(0, tmp_path, {}, job, "COMPLETED", "sacct"), executor.query([job]))
+    used = point_usage(PointState(0, tmp_path, {}, job, "COMPLETED", FROM_ACCOUNTING), executor.query([job]))
     assert (used.elapsed_s, used.time_limit_s, used.cpus, used.mem_request_mb) == (100, 600, 4, 8192)
     assert used.cpus_used == pytest.approx(2.0) and used.cpu_efficiency == pytest.approx(0.5)
     assert used.max_rss_mb == pytest.approx(3000, abs=1)
-    assert (used.gpu_util, used.gpu_util_max, used.gpu_source) == (40, 90, "sacct")
+    assert (used.gpu_util, used.gpu_util_max, used.gpu_source) == (40, 90, FROM_ACCOUNTING)
     assert used.gpu_mem_mb == pytest.approx(5000) and used.node == "mem1"
 
 
@@ -187,7 +189,7 @@ def test_a_requeued_job_keeps_its_earlier_attempts_and_counts_its_requeues(clust
     cluster.advance(5)
     cluster.finish(job)
     answer = executor.query([job])
-    assert answer.requeues(job) == 2 and answer.info[job]["State"] == "COMPLETED"
+    assert answer.requeues(job) == 2 and answer.statuses[job].state is JobState.COMPLETED
     assert [a.state for a in answer.attempts[job]] == ["NODE_FAIL", "REQUEUED", "COMPLETED"]
     assert [a.node for a in answer.attempts[job]] == ["mem1"] * 3
 
@@ -242,9 +244,9 @@ def test_a_task_runs_here_only_when_the_test_asks(cluster, tmp_path) -> None:
 
 def _what_the_job_sees() -> dict[str, Any]:
     """A job's function: what the job side (scheduler/job_env.py) tells it, and a requeue asked from inside."""
-    from hpc_runner.scheduler.job_env import JobEnvironment
+    from hpc_runner.scheduler.job_env import current
 
-    env = JobEnvironment()
+    env = current()  # the job side whose variables are present (SLURM's: the in-memory cluster models SLURM)
     seen = {"job": env.job_id, "array": (env.array_job_id, env.array_task_id), "restarts": env.restarts,
             "left": env.time_left(), "cpus": env.cpus, "nodes": env.nodes}
     seen["requeued"] = env.requeue() if env.restarts < 2 else None

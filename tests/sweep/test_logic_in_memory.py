@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.scheduler.executor import JobRequest
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
 from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
@@ -146,7 +147,7 @@ def test_each_failure_the_scheduler_reports_is_read_as_its_cause(make_cluster, t
     states, answer = load_target(path).states()
     assert [s.cause_kind for s in states] == ["OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BAD_INPUT",
                                              "ERROR", None]
-    assert cause_counts(states)["TIMEOUT"] == 1 and answer.source == "sacct"
+    assert cause_counts(states)["TIMEOUT"] == 1 and answer.source == FROM_ACCOUNTING
     assert cluster.calls["squeue"] == asked + 1  # NODE_FAIL and PREEMPTED: was either requeued since? (no)
 
 

@@ -16,7 +16,11 @@ import pytest
 
 from hpc_runner.records.rundir import RunDir
 from hpc_runner.scheduler.executor import SchedulerAnswer
-from hpc_runner.scheduler.slurm.accounting import parse_sacct
+from hpc_runner.scheduler.job_logs import LogLine
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
+from hpc_runner.scheduler.job_status import JobState, JobStatus
+from hpc_runner.scheduler.slurm.accounting import parse_sacct, to_status
+from hpc_runner.scheduler.slurm.job_logs import slurm_job_logs
 from hpc_runner.sweep import causes
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.states import (
@@ -69,7 +73,7 @@ def test_unpacked_points_take_the_scheduler_state_as_before(tmp_path):
     records = [{"status": "completed"}, {"status": "failed", "error": ERROR}, {"status": "running"}, {}, {}]
     states = states_of(tmp_path, records, ["40_0", "40_1", "40_2", "40_3", "40_4"], answer, packed=False)
     assert [s.state for s in states] == [DONE, "FAILED", "RUNNING", "PENDING", "PENDING"]
-    assert [s.source for s in states] == ["sacct"] * 5
+    assert [s.source for s in states] == [FROM_ACCOUNTING] * 5
     assert [s.cause_kind for s in states] == [None, "ERROR", None, None, None]
     cause = states[1].cause
     assert (cause.error_type, cause.config_id, cause.where) == ("ValueError", "train_loader", "/b/scripts/data.py:12")
@@ -187,7 +191,9 @@ def test_points_sharing_a_job_id_are_packed(tmp_path):
     ],
 )
 def test_each_cause_comes_from_sacct_and_the_run_record_together(state, sacct_state, exit_code, record, log, kind):
-    cause = causes.decide(state, sacct_state, exit_code, record, log)
+    status = to_status("9", {"State": sacct_state, "ExitCode": exit_code}) if sacct_state else None
+    line = LogLine(log, slurm_job_logs(None).state_of(log)) if log else None  # as the SLURM backend reads its logs
+    cause = causes.decide(status.state.value if status else state, status, record, line)
     assert (cause.kind if cause else None) == kind
 
 
@@ -205,10 +211,11 @@ def test_the_log_is_read_only_when_sacct_and_run_yaml_do_not_tell(tmp_path):
         calls.append(1)
         return "KeyError: 'image'"
 
-    assert causes.decide("TIMEOUT", "TIMEOUT", "0:0", {}, log).kind == "TIMEOUT" and not calls
-    assert causes.decide("FAILED", "FAILED", "1:0", {"status": "failed", "error": ERROR}, log).kind == "ERROR"
+    timeout, failed = JobStatus("9", JobState.TIMEOUT, exit_code=0), JobStatus("9", JobState.FAILED, exit_code=1)
+    assert causes.decide("TIMEOUT", timeout, {}, log).kind == "TIMEOUT" and not calls
+    assert causes.decide("FAILED", failed, {"status": "failed", "error": ERROR}, log).kind == "ERROR"
     assert not calls
-    assert causes.decide("FAILED", "FAILED", "1:0", {}, log).error_type == "KeyError" and calls == [1]
+    assert causes.decide("FAILED", failed, {}, log).error_type == "KeyError" and calls == [1]
 
 
 def test_failure_record_places_the_error_in_the_bundle_code_and_names_the_root_cause(tmp_path):
@@ -245,7 +252,8 @@ def test_failure_record_places_the_error_in_the_bundle_code_and_names_the_root_c
     except RuntimeError as exc:
         bad = failure_record(exc, "dataset")
     assert bad["user_error"] is True and bad["config_file"] == "/d/config.yaml:7"
-    assert causes.decide("FAILED", "FAILED", "1:0", {"status": "failed", "error": bad}).kind == "BAD_INPUT"
+    assert causes.decide("FAILED", JobStatus("9", JobState.FAILED, exit_code=1),
+                         {"status": "failed", "error": bad}).kind == "BAD_INPUT"
 
 
 def test_resume_offers_exactly_the_causes():

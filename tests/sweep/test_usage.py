@@ -7,15 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
+from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.scheduler.slurm.accounting import (
     fold_steps,
+    mem_request_bytes,
     parse_duration_s,
     parse_sacct,
     parse_size_bytes,
     parse_tres,
 )
 from hpc_runner.sweep.states import PointState
-from hpc_runner.sweep.usage import MB, cpu_efficiency, mem_request_mb, point_usage, sampled_gpu
+from hpc_runner.sweep.usage import MB, cpu_efficiency, point_usage, sampled_gpu
 
 # sacct -D --parsable2 -o SACCT_FIELDS on the local cluster: job 12 trained 64 s on 2 CPUs; job 16 was
 # requeued once (its first attempt's steps must not count); 42_1 timed out; 42_5's steps have no MaxRSS
@@ -47,7 +50,7 @@ JobID|State|Elapsed|ExitCode|Timelimit|TotalCPU|AllocCPUS|ReqMem|MaxRSS|TRESUsag
 
 
 def state(job_id: str | None, run_dir: Path, index: int = 0) -> PointState:
-    return PointState(index, run_dir, {}, job_id, "COMPLETED", "sacct")
+    return PointState(index, run_dir, {}, job_id, "COMPLETED", FROM_ACCOUNTING)
 
 
 def test_sacct_sizes_durations_and_tres_are_read_as_numbers() -> None:
@@ -67,7 +70,7 @@ def test_steps_fold_into_their_job_and_a_requeued_job_shows_its_last_attempt() -
     assert folded["16"]["max_rss"] == 454060 * 1024  # not the first attempt's 953160K
     assert "max_rss" not in folded["42_5"]  # no step recorded its memory
     answer = parse_sacct(SACCT)
-    assert answer.info["16"]["State"] == "COMPLETED" and answer.requeues("16") == 1
+    assert answer.statuses["16"].state is JobState.COMPLETED and answer.requeues("16") == 1
 
 
 def test_point_usage_is_elapsed_of_limit_cpu_efficiency_and_peak_of_request(tmp_path: Path) -> None:
@@ -86,7 +89,7 @@ def test_point_usage_is_elapsed_of_limit_cpu_efficiency_and_peak_of_request(tmp_
 
 def test_gpu_use_comes_from_sacct_tres_where_the_site_records_it(tmp_path: Path) -> None:
     u = point_usage(state("77_0", tmp_path), parse_sacct(GPU_SACCT))
-    assert (u.gpu_util, u.gpu_util_max, u.gpu_mem_mb, u.gpu_source) == (35, 90, 10 * 1024, "sacct")
+    assert (u.gpu_util, u.gpu_util_max, u.gpu_mem_mb, u.gpu_source) == (35, 90, 10 * 1024, FROM_ACCOUNTING)
     assert u.cpu_efficiency == pytest.approx(3 * 3600 / (2 * 3600 * 8)) and u.mem_request_mb == 32 * 1024
 
 
@@ -103,7 +106,7 @@ def test_gpu_use_comes_from_the_run_dirs_samples_when_sacct_has_none(tmp_path: P
 def test_efficiency_and_request_edge_cases() -> None:
     assert cpu_efficiency(10, 0, 4) is None and cpu_efficiency(None, 10, 1) is None
     assert cpu_efficiency(50, 10, 4) == 1.0  # never above 1 (a clock skew or a rounded Elapsed)
-    assert mem_request_mb("1000Mc", 4) == 4000 and mem_request_mb("0", 1) is None
+    assert mem_request_bytes("1000Mc", 4) == 4000 * MB and mem_request_bytes("0", 1) is None
 
 
 def test_a_step_the_memory_cgroup_killed_makes_its_job_out_of_memory(tmp_path: Path) -> None:
@@ -117,5 +120,5 @@ JobID|State|Elapsed|ExitCode|Timelimit|TotalCPU|AllocCPUS|ReqMem|MaxRSS|TRESUsag
 316.0|FAILED|00:00:09|1:0||00:08.000|1||500000K||
 """
     answer = parse_sacct(text)
-    assert answer.info["315"]["State"] == "OUT_OF_MEMORY" and answer.info["316"]["State"] == "FAILED"
+    assert answer.statuses["315"].state is JobState.OUT_OF_MEMORY and answer.statuses["316"].state is JobState.FAILED
     assert point_usage(state("315", tmp_path), answer).max_rss_mb == pytest.approx(1048000 / 1024)

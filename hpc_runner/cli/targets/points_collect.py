@@ -19,7 +19,9 @@ def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
     columns, rows = result_rows(target, states, answer, used, summaries)
     csv_path, md_path = write_results(target, columns, rows, args.out)
     if not args.quiet:
-        text = md_path.read_text(encoding="utf-8").splitlines()
+        from hpc_runner.records.read import read_record_text
+
+        text = (read_record_text(md_path, "results table") or "").splitlines()
         print("\n".join(text[: MAX_PRINTED_ROWS + 2]))
         if len(text) > MAX_PRINTED_ROWS + 2:
             print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")

@@ -62,6 +62,10 @@ def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
 
     rules = parse_rules(args.retry)
     profile = _recorded_profile(args, target)
+    if target.record.data.get("sandbox") is not None:  # a received sweep.yaml's grants: refused before anything is
+        from hpc_runner.engine.sandbox import recorded_grants  # written, unless --writable/--readable say them again
+
+        recorded_grants(target.record.data["sandbox"], str(target.record.file))
     _set_submit_budget(args, target)
     record = target.record
     # what this resume sets explicitly replaces the points' own requests (earlier --retry changes)

@@ -19,12 +19,16 @@ What it models, as SLURM does it:
   job stays pending with reason ``DependencyNeverSatisfied``;
 - requeue (``scontrol requeue``, and SLURM's own after NODE_FAIL/PREEMPTED): the attempt ends, a new one waits;
   held jobs; array parallelism; nodes, ``--exclude``; cancel (an array's id cancels all its tasks);
-- usage: what ``sacct -D`` prints per attempt (Elapsed, Timelimit, TotalCPU, AllocCPUS, ReqMem) and per step
-  (MaxRSS, TRES with GPU figures). ``query`` renders that text and parses it with the SLURM executor's own
-  parser (scheduler/slurm/accounting.py ``parse_sacct``), so the answer has exactly the SLURM executor's shape.
+- usage: what SLURM's accounting records per attempt (elapsed, time limit, CPU time, CPUs, memory request) and per
+  step (peak memory, GPU figures). ``query`` answers in our own words (``JobStatus``, ``Usage``, ``Attempt``: the
+  typed answer every backend gives), so the sweep's logic reads it exactly as it reads SLURM's.
 
 - the job side: a task the test runs here (``run``) sees the variables SLURM gives a job (ids, restarts, its end
-  time, CPUs, nodes: scheduler/job_env.py reads them), and its requeue comes to this cluster.
+  time, CPUs, nodes: SLURM's job side, scheduler/slurm/job_environment.py, is chosen by them and reads them), and
+  its requeue comes to this cluster.
+
+This is the test backend: it imports no real backend (the words it shares with SLURM, it writes out itself), and
+a profile reaches it only inside ``MemoryCluster().installed()``.
 
 Not modelled: signals before the time limit, partitions, GRES scheduling, other users.
 """
@@ -37,12 +41,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.executor import (
-    DONE,
-    FAILED_STATES,
     Executor,
     Job,
     JobRequest,
@@ -51,16 +54,32 @@ from hpc_runner.scheduler.executor import (
     SubmitLimits,
     array_ids,
 )
-from hpc_runner.scheduler.job_env import in_process_job
-from hpc_runner.scheduler.job_state import FROM_NOWHERE
-from hpc_runner.scheduler.profile import ClusterProfile, parse_time_minutes
-from hpc_runner.scheduler.slurm.accounting import SACCT_FIELDS, parse_sacct
-from hpc_runner.scheduler.slurm.executor import SlurmExecutor, check_time_room, sbatch_error
-from hpc_runner.scheduler.slurm.limits import is_limit_refusal
+from hpc_runner.scheduler.job_environment import in_process_job
+from hpc_runner.scheduler.job_logs import JobLogs
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE
+from hpc_runner.scheduler.job_status import FAILED_STATES, Attempt, JobState, JobStatus
+from hpc_runner.scheduler.job_status import Usage as JobUsage
+from hpc_runner.scheduler.profile import ClusterProfile, KeySpec, check_time_room, parse_time_minutes
 from hpc_runner.scheduler.units import parse_size_bytes
 
 PENDING, RUNNING, REQUEUED = "PENDING", "RUNNING", "REQUEUED"
-FINAL_STATES = FAILED_STATES | {DONE}
+DONE = JobState.COMPLETED.value
+# the words a job may end in here (SLURM's: BOOT_FAIL and DEADLINE besides our own), and ours for each
+FINAL_STATES = FAILED_STATES | {DONE, "BOOT_FAIL", "DEADLINE"}
+OUR_STATES = {"BOOT_FAIL": JobState.NODE_FAIL, "DEADLINE": JobState.TIMEOUT, REQUEUED: JobState.PENDING}
+# the profile keys this cluster reads beyond profiles.COMMON_KEYS (SLURM's names: it models SLURM)
+PROFILE_KEYS: dict[str, KeySpec] = {
+    "nodes": ((int,), "a whole number of nodes"),
+    "ntasks_per_node": ((int, type(None)), "a whole number of tasks per node"),
+    "mem": ((str, int, type(None)), "memory per node, e.g. 16G"),
+    "mem_gb": ((int, float, type(None)), "memory per node in GB"),
+    "qos": ((str, type(None)), "a QOS name"),
+    "account": ((str, type(None)), "an account name"),
+    "exclude": ((str, type(None)), "nodes to avoid, comma-separated"),
+    "array_parallelism": ((int, type(None)), "how many tasks of an array may run at once"),
+    "max_submit_jobs": ((int, type(None)), "the most jobs to keep queued at once"),
+    "signal_delay_s": ((int, type(None)), "seconds before the time limit that the stop signal comes"),
+}
 # sacct's ExitCode of a job that ended so, when the test names none (status:signal)
 EXIT_CODES = {DONE: "0:0", "FAILED": "1:0", "TIMEOUT": "0:15", "OUT_OF_MEMORY": "0:125", "CANCELLED": "0:15",
               "PREEMPTED": "0:15", "NODE_FAIL": "0:0", "BOOT_FAIL": "0:0", "DEADLINE": "0:15"}
@@ -358,7 +377,7 @@ class MemoryCluster:
                 self._dependency_state(request.dependency)  # refused when it names an unknown job
             queued = sum(1 for j in self.jobs.values() if j.queued and j.user == self.user and j.qos == qos)
             if self.max_submit is not None and queued + count > self.max_submit:
-                raise sbatch_error(RuntimeError(QOS_REFUSAL))
+                raise ClusterError(f"sbatch refused the submission: {' '.join(QOS_REFUSAL.splitlines())}")
         except ClusterError as exc:
             self.refused.append(exc.message)
             raise
@@ -399,23 +418,49 @@ class MemoryCluster:
         out.recount()
         return out
 
-    def sacct_text(self, job_ids: Sequence[str | None]) -> str:
-        """Return what ``sacct -D --parsable2 -o SACCT_FIELDS -j ...`` prints for the jobs (an array's id lists
-        all its tasks; one line per attempt, oldest first, then the attempt's batch step)."""
-        names = SACCT_FIELDS.split(",")
-        lines = ["|".join(names)]
-        for job in self._tasks(array_ids(job_ids)):
-            for attempt in job.attempts:
-                for row in self._sacct_rows(job, attempt):
-                    lines.append("|".join(row.get(n, "") for n in names))
-        return "\n".join(lines) + "\n"
-
     def answer(self, job_ids: Sequence[str | None]) -> SchedulerAnswer:
-        """Return the SchedulerAnswer of one sacct call, parsed by the SLURM executor's own parser."""
+        """Return the answer of one accounting call (SLURM's sacct, here): every task's status, usage and attempts."""
         if not array_ids(job_ids):
             return SchedulerAnswer({}, FROM_NOWHERE)
         self.calls["sacct"] += 1
-        return parse_sacct(self.sacct_text(job_ids))
+        statuses, usage, attempts = {}, {}, {}
+        for job in self._tasks(array_ids(job_ids)):
+            statuses[job.job_id] = self._status(job)
+            usage[job.job_id] = self._usage(job, job.current)
+            attempts[job.job_id] = [Attempt(REQUEUED if a.state == REQUEUED else _ours(a.state).value,
+                                            ",".join(a.nodes) or None) for a in job.attempts]
+        return SchedulerAnswer(statuses, FROM_ACCOUNTING, 1, usage=usage, attempts=attempts)
+
+    def _elapsed(self, attempt: JobRun) -> float:
+        if attempt.started is None:
+            return 0.0
+        return (attempt.ended if attempt.ended is not None else self.now) - attempt.started
+
+    def _status(self, job: MemoryJob) -> JobStatus:
+        """Return the job's status now (its current attempt), in our own words."""
+        attempt = job.current
+        words = attempt.state.split()
+        code, _, signal = attempt.exit_code.partition(":")
+        return JobStatus(job.job_id, _ours(attempt.state), raw=attempt.state, exit_code=int(code),
+                         node=",".join(attempt.nodes) or None, elapsed_s=self._elapsed(attempt),
+                         requeues=len(job.attempts) - 1, signal=int(signal or 0) or None,
+                         cancelled_by=words[2] if len(words) >= 3 and words[1] == "by" else None)
+
+    def _usage(self, job: MemoryJob, attempt: JobRun) -> JobUsage:
+        """Return what the attempt used and was given (what SLURM's accounting records of it)."""
+        started = attempt.started is not None
+        elapsed = self._elapsed(attempt)
+        u = attempt.usage
+        gpu = u.gpu_util is not None or u.gpu_util_max is not None or u.gpu_mem_mb is not None
+        return JobUsage(
+            elapsed_s=elapsed, time_limit_s=job.time_limit_s,
+            cpu_time_s=(u.cpus_used or 0.0) * elapsed if u.cpus_used is not None else 0.0,
+            peak_memory_bytes=round(u.max_rss_mb * MB) if u.max_rss_mb is not None and started else None,
+            memory_request_bytes=round((_mem_mb(job.settings) or self.default_mem_mb) * MB),
+            cpus=job.cpus if started else None,
+            gpu_util=u.gpu_util if gpu else None,
+            gpu_util_max=(u.gpu_util_max if u.gpu_util_max is not None else u.gpu_util) if gpu else None,
+            gpu_memory_bytes=u.gpu_mem_mb * MB if u.gpu_mem_mb is not None else None)
 
     def queued_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Return squeue's state of each queued task of the jobs (``squeue -r -j ...``)."""
@@ -558,42 +603,13 @@ class MemoryCluster:
             return "met" if "met" in states else "never" if all(s == "never" for s in states) else "wait"
         return "never" if "never" in states else "met" if all(s == "met" for s in states) else "wait"
 
-    def _sacct_rows(self, job: MemoryJob, attempt: JobRun) -> list[dict[str, str]]:
-        """Return sacct's record of one attempt (and its batch step's, once it started), by field name."""
-        started = attempt.started is not None
-        elapsed = ((attempt.ended if attempt.ended is not None else self.now) - attempt.started) if started else 0.0
-        mem_mb = _mem_mb(job.settings) or self.default_mem_mb
-        u = attempt.usage
-        total_cpu = (u.cpus_used or 0.0) * elapsed if u.cpus_used is not None else 0.0
-        row = {"JobID": job.job_id, "State": attempt.state, "Elapsed": _hms(elapsed), "ExitCode": attempt.exit_code,
-               "NodeList": ",".join(attempt.nodes) if attempt.nodes else "None assigned",
-               "Timelimit": _hms(job.time_limit_s), "TotalCPU": _hms(total_cpu, millis=True),
-               "AllocCPUS": str(job.cpus if started else 0), "ReqMem": f"{round(mem_mb)}M"}
-        if not started:
-            return [row]
-        tres = {"cpu": _hms(total_cpu)}
-        if u.max_rss_mb is not None:
-            tres["mem"] = f"{round(u.max_rss_mb * 1024)}K"
-        ave, peak = dict(tres), dict(tres)
-        if u.gpu_util is not None:
-            ave["gres/gpuutil"] = f"{u.gpu_util:g}"
-        if u.gpu_util_max is not None or u.gpu_util is not None:
-            peak["gres/gpuutil"] = f"{(u.gpu_util_max if u.gpu_util_max is not None else u.gpu_util):g}"
-        if u.gpu_mem_mb is not None:
-            peak["gres/gpumem"] = f"{round(u.gpu_mem_mb)}M"
-        step_state = attempt.state.split()[0] if attempt.state != REQUEUED else "CANCELLED"
-        step = {**row, "JobID": f"{job.job_id}.batch", "State": step_state, "Timelimit": "", "ReqMem": "",
-                "MaxRSS": f"{round(u.max_rss_mb * 1024)}K" if u.max_rss_mb is not None else "",
-                "TRESUsageInAve": _tres(ave), "TRESUsageInMax": _tres(peak)}
-        return [row, step]
-
 
 class MemoryExecutor(Executor):
     """The ``Executor`` over the in-memory cluster installed in this process (``MemoryCluster.installed``)."""
 
     kind = "memory"
     runs_here = False
-    profile_keys = SlurmExecutor.profile_keys  # it models SLURM: the same keys (their values SlurmExecutor checks)
+    profile_keys = PROFILE_KEYS
 
     def __init__(self, profile: ClusterProfile, cluster: MemoryCluster | None = None) -> None:
         super().__init__(profile)
@@ -604,8 +620,8 @@ class MemoryExecutor(Executor):
         return self.cluster.limits(self.profile.settings)
 
     def is_limit_refusal(self, message: str) -> bool:
-        """True for the cluster's refusal in sbatch's words (``QOS_REFUSAL``), as the SLURM executor reads it."""
-        return is_limit_refusal(message)
+        """True for the cluster's refusal in sbatch's words (``QOS_REFUSAL``)."""
+        return "QOSMaxSubmitJobPerUserLimit" in message or "job submit limit" in message
 
     def queued_jobs(self, user: str) -> list[tuple[str, str, str]]:
         """Return the user's queued jobs on the cluster, array tasks one by one."""
@@ -663,6 +679,10 @@ class MemoryExecutor(Executor):
         """Return why each pending task of the jobs waits."""
         return self.cluster.pending_reasons(job_ids)
 
+    def job_logs(self, folder: Path) -> JobLogs:
+        """A test writes a job's log where submitit puts it (``<id>_log.err``, ``<id>_log.out``), as on SLURM."""
+        return JobLogs(folder, _log_files)
+
 
 _INSTALLED: list[MemoryCluster] = []  # the clusters ``installed`` in this process, innermost last
 
@@ -700,15 +720,20 @@ def _mem_mb(settings: Mapping[str, Any]) -> float | None:
     return float(gb) * 1024 if gb else None
 
 
-def _hms(seconds: float, millis: bool = False) -> str:
-    """Return a duration as sacct prints it: ``HH:MM:SS`` (``D-HH:MM:SS`` from a day on; ``.mmm`` for TotalCPU)."""
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    if millis:
-        text += f".{round((seconds - whole) * 1000) % 1000:03d}"
-    return f"{days}-{text}" if days else text
+def _log_files(folder: Path, job_id: str) -> list[Path]:
+    """submitit's stderr and stdout files of ``job_id`` under ``folder``."""
+    from submitit.core.utils import JobPaths
+
+    paths = JobPaths(folder, job_id=job_id)
+    return [paths.stderr, paths.stdout]
 
 
-def _tres(values: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in values.items())
+def _ours(state: str) -> JobState:
+    """Return one of this cluster's state words (SLURM's) in our own words."""
+    word = state.split()[0] if state.strip() else ""
+    if word in OUR_STATES:
+        return OUR_STATES[word]
+    try:
+        return JobState(word)
+    except ValueError:
+        return JobState.UNKNOWN

@@ -5,7 +5,10 @@
 a requeued job has one record per attempt, oldest first, so the last one read is the current one and
 the others count its requeues); ``squeue`` once when sacct does not answer.
 
-The same call says what each job used (sweep/usage.py): the allocation's record has Elapsed,
+Each job's record becomes a ``JobStatus`` (SLURM's state words read through ``STATES``) and a ``Usage`` (the
+numbers, in bytes and seconds): nothing above scheduler/slurm/ sees sacct's fields.
+
+The same call says what each job used (``Usage``): the allocation's record has Elapsed,
 Timelimit, TotalCPU, AllocCPUS and ReqMem, but peak memory (MaxRSS) and the TRES usage (GPU
 utilisation and memory where the site gathers them) are step fields: ``sacct -X`` prints them empty.
 So the call lists the steps too (no ``-X``; each step's record follows its job's) and ``fold_steps``
@@ -22,9 +25,47 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpc_runner.records.command_output import run_command
-from hpc_runner.scheduler.executor import Attempt, SchedulerAnswer, array_ids
+from hpc_runner.records.numbers import outside_int
+from hpc_runner.scheduler.executor import SchedulerAnswer, array_ids
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE, FROM_QUEUE
+from hpc_runner.scheduler.job_status import Attempt, JobState, JobStatus, Usage
 from hpc_runner.scheduler.units import parse_duration_s, parse_size_bytes
+
+# what SLURM calls each source of an answer, for people (status: "states from sacct, 1 call")
+WORDS = {FROM_ACCOUNTING: "sacct", FROM_QUEUE: "squeue"}
+# SLURM's job states (sacct's and squeue's first word) in our own words; a word not here is UNKNOWN
+STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING, "REQUEUED": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING, "CONFIGURING": JobState.PENDING,
+    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING, "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED, "SPECIAL_EXIT": JobState.FAILED,
+    "TIMEOUT": JobState.TIMEOUT, "DEADLINE": JobState.TIMEOUT,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
+    "PREEMPTED": JobState.PREEMPTED,
+    "NODE_FAIL": JobState.NODE_FAIL, "BOOT_FAIL": JobState.NODE_FAIL,
+    "CANCELLED": JobState.CANCELLED, "REVOKED": JobState.CANCELLED,
+}
+MB = 1024 * 1024
+
+
+def first_word(state: str | None) -> str:
+    """SLURM's state word without its detail (``CANCELLED by 1000`` -> CANCELLED, ``RUNNING+`` -> RUNNING)."""
+    text = (state or "").strip()
+    return text.split()[0].rstrip("+") if text else ""
+
+
+def job_state(state: str | None) -> JobState:
+    """Return SLURM's state (sacct's State, squeue's %T) in our own words."""
+    return STATES.get(first_word(state), JobState.UNKNOWN)
+
+
+def attempt_state(state: str | None) -> str:
+    """Return an attempt's state in our words: REQUEUED stays REQUEUED (it ran, then was queued again)."""
+    word = first_word(state)
+    return JobState.REQUEUED.value if word == "REQUEUED" else job_state(word).value
 
 SACCT_FIELDS = "JobID,State,Elapsed,ExitCode"
 SACCT_FIELDS += ",NodeList"  # where each attempt ran: status's node column, the node exclusions of the governor
@@ -50,9 +91,9 @@ def parse_attempts(text: str) -> dict[str, list[Attempt]]:
         job_id = cells[0].strip()
         if not job_id or "." in job_id or "[" in job_id or len(cells) <= max(i_state, i_node):
             continue
-        state = cells[i_state].split()[0] if cells[i_state].strip() else ""
         node = cells[i_node].strip()
-        out.setdefault(job_id, []).append(Attempt(state, None if node in ("", "None assigned") else node))
+        out.setdefault(job_id, []).append(Attempt(attempt_state(cells[i_state]),
+                                                  None if node in ("", "None assigned") else node))
     return out
 
 
@@ -128,8 +169,60 @@ def step_killed_for_memory(info: dict[str, dict[str, str]], steps: dict[str, dic
     fail), though the step says OUT_OF_MEMORY: show the job as OUT_OF_MEMORY, as newer SLURM does (in place)."""
     for job_id, folded in steps.items():
         stats = info.get(job_id)
-        if folded.get("oom_step") and stats and stats.get("State", "").split(" ")[0] in ("FAILED", "CANCELLED"):
+        if folded.get("oom_step") and stats and first_word(stats.get("State")) in ("FAILED", "CANCELLED"):
             info[job_id] = {**stats, "State": "OUT_OF_MEMORY", "StepState": f"{folded['oom_step']} OUT_OF_MEMORY"}
+
+
+def exit_code_of(text: str | None) -> tuple[int | None, int | None]:
+    """Return sacct's ExitCode ``status:signal`` as (exit code, signal; 0 -> None), (None, None) when not said."""
+    status, _, signal = (text or "").partition(":")
+    return outside_int(status.strip()), (outside_int(signal.strip()) or None)
+
+
+def cancelled_by(state: str | None) -> str | None:
+    """Return the uid in sacct's ``CANCELLED by 1000``, None when it names nobody."""
+    words = (state or "").split()
+    return words[2] if len(words) >= 3 and words[1] == "by" and words[2].isdigit() else None
+
+
+def node_of(text: str | None) -> str | None:
+    """Return sacct's NodeList of a job that ran (a hostlist like ``n[1-2]`` for several nodes), else None."""
+    nodes = (text or "").strip()
+    return None if not nodes or nodes.lower().startswith("none") else nodes
+
+
+def to_status(job_id: str, row: dict[str, str], requeues: int = 0) -> JobStatus:
+    """Return one job's sacct (or squeue) record as a ``JobStatus``."""
+    raw = (row.get("State") or "").strip()
+    code, signal = exit_code_of(row.get("ExitCode"))
+    return JobStatus(job_id, job_state(raw), raw=raw, exit_code=code, node=node_of(row.get("NodeList")),
+                     elapsed_s=parse_duration_s(row.get("Elapsed")), requeues=requeues,
+                     signal=signal, cancelled_by=cancelled_by(raw))
+
+
+def mem_request_bytes(req_mem: str | None, cpus: int | None) -> float | None:
+    """Return sacct's ReqMem in bytes for the whole job (an older SLURM's per-CPU ``...c`` times the CPUs)."""
+    size = parse_size_bytes(req_mem, default_unit="M")
+    if size is None or size <= 0:
+        return None
+    per_cpu = (req_mem or "").strip().endswith("c")
+    return size * ((cpus or 1) if per_cpu else 1)
+
+
+def to_usage(row: dict[str, str], steps: dict[str, Any] | None) -> Usage:
+    """Return what one job used, from its sacct record and its folded steps (``fold_steps``)."""
+    steps = steps or {}
+    cpus = outside_int(row.get("AllocCPUS") or "") or None
+    tres_ave, tres_max = steps.get("tres_ave") or {}, steps.get("tres_max") or {}
+    gpu = "gres/gpuutil" in tres_ave or "gres/gpuutil" in tres_max or "gres/gpumem" in tres_max
+    mem = mem_request_bytes(row.get("ReqMem"), cpus)
+    return Usage(elapsed_s=parse_duration_s(row.get("Elapsed")), time_limit_s=parse_duration_s(row.get("Timelimit")),
+                 cpu_time_s=parse_duration_s(row.get("TotalCPU")),
+                 peak_memory_bytes=int(steps["max_rss"]) if steps.get("max_rss") is not None else None,
+                 memory_request_bytes=int(mem) if mem is not None else None, cpus=cpus,
+                 gpu_util=tres_ave.get("gres/gpuutil") if gpu else None,
+                 gpu_util_max=tres_max.get("gres/gpuutil") if gpu else None,
+                 gpu_memory_bytes=tres_max.get("gres/gpumem") if gpu else None)
 
 
 def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
@@ -138,18 +231,27 @@ def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
 
     info, steps = SlurmInfoWatcher().read_info(text), fold_steps(text)
     step_killed_for_memory(info, steps)
-    return SchedulerAnswer(info, FROM_ACCOUNTING, calls, records=count_records(text), attempts=parse_attempts(text),
-                           steps=steps, at=_now())
+    records = count_records(text)
+    statuses = {j: to_status(j, row, max(0, records.get(j, 0) - 1)) for j, row in info.items() if row.get("State")}
+    usage = {j: to_usage(row, steps.get(j)) for j, row in info.items() if j in statuses}
+    return SchedulerAnswer(statuses, FROM_ACCOUNTING, calls, usage=usage, attempts=parse_attempts(text), at=_now(),
+                           words=dict(WORDS))
+
+
+def parse_queue(text: str, calls: int = 2, error: str | None = None) -> SchedulerAnswer:
+    """Return the answer of ``squeue -h -t all -o %i|%T`` (no header): states only."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    info = SlurmInfoWatcher().read_info("JobID|State\n" + text)
+    statuses = {j: to_status(j, row) for j, row in info.items() if row.get("State")}
+    return SchedulerAnswer(statuses, FROM_QUEUE, calls, error, at=_now(), words=dict(WORDS))
 
 
 def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, timeout: float = 60) -> SchedulerAnswer:
-    """Ask sacct once about ``job_ids`` (squeue once if sacct fails); return submitit-parsed info per job id."""
-    from submitit.slurm.slurm import SlurmInfoWatcher
-
+    """Ask sacct once about ``job_ids`` (squeue once if sacct fails); return each job's status and usage."""
     ids = array_ids(job_ids)
     if not ids:
-        return SchedulerAnswer({}, FROM_NOWHERE)
-    parse = SlurmInfoWatcher().read_info
+        return SchedulerAnswer({}, FROM_NOWHERE, words=dict(WORDS))
     command = ["sacct", "-D", "--parsable2", "-o", SACCT_FIELDS, "-j", ",".join(ids)]
     if since:
         command += ["-S", since]
@@ -165,16 +267,17 @@ def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, tim
         res = run_command(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"],
                              timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
-        return SchedulerAnswer({}, FROM_NOWHERE, 1, "; ".join([*errors, f"squeue: {exc}"]), at=_now())
+        return SchedulerAnswer({}, FROM_NOWHERE, 1, "; ".join([*errors, f"squeue: {exc}"]), at=_now(),
+                               words=dict(WORDS))
     if res.returncode != 0 and "Invalid job id" not in res.stderr:
         return SchedulerAnswer({}, FROM_NOWHERE, 2, "; ".join([*errors, f"squeue: {res.stderr.strip()[:300]}"]),
-                               at=_now())
-    text = "JobID|State\n" + (res.stdout if res.returncode == 0 else "")
-    return SchedulerAnswer(parse(text), FROM_QUEUE, 2, "; ".join(errors), at=_now())
+                               at=_now(), words=dict(WORDS))
+    return parse_queue(res.stdout if res.returncode == 0 else "", 2, "; ".join(errors))
 
 
 def queued_states(job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:
-    """Return squeue's state of each queued job (array tasks one by one), None when squeue does not answer."""
+    """Return squeue's state of each queued job (array tasks one by one, in squeue's words), None when squeue does
+    not answer."""
     ids = array_ids(job_ids)
     if not ids:
         return {}

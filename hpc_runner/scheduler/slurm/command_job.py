@@ -23,6 +23,7 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.command_output import CommandOutput, run_command
+from hpc_runner.records.read import RecordError, parse_json_text
 from hpc_runner.scheduler.executor import JOB_ENTRIES, JOB_ENTRY, Job, job_entry_name
 
 ARRAY_PREFIX, JOB_PREFIX = "array-", "job-"
@@ -42,7 +43,11 @@ def task_arguments(fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any
         text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None
-    return text if json.loads(text) == data else None
+    try:  # read back as the job will (scheduler/slurm/job_call.py): nesting bounded
+        back = parse_json_text(text, "job arguments")
+    except RecordError:
+        return None
+    return text if back == data else None
 
 
 def usable_folder(folder: Path) -> bool:

@@ -15,7 +15,8 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
-from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+from hpc_runner.scheduler.job_logs import JobLogs
+from hpc_runner.scheduler.profile import ClusterProfile, KeySpec, check_time_room
 from hpc_runner.scheduler.slurm.command_job import (
     args_file_for,
     sbatch_error,
@@ -406,10 +407,18 @@ class SlurmExecutor(Executor):
         return query_scheduler(job_ids, since=since)
 
     def queue_states(self, job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:
-        """One ``squeue -r`` of the jobs: the state of each task still queued or running; None without an answer."""
-        from hpc_runner.scheduler.slurm.accounting import queued_states
+        """One ``squeue -r`` of the jobs: the state of each task still queued or running, in our words (JobState
+        values); None without an answer."""
+        from hpc_runner.scheduler.slurm.accounting import job_state, queued_states
 
-        return queued_states(job_ids, timeout)
+        states = queued_states(job_ids, timeout)
+        return None if states is None else {j: job_state(s).value for j, s in states.items()}
+
+    def job_logs(self, folder: Path) -> JobLogs:
+        """submitit's log files of each job (``<id>_log.err``, ``<id>_log.out``) and slurmstepd's verdicts."""
+        from hpc_runner.scheduler.slurm.job_logs import slurm_job_logs
+
+        return slurm_job_logs(folder)
 
     def still_queued(self, job_ids: Sequence[str]) -> set[str]:
         """The jobs squeue still lists."""
@@ -468,18 +477,3 @@ def _scontrol(args: list[str], timeout: float = 60) -> None:
         raise ClusterError(f"scontrol {args[0]} failed: {exc}") from None
     if res.returncode != 0:
         raise ClusterError(f"scontrol {args[0]} refused: {(res.stderr or res.stdout).strip()[:500]}")
-
-
-def check_time_room(profile: ClusterProfile) -> None:
-    """ClusterError when the profile's time limit is not longer than its stop-signal delay: the stop signal
-    would come before the job could start anything, and a job that only checkpoints and requeues forever
-    floods the scheduler."""
-    limit_s = profile.time_minutes() * 60
-    delay = int(profile.get("signal_delay_s") or 0)
-    if limit_s <= delay:
-        raise ClusterError(
-            f"time limit {profile.time_minutes()} min leaves no room before the stop signal, which SLURM sends "
-            f"signal_delay_s={delay} s before the end",
-            where=profile.where,
-            expected=f"--slurm time longer than {delay // 60 + 1} min, or a smaller signal_delay_s",
-        )

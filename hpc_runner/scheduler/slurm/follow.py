@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from hpc_runner.scheduler.executor import DONE, FAILED_STATES
+from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.scheduler.slurm.accounting import query_scheduler
 from hpc_runner.scheduler.slurm.job_call import RESULT_SUFFIX
 
@@ -62,9 +62,10 @@ def follow_job(
         if finished or now - last_state_check >= state_every_s:
             last_state_check = now
             answer = query_scheduler([job_id], since=since)
-            info = answer.info.get(job_id, {})
-            state = info.get("State", "").split(" ")[0] or state
-            if state == DONE or state in FAILED_STATES:
+            status = answer.status(job_id)
+            if status is not None and status.state is not JobState.UNKNOWN:
+                state = status.state.value
+            if status is not None and status.state.final:
                 break
             if finished_at is not None and now - finished_at > 30:
                 break  # the function returned; the scheduler's record lags or is gone

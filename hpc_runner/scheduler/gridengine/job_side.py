@@ -1,0 +1,193 @@
+"""What Grid Engine tells a job about itself, read in one place (``GridEngineJobEnvironment``), and how a job asks
+to be run again.
+
+Active when ``JOB_ID`` and ``SGE_TASK_ID`` are both set (Grid Engine sets ``SGE_TASK_ID`` in every job, to
+``undefined`` outside an array). Read, as Grid Engine 8.1.9 sets them in a job:
+
+- ``JOB_ID``, ``SGE_TASK_ID`` (1-based; our task is ``SGE_TASK_ID - 1``), ``JOB_NAME``, ``QUEUE``;
+- ``NSLOTS``: the slots granted (``-pe smp N`` gives N; 1 without a parallel environment): our CPU grant;
+- ``PE_HOSTFILE``: a file, one line per host, ``host slots queue processors``: the nodes;
+- ``TMPDIR``: the job's scratch folder, which Grid Engine makes and removes. Debian's 8.1.9 sets ``TMP`` to it
+  and, in the jobs seen here, not ``TMPDIR``: both are read, ``TMPDIR`` first;
+- ``RESTARTED``: 1 when this run is a rerun (after exit 99, or a host that died); Grid Engine does not count
+  them, so ``restarts`` is 0 or 1;
+- ``SGE_STDOUT_PATH``/``SGE_STDERR_PATH``: the job's own logs.
+
+Requeue: a rerunnable job (``-r y``, job_script.py) that exits with status 99 is put back in the queue and run
+again (qacct: ``failed 25 : rescheduling``, then a second record). ``requeue`` says yes (the job's id) when this
+process may ask; the caller then exits with ``requeue_exit_code``. ``-notify`` sends SIGUSR2 the queue's
+``notify`` seconds before a SIGKILL (h_rt, qdel) and SIGUSR1 before a SIGSTOP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.records.numbers import outside_int
+from hpc_runner.records.read import read_record_text
+from hpc_runner.scheduler.gridengine.answers import REQUEUE_EXIT, our_task_id
+from hpc_runner.scheduler.job_environment import JobEnvironment, RecordedJob, max_requeues
+
+MAX_HOSTFILE_BYTES = 16 << 20
+# the variables that make a process part of this job: a job submitted from inside must not inherit them
+JOB_VARIABLES = ("JOB_ID", "SGE_TASK_ID", "SGE_TASK_FIRST", "SGE_TASK_LAST", "SGE_TASK_STEPSIZE", "NSLOTS",
+                 "NHOSTS", "NQUEUES", "PE", "PE_HOSTFILE", "RESTARTED", "SGE_JOB_SPOOL_DIR", "JOB_SCRIPT",
+                 "SGE_STDOUT_PATH", "SGE_STDERR_PATH", "SGE_STDIN_PATH", "QUEUE", "JOB_NAME")
+_SHOWN = ("JOB_ID", "SGE_TASK_ID", "JOB_NAME", "QUEUE", "NSLOTS", "NHOSTS", "PE", "PE_HOSTFILE", "RESTARTED",
+          "TMPDIR", "TMP", "HOSTNAME")
+
+
+def _number(environ: Mapping[str, str], name: str, low: int = 0) -> int | None:
+    raw = environ.get(name)
+    if raw is None or not raw.strip() or raw.strip() == "undefined":
+        return None
+    value = outside_int(raw, low=low)
+    if value is None:
+        raise ClusterError(f"the environment variable {name}={raw[:40]!r} is not a whole number",
+                           expected=f"{name} as Grid Engine sets it (ASCII digits), or unset")
+    return value
+
+
+def pe_hosts(text: str) -> list[tuple[str, int]]:
+    """The hosts of a ``PE_HOSTFILE`` (``host slots queue processors`` per line) with their slots, in order."""
+    hosts = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and (slots := outside_int(words[1], low=1)) is not None:
+            hosts.append((words[0][:255], slots))
+    return hosts
+
+
+class GridEngineJobEnvironment(JobEnvironment):
+    """A Grid Engine job's own view of itself (see the module's text)."""
+
+    name: ClassVar[str] = "gridengine"
+    step_daemon: ClassVar[str | None] = "sge_shepherd"
+    requeue_exit_code: ClassVar[int | None] = REQUEUE_EXIT
+
+    @classmethod
+    def activated(cls, environ: Mapping[str, str]) -> bool:
+        return bool(environ.get("JOB_ID")) and "SGE_TASK_ID" in environ
+
+    @classmethod
+    def recorded(cls, variables: Mapping[str, Any]) -> RecordedJob:
+        job = str(variables.get("JOB_ID") or "") or None
+        return RecordedJob(cls.name, job_id=job)
+
+    def in_job(self) -> bool:
+        return self.activated(self.environ)
+
+    @property
+    def ge_task(self) -> int | None:
+        """Grid Engine's task number (1-based), None outside an array."""
+        return _number(self.environ, "SGE_TASK_ID", low=1) if self.in_job() else None
+
+    @property
+    def job_id(self) -> str | None:
+        if not self.in_job():
+            return None
+        number = _number(self.environ, "JOB_ID")
+        return None if number is None else our_task_id(str(number), self.ge_task)
+
+    @property
+    def own_number(self) -> str | None:
+        if not self.in_job():
+            return None
+        task = self.ge_task
+        return self.environ["JOB_ID"].strip() + ("" if task is None else f".{task}")
+
+    def job_number(self) -> tuple[int, str] | None:
+        number = _number(self.environ, "JOB_ID") if self.in_job() else None
+        return None if number is None else (number, "JOB_ID")
+
+    @property
+    def array_job_id(self) -> str | None:
+        return self.environ["JOB_ID"].strip() if self.in_job() and self.ge_task is not None else None
+
+    @property
+    def array_task_id(self) -> str | None:
+        task = self.ge_task
+        return None if task is None else str(task - 1)
+
+    @property
+    def restarts(self) -> int:
+        return (_number(self.environ, "RESTARTED") or 0) if self.in_job() else 0
+
+    def cpu_grant(self) -> tuple[int, str, str] | None:
+        slots = _number(self.environ, "NSLOTS", low=1) if self.in_job() else None
+        if slots is None:
+            return super().cpu_grant()
+        return slots, "NSLOTS", f"NSLOTS={slots}"
+
+    @property
+    def scratch_dir(self) -> str | None:
+        if not self.in_job():
+            return None
+        return self.environ.get("TMPDIR") or self.environ.get("TMP") or None
+
+    def _hosts(self) -> list[tuple[str, int]]:
+        path = self.environ.get("PE_HOSTFILE") if self.in_job() else None
+        if not path:
+            return []
+        text = read_record_text(path, "Grid Engine PE_HOSTFILE", MAX_HOSTFILE_BYTES, error=ClusterError)
+        return pe_hosts(text or "")
+
+    def node_list(self) -> tuple[str, str] | None:
+        if not self.in_job():
+            return None
+        hosts = self._hosts()
+        if hosts:
+            return ",".join(h for h, _ in hosts), "PE_HOSTFILE"
+        host = self.node_name()
+        return (host, "HOSTNAME") if host else None
+
+    @property
+    def nodes(self) -> list[str]:
+        listed = self.node_list()
+        return listed[0].split(",") if listed else []
+
+    def first_node(self) -> tuple[str, str] | None:
+        listed = self.node_list()
+        return (listed[0].split(",")[0], listed[1]) if listed else None
+
+    def node_name(self) -> str | None:
+        if not self.in_job():
+            return None
+        import socket
+
+        return self.environ.get("HOSTNAME") or socket.gethostname()
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, len(self._hosts())) if self.in_job() else super().num_nodes
+
+    def job_to_requeue(self) -> str | None:
+        if not self.in_job() or self.global_rank != 0 or self.restarts >= max_requeues(self.environ):
+            return None
+        return self.job_id
+
+    def _requeue(self) -> str | None:
+        """Grid Engine requeues a job that exits 99: yes (this job's id) when it may ask; the caller exits 99."""
+        return self.job_to_requeue()
+
+    def variables(self) -> dict[str, str]:
+        env = self.environ
+        return {k: env[k] for k in sorted(env) if k.startswith("SGE_") or k in JOB_VARIABLES or k in _SHOWN} \
+            if self.in_job() else {}
+
+    def job_variables(self) -> dict[str, str]:
+        env = self.environ
+        return {k: env[k] for k in JOB_VARIABLES if k in env} if self.in_job() else {}
+
+    def summary(self) -> dict[str, str]:
+        env = self.environ
+        return {k: env[k] for k in _SHOWN if env.get(k)} if self.in_job() else {}
+
+    def log_files(self) -> dict[str, str]:
+        env = self.environ
+        if not self.in_job():
+            return {}
+        logs = {"stdout": env.get("SGE_STDOUT_PATH", ""), "stderr": env.get("SGE_STDERR_PATH", "")}
+        return {k: v for k, v in logs.items() if v}

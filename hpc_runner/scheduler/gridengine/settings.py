@@ -1,0 +1,129 @@
+"""What a Grid Engine profile asks for, in Grid Engine's own words, each value checked where it is read.
+
+A profile's ``gridengine:`` mapping::
+
+    gridengine:
+      queue: all.q          # -q
+      pe: smp               # -pe smp SLOTS, for a job of more than one slot (the profile's cpus_per_task)
+      slots: 4              # defaults to cpus_per_task, else 1
+      h_rt: "02:00:00"      # -l h_rt (default: the profile's time)
+      h_vmem: 8G            # -l h_vmem, per slot as Grid Engine counts it
+      project: rad-ai       # -P
+      options: ["-l", "gpu=1"]   # more qsub words, each checked
+
+A misspelled key is refused with the list of valid ones. Every value must be made of the characters Grid Engine
+accepts for its field (letters, digits and ``_ . - + = : , / @``): qsub reads each ``#$`` line as option words,
+so a space, a quote or a ``$`` in a value would change the options; such a value is refused before any script is
+written (job_script.py then writes each word through ``shlex.quote``, which leaves such words as they are).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.records.numbers import outside_int
+from hpc_runner.scheduler.gridengine.answers import ge_memory_bytes, ge_time_s
+
+KEYS = ("queue", "pe", "slots", "h_rt", "h_vmem", "project", "options", "notify", "rerunnable")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")  # a queue, a PE, a project (sge_types(1) "name")
+_QUEUE = re.compile(r"[A-Za-z0-9_*][A-Za-z0-9_.+*@-]{0,254}")  # all.q, all.q@host, *@host
+_WORD = re.compile(r"[A-Za-z0-9_.+=:,/@%-]{1,512}")  # any other qsub word the profile adds
+_TIME = re.compile(r"[0-9]{1,9}(:[0-9]{1,2}){0,2}")
+_MEMORY = re.compile(r"[0-9]{1,15}(\.[0-9]{1,6})?[KMGTkmgt]?")
+# qsub options a profile's ``options`` must not hold: hpc-runner writes them itself, from checked values
+RESERVED = frozenset({"-t", "-tc", "-hold_jid", "-N", "-o", "-e", "-j", "-S", "-cwd", "-wd", "-terse", "-sync",
+                      "-b", "-C", "-@", "-i", "-shell", "-clear"})
+MAX_SLOTS = 1 << 16
+
+
+@dataclass(frozen=True)
+class GridEngineSettings:
+    """A Grid Engine profile's requests, checked (``from_profile``) and ready for the job script."""
+
+    queue: str | None = None
+    pe: str = "smp"
+    slots: int = 1
+    h_rt: str | None = None  # as Grid Engine writes it: seconds or H:M:S
+    h_vmem: str | None = None  # as Grid Engine writes it: 300M, 8G (per slot)
+    project: str | None = None
+    options: tuple[str, ...] = ()
+    notify: bool = True  # -notify: SIGUSR1/SIGUSR2 some seconds before a suspend or a kill
+    rerunnable: bool = True  # -r y: the job may be run again (exit 99, or a host that died)
+
+    @property
+    def h_rt_s(self) -> float | None:
+        return None if self.h_rt is None else ge_time_s(self.h_rt)
+
+    @property
+    def h_vmem_bytes(self) -> int | None:
+        return None if self.h_vmem is None else ge_memory_bytes(self.h_vmem)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], where: str | None = None, *, time_minutes: int | None = None,
+                     cpus: int | None = None) -> GridEngineSettings:
+        """Return the settings of a profile's ``gridengine:`` mapping; ``time_minutes`` (the profile's ``time``)
+        is the ``h_rt`` when it names none, ``cpus`` (``cpus_per_task``) the slots. ClusterError naming the key
+        for an unknown key or a value Grid Engine would not take."""
+        if not isinstance(values, Mapping):
+            raise ClusterError("gridengine: must be a mapping", where=where, expected=f"keys among {', '.join(KEYS)}")
+        unknown = sorted(str(k)[:40] for k in values if k not in KEYS)
+        if unknown:
+            raise ClusterError(f"unknown Grid Engine setting(s) {', '.join(unknown)}", where=where,
+                               expected=f"one of {', '.join(KEYS)}")
+        out: dict[str, Any] = {}
+        if values.get("queue") is not None:
+            out["queue"] = _checked(values["queue"], "queue", _QUEUE, where, "a queue name such as all.q")
+        for key in ("pe", "project"):
+            if values.get(key) is not None:
+                out[key] = _checked(values[key], key, _NAME, where, "a name of letters, digits, _ . + -")
+        slots = values.get("slots", cpus)
+        if slots is not None:
+            n = slots if isinstance(slots, int) and not isinstance(slots, bool) else outside_int(str(slots))
+            if n is None or not 1 <= n <= MAX_SLOTS:
+                raise ClusterError(f"gridengine: slots {str(slots)[:40]!r} is not a number of slots", where=where,
+                                   expected=f"a whole number from 1 to {MAX_SLOTS}")
+            out["slots"] = n
+        h_rt = values.get("h_rt")
+        if h_rt is None and time_minutes is not None:
+            h_rt = str(int(time_minutes) * 60)
+        if h_rt is not None:
+            text = _checked(str(h_rt) if isinstance(h_rt, int) and not isinstance(h_rt, bool) else h_rt, "h_rt",
+                            _TIME, where, "seconds or H:M:S, e.g. 7200 or 2:00:00")
+            if not ge_time_s(text):
+                raise ClusterError(f"gridengine: h_rt {text!r} is no time at all", where=where,
+                                   expected="a time limit above 0")
+            out["h_rt"] = text
+        if values.get("h_vmem") is not None:
+            text = _checked(values["h_vmem"], "h_vmem", _MEMORY, where, "a size such as 300M or 8G (per slot)")
+            if not ge_memory_bytes(text):
+                raise ClusterError(f"gridengine: h_vmem {text!r} is no memory at all", where=where,
+                                   expected="a size above 0, e.g. 8G")
+            out["h_vmem"] = text
+        options = values.get("options") or []
+        if not isinstance(options, list | tuple):
+            raise ClusterError("gridengine: options must be a list of qsub words", where=where,
+                               expected='e.g. ["-l", "gpu=1"]')
+        words = tuple(_checked(w, "options item", _WORD, where, "letters, digits and _ . + = : , / @ % -")
+                      for w in options)
+        taken = sorted(RESERVED.intersection(words))
+        if taken:
+            raise ClusterError(f"gridengine: options holds {', '.join(taken)}, which hpc-runner writes itself",
+                               where=where, expected="other qsub options (-l, -q, -P, -A, -m, ...)")
+        out["options"] = words
+        for key in ("notify", "rerunnable"):
+            if key in values:
+                if not isinstance(values[key], bool):
+                    raise ClusterError(f"gridengine: {key} must be true or false", where=where)
+                out[key] = values[key]
+        return cls(**out)
+
+
+def _checked(value: Any, key: str, pattern: re.Pattern[str], where: str | None, expected: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ClusterError(f"gridengine: {key} {str(value)[:60]!r} is not one Grid Engine takes", where=where,
+                           expected=expected)
+    return value

@@ -1,0 +1,140 @@
+"""The ``#$`` job script (diffed against a golden file), the settings that feed it, and the job side's reading of
+Grid Engine's variables. No Grid Engine needed. HPCR_UPDATE_GOLDEN=1 rewrites the golden scripts (then read the
+diff)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler.gridengine import job_call
+from hpc_runner.scheduler.gridengine.executor import hold_ids
+from hpc_runner.scheduler.gridengine.job_script import job_script, log_paths, safe_job_name
+from hpc_runner.scheduler.gridengine.job_side import GridEngineJobEnvironment
+from hpc_runner.scheduler.gridengine.settings import GridEngineSettings
+
+GOLDEN = Path(__file__).resolve().parents[1] / "scheduler" / "golden" / "gridengine"
+COMMAND = ["/opt/venv/bin/python", "-u", "-m", "hpc_runner.scheduler.gridengine.job_call",
+           "/scratch/sweeps/s1/logs/array-0123456789ab.json"]
+SETTINGS = GridEngineSettings.from_mapping({"queue": "all.q", "pe": "smp", "slots": 4, "h_rt": "2:00:00",
+                                            "h_vmem": "8G", "project": "rad-ai", "options": ["-l", "gpu=1"]})
+
+
+def same_as_golden(text: str, name: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("HPCR_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed: rerun with HPCR_UPDATE_GOLDEN=1 and read the diff"
+
+
+def test_an_array_script_asks_its_tasks_at_most_k_at_once_after_its_dependencies() -> None:
+    script = job_script(SETTINGS, job_name="hpcr sweep/1", log_folder="/scratch/sweeps/s1/logs", command=COMMAND,
+                        workdir="/scratch/sweeps/s1", array_size=4, max_running=2, hold_jids=["12", "13"],
+                        setup=["module load cuda/12.2"], describe="sweep s1: 4 points")
+    same_as_golden(script, "sge_array.sh")
+    assert "#$ -t 1-4\n#$ -tc 2\n#$ -hold_jid 12,13\n" in script
+    assert "#$ -pe smp 4\n#$ -l h_rt=2:00:00,h_vmem=8G\n#$ -P rad-ai\n#$ -l gpu=1\n" in script
+
+
+def test_one_task_is_a_plain_job_in_the_submitting_folder_with_no_requests() -> None:
+    script = job_script(GridEngineSettings(), job_name="123", log_folder="/logs", command=["python", "a b"])
+    same_as_golden(script, "sge_one.sh")
+    assert "-t " not in script and "#$ -cwd" in script and "#$ -N j123" in script
+    assert script.endswith("exec python 'a b'\n")
+
+
+@pytest.mark.parametrize("values", [
+    {"queue": "all.q -l h_vmem=1T"}, {"queue": "all.q\n#$ -l x"}, {"pe": "smp;rm"}, {"h_rt": "two hours"},
+    {"h_vmem": "8 G"}, {"h_vmem": "0"}, {"slots": 0}, {"slots": "４"}, {"project": "$(id)"},
+    {"options": ["-l", "a b"]}, {"options": ["-t", "1-9"]}, {"options": "-l gpu=1"}, {"qeue": "all.q"},
+    {"notify": "yes"}, {"h_rt": "0"},
+])
+def test_a_value_qsub_would_read_as_more_options_is_refused_by_its_key(values: dict) -> None:
+    with pytest.raises(ClusterError):
+        GridEngineSettings.from_mapping(values)
+
+
+def test_the_profile_time_and_cpus_become_h_rt_and_slots_unless_it_names_them() -> None:
+    s = GridEngineSettings.from_mapping({}, time_minutes=90, cpus=2)
+    assert (s.h_rt, s.slots, s.h_rt_s) == ("5400", 2, 5400.0)
+    assert GridEngineSettings.from_mapping({"h_rt": 60, "slots": 1}, time_minutes=90, cpus=2).h_rt == "60"
+
+
+@pytest.mark.parametrize("folder", ["/logs with space", "relative/logs", "/logs/$JOB_ID", "/a/../etc", "/l\n#$ -h"])
+def test_a_log_folder_that_would_need_quoting_in_a_directive_is_refused(folder: str) -> None:
+    with pytest.raises(ClusterError):
+        job_script(GridEngineSettings(), job_name="x", log_folder=folder, command=["true"])
+
+
+def test_a_setup_line_with_a_control_character_is_refused() -> None:
+    with pytest.raises(ClusterError, match="control character"):
+        job_script(GridEngineSettings(), job_name="x", log_folder="/l", command=["true"], setup=["echo \x1b[2J"])
+
+
+def test_names_logs_and_dependencies_in_grid_engines_words() -> None:
+    assert safe_job_name("my run/1:x") == "my-run-1-x"
+    assert log_paths("/l", "job", "12", 3) == ("/l/job.o12.3", "/l/job.e12.3")
+    assert hold_ids("afterok:12:13_2,afterany:14") == ["12", "13", "14"]
+    with pytest.raises(ClusterError):
+        hold_ids("singleton")
+
+
+def job_env(**variables: str) -> GridEngineJobEnvironment:
+    return GridEngineJobEnvironment({"SGE_TASK_ID": "undefined", **variables})
+
+
+def test_the_job_side_reads_ids_slots_hosts_and_scratch_as_grid_engine_sets_them(tmp_path: Path) -> None:
+    hostfile = tmp_path / "pe_hostfile"
+    hostfile.write_text("vm 2 all.q@vm UNDEFINED\nvm2 2 all.q@vm2 UNDEFINED\n")
+    env = job_env(JOB_ID="30", SGE_TASK_ID="3", NSLOTS="4", PE_HOSTFILE=str(hostfile), TMP="/tmp/30.3.all.q",
+                  RESTARTED="1")
+    assert env.in_job() and env.job_id == "30_2" and env.array_job_id == "30" and env.array_task_id == "2"
+    assert env.own_number == "30.3" and env.cpus == 4 and env.nodes == ["vm", "vm2"] and env.num_nodes == 2
+    assert env.scratch_dir == "/tmp/30.3.all.q" and env.restarts == 1
+    assert env.requeue_exit_code == 99
+
+
+def test_a_job_that_is_no_array_has_no_task_and_outside_a_job_nothing_is_read() -> None:
+    env = job_env(JOB_ID="12", TMPDIR="/tmp/12.1.all.q")
+    assert env.job_id == "12" and env.array_task_id is None and env.scratch_dir == "/tmp/12.1.all.q"
+    outside = GridEngineJobEnvironment({"JOB_ID": "12"})  # JOB_ID alone is not Grid Engine's
+    assert not outside.in_job() and outside.job_id is None
+
+
+def test_a_job_may_ask_to_be_run_again_until_it_was_restarted_as_often_as_allowed() -> None:
+    assert job_env(JOB_ID="12", RESTARTED="0").requeue() == "12"
+    assert job_env(JOB_ID="12", RESTARTED="1", HPCR_MAX_REQUEUES="1").requeue() is None
+
+
+@pytest.mark.parametrize("raw", ["１", "-3", "3.0", "99999999999999999999"])
+def test_a_garbled_slot_count_or_task_is_a_cluster_error_not_a_traceback(raw: str) -> None:
+    with pytest.raises(ClusterError):
+        _ = job_env(JOB_ID="12", NSLOTS=raw).cpus
+    with pytest.raises((ClusterError, ValueError)):
+        job_call.task_number({"SGE_TASK_ID": raw})
+
+
+def test_the_job_call_takes_task_sge_task_id_minus_one() -> None:
+    assert job_call.task_number({"SGE_TASK_ID": "undefined"}) == 0
+    assert job_call.task_number({"SGE_TASK_ID": "4"}) == 3
+
+
+def test_the_executor_writes_its_dry_run_script_from_the_profile_without_a_grid_engine(tmp_path: Path) -> None:
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.scheduler.gridengine.executor import GridEngineExecutor
+    from hpc_runner.scheduler.profile import ClusterProfile
+
+    profile = ClusterProfile("sge", [], {"executor": "gridengine", "time": 30, "cpus_per_task": 2,
+                                         "gridengine": {"h_vmem": "2G"}})
+    ex = GridEngineExecutor(profile)
+    request = JobRequest(job_name="s1", folder=tmp_path / "logs", dependency="afterok:41", array_parallelism=3)
+    script = ex.script(request, 4)
+    assert "#$ -t 1-4\n#$ -tc 3\n#$ -hold_jid 41\n" in script and "#$ -pe smp 2\n" in script
+    assert "#$ -l h_rt=1800,h_vmem=2G\n" in script and "hpc_runner.scheduler.gridengine.job_call" in script
+    with pytest.raises(ClusterError, match="job entries"):
+        ex.submit(print, [["x"]], request)
+    with pytest.raises(ClusterError, match="unknown Grid Engine setting"):
+        GridEngineExecutor.check_profile({"gridengine": {"h_vmen": "2G"}}, "sge.yaml")

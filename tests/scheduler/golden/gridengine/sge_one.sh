@@ -1,0 +1,10 @@
+#!/bin/bash
+#$ -S /bin/bash
+#$ -N j123
+#$ -o /logs
+#$ -e /logs
+#$ -cwd
+#$ -V
+#$ -r y
+#$ -notify
+exec python 'a b'

@@ -1,0 +1,19 @@
+#!/bin/bash
+#BSUB -J hpcr-one
+#BSUB -q gpu
+#BSUB -P rad-ai
+#BSUB -n 8
+#BSUB -R "span[hosts=1]"
+#BSUB -R "rusage[mem=32GB]"
+#BSUB -M 32GB
+#BSUB -W 2:00
+#BSUB -gpu num=1
+#BSUB -Q 99
+#BSUB -o /scratch/sweeps/s1/logs/%J_%I.out
+#BSUB -e /scratch/sweeps/s1/logs/%J_%I.err
+
+# setup
+module load cuda/12.2
+
+cd /scratch/sweeps/s1
+exec /opt/venv/bin/python -u -m hpc_runner.jobs.job_call /scratch/sweeps/s1/jobs/args.json

@@ -36,6 +36,9 @@
 #                default 75000), max_aj_instances (LOCAL_SGE_MAX_AJ_INSTANCES, default 2000): the global
 #                configuration's, applied on every start.
 #   root         min_uid 0 and min_gid 0, so root may run jobs (the tests run as root).
+#   login shells login_shells none: Grid Engine's default (bash,sh,ksh,csh,tcsh) starts every job script as a
+#                login shell ("-bash"), which runs this machine's ~/.profile: here pyenv's rehash, which waits up
+#                to 60 s on a lock a killed job left behind, made every job take 61 s.
 #   speed        the scheduler runs every 2 s (schedule_interval 0:0:2) and on every submit and job end
 #                (flush_submit_sec/flush_finish_sec 1), so a job starts within about 1-3 s.
 #   requeue      a job that exits 99 (submitted with -r y) is put back (qstat: Rq) but "cannot run on host
@@ -212,6 +215,7 @@ write_config() {
   awk -v u="$MAX_U_JOBS" -v t="$MAX_AJ_TASKS" -v i="$MAX_AJ_INSTANCES" '
     BEGIN { set["min_uid"] = 0; set["min_gid"] = 0; set["max_u_jobs"] = u; set["max_aj_tasks"] = t
             set["max_aj_instances"] = i; set["load_report_time"] = "00:00:05"
+            set["login_shells"] = "none"
             set["reporting_params"] = "accounting=true reporting=false flush_time=00:00:15 joblog=false " \
                                       "sharelog=00:00:00 accounting_flush_time=00:00:00" }
     $1 in set { print $1, set[$1]; next } { print }' "$DIR/conf/global.now" >"$DIR/conf/global"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -158,8 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # an ASCII terminal (PYTHONIOENCODING=ascii) shows ü as \xfc
         if hasattr(stream, "reconfigure") and getattr(stream, "errors", "") == "strict":
             stream.reconfigure(errors="backslashreplace")
-    parser, subparsers = build_parser()
     index = next((i for i, tok in enumerate(argv) if tok in COMMANDS), None)
+    refusal = _not_utf8(argv)
+    if refusal is not None:
+        print(f"hpc-runner{' ' + argv[index] if index is not None else ''}: error: {refusal}", file=sys.stderr)
+        return 2
+    parser, subparsers = build_parser()
     if index is None:
         args = parser.parse_args(argv)
         parser.print_help()
@@ -187,6 +192,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(name, module, args)
     finally:
         sys.stdout, sys.stderr = streams
+
+
+def _not_utf8(argv: Sequence[str]) -> str | None:
+    """The one paragraph refusing the first argument that is not UTF-8 text, or None when all are.
+
+    Python holds an argument's bytes that are not UTF-8 as lone surrogates (``\\udcff``); such a string cannot be
+    written to a file, a log, a record or a scheduler's script, nor printed on a strict stream, so it is refused
+    here, before any command sees it, rather than wherever each command would first write it."""
+    for position, token in enumerate(argv, 1):
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raw = token.encode("utf-8", "surrogateescape") if isinstance(token, str) else bytes(token)
+            shown = repr(raw[:80])[1:] + ("..." if len(raw) > 80 else "")
+            return (f"argument {position} ({shown}) is not UTF-8 text (byte {exc.start} of it). Expected options, "
+                    "values, names and paths as UTF-8 text (rename a file whose name is in another encoding).")
+    return None
 
 
 def _run(name: str, module: Any, args: argparse.Namespace) -> int:
@@ -223,17 +245,32 @@ def _run(name: str, module: Any, args: argparse.Namespace) -> int:
         return 2
 
 
+def _shown_path(name: object) -> str:
+    """A path as an error names it: a name of thousands of characters shows its start, its end and its length."""
+    text = os.fsdecode(name) if isinstance(name, (bytes, os.PathLike)) else str(name)
+    return text if len(text) <= 200 else f"{text[:80]}...{text[-40:]} ({len(text)} characters)"
+
+
 def filesystem_refusal(exc: OSError) -> str | None:
     """Return the one paragraph (exit 2, bad input) for an OSError that is the filesystem saying no: full, over
-    quota, read-only, or not this user's to write or read (PermissionError); None for any other OSError."""
-    import errno
-    import os
+    quota, read-only, or not this user's to write or read (PermissionError); a path the filesystem cannot take (a
+    name over 255 bytes, a path over PATH_MAX, a loop of symbolic links); None for any other OSError.
 
-    where = f"{exc.filename}: " if exc.filename else ""
+    Every command's OSError passes here (``_run``), so a path given on the command line, in a config or in a
+    record that is too long or loops is one paragraph naming it, whichever call of whichever command met it."""
+    import errno
+
+    where = f"{_shown_path(exc.filename)}: " if exc.filename else ""
+    if exc.errno == errno.ENAMETOOLONG:
+        return (f"{where}the path is too long for the filesystem ({exc.strerror}). Expected a path whose every "
+                "folder or file name is at most 255 bytes (and the whole path at most 4096).")
+    if exc.errno == errno.ELOOP:
+        return (f"{where}the path cannot be followed: its symbolic links loop ({exc.strerror}). Expected a path "
+                "to an existing file or folder, or one whose links end somewhere.")
     if exc.errno in (errno.EACCES, errno.EPERM):
         folder = os.path.dirname(str(exc.filename or ""))
         if exc.filename and not os.path.lexists(exc.filename) and os.path.isdir(folder):
-            where = f"{folder}: "  # a file or folder that could not be made there (an atomic write's temp file)
+            where = f"{_shown_path(folder)}: "  # a file or folder that could not be made there (an atomic write's temp file)
         return (f"{where}this user may not write or read there ({exc.strerror}). Expected a folder this user may "
                 "read and write (`collect --out DIR` writes the tables elsewhere).")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):

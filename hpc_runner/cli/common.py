@@ -13,6 +13,9 @@ from hpc_runner.errors import UserError
 # commands whose overrides must name ids the config has: a typo in a swept or tuned id stops them before
 # anything is queued (run, config and submit add unknown ids as MONAI's runner does, unless --strict-ids)
 STRICT_ID_COMMANDS = ("sweep", "tune", "submit")
+# commands that run the config: an added id nothing references (`--max_epoch 2`) cannot change the run, so it is
+# refused with the id it looks like; one something references is added, as MONAI adds it
+UNUSED_ID_COMMANDS = ("run",)
 
 
 def add_bundle_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,6 +195,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
             logging_file=getattr(args, "logging_file", None),
             entry=getattr(args, "entry", None),
             strict_ids=bool(getattr(args, "strict_ids", False)) or getattr(args, "command", None) in STRICT_ID_COMMANDS,
+            refuse_unused_ids=getattr(args, "command", None) in UNUSED_ID_COMMANDS,
             **kwargs,
         )
     except UserError as err:

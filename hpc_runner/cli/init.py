@@ -29,7 +29,8 @@ EPILOG = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the init options."""
-    parser.add_argument("name", metavar="NAME", help="name of the new bundle (letters, digits, _)")
+    parser.add_argument("name", nargs="?", metavar="NAME",
+                        help="name of the new bundle (letters, digits, _); before or after --from")
     parser.add_argument("--from", dest="template", nargs="+", metavar=("TEMPLATE|decathlon", "DIR"),
                         help="a template bundle, DIR|NAME[@VERSION] (default: synthetic_seg); or 'decathlon "
                         "DIR': a bundle for the Decathlon-style folder DIR (DIR/dataset.json, imagesTr/, labelsTr/)")
@@ -45,8 +46,9 @@ def main(args: argparse.Namespace) -> int:
     from hpc_runner.registry.scaffold import init_bundle
     from hpc_runner.registry.search import resolve_bundle
 
+    source = list(args.template or [])
+    args.name, source = _name_and_source(args.name, source)
     dest = Path(args.to) if args.to else Path("bundles") / args.name
-    source = args.template or []
     if len(source) == 2 and source[0] == DECATHLON:
         return _init_decathlon(args.name, dest, source[1], args.author)
     if len(source) > 1:
@@ -58,6 +60,20 @@ def main(args: argparse.Namespace) -> int:
     print(f"next: edit {dest}/configs, then 'hpc-runner verify {dest} --net' and "
           f"'hpc-runner run --bundle {dest} --max_epochs 1'")
     return 0
+
+
+def _name_and_source(name: str | None, source: list[str]) -> tuple[str, list[str]]:
+    """Return NAME and the --from words, NAME taken from after them when it came last (`--from decathlon DIR
+    NAME`, `--from TEMPLATE NAME`: --from takes every word up to the next option)."""
+    from hpc_runner.errors import UserError
+
+    size = 2 if source[:1] == [DECATHLON] else 1
+    if name is None and len(source) == size + 1:
+        return source[-1], source[:size]
+    if name is None:
+        raise UserError("init needs the NAME of the new bundle",
+                        expected=f"hpc-runner init NAME [--from {DECATHLON} DIR], or --from {DECATHLON} DIR NAME")
+    return name, source
 
 
 def _init_decathlon(name: str, dest: Path, folder: str, author: str | None) -> int:

@@ -23,8 +23,15 @@ from hpc_runner.config.overrides import (
     load_args_file,
     parse_env_overrides,
     suggest_ids,
+    typo_candidates,
 )
-from hpc_runner.config.references import check_references, expand_macros, load_macro_file
+from hpc_runner.config.references import (
+    check_references,
+    expand_macros,
+    load_macro_file,
+    refs_in_string,
+    resolve_relative_ids,
+)
 from hpc_runner.errors import BundleError, ConfigError
 from hpc_runner.registry.metadata import metadata_note
 from hpc_runner.registry.search import resolve_bundle
@@ -74,6 +81,7 @@ class BundleConfig:
     logging_file: Path | None = None  # applied with logging.config.fileConfig before the run, as MONAI does
     config_root: Path | None = None  # without --bundle: MONAI's bundle root (the folder above configs/)
     strict_ids: bool = False  # an override of an id the config lacks is refused (else added, as MONAI does)
+    refuse_unused_ids: bool = False  # `run`: an added id that nothing references (it cannot change the run) is refused
     init_id: str = DEFAULT_INIT_ID  # MONAI's --init_id: the id run before ENTRY (optional in the config)
     final_id: str = DEFAULT_FINAL_ID  # MONAI's --final_id: the id run after ENTRY, always (optional)
 
@@ -217,12 +225,14 @@ def expand_file_env(cfg: BundleConfig, environ: Mapping[str, str]) -> None:
 STRICT_SOURCES = ("sweep",)  # a typo in a swept id must stop the sweep before anything is queued
 
 
-def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: Mapping[str, str]) -> None:
+def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: Mapping[str, str],
+                    entry: str | None = None) -> None:
     """Apply overrides to ``cfg`` in order, expanding ${env:} in their values and recording sources.
 
     An override of an id the config lacks adds it, as MONAI's runner does, with a warning (naming close
     ids when it looks like a typo); with ``cfg.strict_ids`` or from a sweep it is refused instead.
     """
+    added: list[tuple[Override, list[str]]] = []
     for ov in overrides:
         if ov.id in ADDED_IF_MISSING and not ov.add and not has_id(cfg.config, ov.id):
             ov.add = True
@@ -234,6 +244,9 @@ def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: M
         note = None
         if not strict and not ov.add and ov.source != "hpc-runner" and not has_id(cfg.config, ov.id):
             note = added_id_warning(ov, cfg.config)  # before it is added: the close ids are the others
+            if note and cfg.refuse_unused_ids:
+                added.append((ov, typo_candidates(ov.id, cfg.config) or suggest_ids(ov.id, cfg.config)))
+                note = None  # said below, as a refusal, when nothing references it
         apply_override(cfg.config, ov, cfg.where, strict=strict)
         if note:
             warnings.warn(note, stacklevel=2)
@@ -241,6 +254,33 @@ def apply_overrides(cfg: BundleConfig, overrides: Sequence[Override], environ: M
         for sub, _ in iter_ids(ov.value, ov.id):
             cfg.where[sub] = ov.origin
         cfg.overrides.append(ov)
+    if added:
+        _refuse_unused(cfg, added, entry)
+
+
+def _refuse_unused(cfg: BundleConfig, added: list[tuple[Override, list[str]]], entry: str | None) -> None:
+    """Raise ConfigError for the first added id that nothing references: neither it nor an id above it is an
+    ``@``/``%`` reference of the config or an id the runner runs, so its value cannot change the run (``--max_epoch
+    2`` beside ``max_epochs``). An added id something references stays, as MONAI adds it."""
+    used = {cfg.init_id, cfg.final_id, *USUAL_ENTRIES, *([entry] if entry else [])}
+    for id_path, value in iter_ids(cfg.config):
+        if isinstance(value, str) and ("@" in value or "%" in value):
+            text = resolve_relative_ids(id_path, value.replace("%", "@")) if "::" in value else value.replace("%", "@")
+            used.update(refs_in_string(text))
+    for ov, close in added:
+        parts = ov.id.split("::")
+        if any("::".join(parts[:n]) in used for n in range(1, len(parts) + 1)):
+            continue
+        spell = {"cli": "--{}", "env": "HPCR__{}"}.get(ov.source, "{}")
+        mean = ", ".join(spell.format(c if ov.source != "env" else c.replace("::", "__")) for c in close)
+        raise ConfigError(
+            f"{ov.origin} names id '{ov.id}', which the config does not have and nothing in it references: its "
+            f"value could not change the run" + (f" (did you mean {mean}?)" if mean else "")
+            + "; nothing was run",
+            where=ov.origin if ov.source == "args_file" else None, id_path=ov.id,
+            expected=f"an id of the config{f' such as {mean}' if mean else ''} (`hpc-runner config` lists them), or "
+            f"--+{ov.id} VALUE to add it on purpose",
+        )
 
 
 def load_bundle_config(
@@ -255,6 +295,7 @@ def load_bundle_config(
     logging_file: str | Path | None = None,
     entry: str | None = None,
     strict_ids: bool = False,
+    refuse_unused_ids: bool = False,
 ) -> BundleConfig:
     """Load, merge, override (files < args_file < env < CLI) and check a bundle's config.
 
@@ -309,7 +350,8 @@ def load_bundle_config(
         merged[META_KEY] = meta
 
     name = str(meta.get("name") or (bundle_dir.name if bundle_dir else files[0].stem))
-    cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where, strict_ids=strict_ids)
+    cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where, strict_ids=strict_ids,
+                       refuse_unused_ids=refuse_unused_ids)
     cfg.logging_file = logging_file_for(logging_file, files)
     if bundle_dir is None:
         cfg.config_root = monai_config_root(files)
@@ -320,7 +362,7 @@ def load_bundle_config(
         folded = {ov.key for ov in folded_args if ov.source == "cli"}
         args_overrides, cli_list = folded_args, [ov for ov in cli_list if ov.key not in folded]
     # (HPCR__ variables have no MONAI counterpart: after them the command line, its dicts merged, wins)
-    apply_overrides(cfg, [*args_overrides, *env_overrides, *cli_list], environ)
+    apply_overrides(cfg, [*args_overrides, *env_overrides, *cli_list], environ, entry)
     if check:
         cfg.check()
     return cfg

@@ -148,13 +148,6 @@ def _empty(path: Path) -> ConfigError:
     )
 
 
-def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> ConfigError:
-    mark = exc.problem_mark or exc.context_mark
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-    problem = " ".join(p for p in (exc.context, exc.problem) if p) or str(exc)
-    return ConfigError(f"YAML syntax error: {problem}", where=where, expected="valid YAML")
-
-
 def load_file(path: str | Path, *, mapping: bool = True) -> LoadedFile:
     """Load one JSON/YAML config file; raise ConfigError naming file and line on any problem.
 
@@ -194,12 +187,8 @@ def load_file(path: str | Path, *, mapping: bool = True) -> LoadedFile:
         except yaml.YAMLError:  # rare: valid JSON the composer refuses; json's own hook still finds them
             lines, duplicates = {}, [Duplicate(k, 1, 1) for k in _json_duplicates(text)]
     else:
-        try:
-            node, data = compose_checked(_YamlLoader, text, path, MAX_CONFIG_NODES)
-        except yaml.MarkedYAMLError as exc:
-            raise _syntax_error(path, exc) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"YAML error: {exc}", where=str(path), expected="valid YAML") from None
+        # every YAML error (syntax, a control character, a second document) is a ConfigError naming the line
+        node, data = compose_checked(_YamlLoader, text, path, MAX_CONFIG_NODES, what="config file")
         lines = {}
         duplicates = []
         if node is not None:

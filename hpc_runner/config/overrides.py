@@ -102,12 +102,9 @@ def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
         raise ConfigError(err.message, where=err.where, expected=err.expected) from None
     if text is None:
         raise ConfigError("cannot read the args file (No such file or directory)", where=str(path))
-    try:  # depth and alias limits first: the composer recurses and aliases expand when walked
-        node, data = compose_checked(Yaml12Loader, text, path)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"syntax error: {exc.problem}", where=where, expected="a YAML/JSON mapping") from None
+    # depth and alias limits first (the composer recurses and aliases expand when walked); every YAML error, a
+    # control character included, is a ConfigError naming the file and line
+    node, data = compose_checked(Yaml12Loader, text, path, what="args file")
     if node is not None:  # MONAI loads an args file with its duplicate-key check, like any config file
         from hpc_runner.config.loader import record_lines, report_duplicates
 

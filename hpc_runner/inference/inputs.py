@@ -29,11 +29,11 @@ def case_name(path: str | os.PathLike) -> str:
 
 
 def _read_datalist(path: Path, key: str | None, id_path: str) -> list[Any]:
-    from hpc_runner.records.read import parse_json_text, read_record_text
+    from hpc_runner.records.read import DATALIST_MAX_BYTES, parse_json_text, read_record_text
 
     expected = "a JSON list of files or of {'image': ...} items, or a MONAI datalist"
     try:  # the one bounded reader: a regular file of sensible size, its nesting bounded before it is parsed
-        text = read_record_text(path, "datalist", error=UserError)
+        text = read_record_text(path, "datalist", DATALIST_MAX_BYTES, error=UserError)
         if text is None:
             raise UserError("the datalist does not exist", where=str(path))
         data = parse_json_text(text, path, "datalist", error=UserError)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.file_lock import exclusive
-from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
+from hpc_runner.records.read import LEDGER_MAX_BYTES, RecordError, parse_yaml_record, read_record_text
 
 
 class TransitionError(ClusterError):
@@ -86,7 +86,7 @@ class LedgerRecord:
         file = path / cls.FILE
         what = f"{cls.NOUN} record"
         try:
-            text = read_record_text(file, what)
+            text = read_record_text(file, what, LEDGER_MAX_BYTES)
             if text is None:
                 raise ClusterError(f"the {what} does not exist", where=str(file))
             try:

@@ -17,9 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ConfigError, UserError
-from hpc_runner.records.shape import check_json_depth, check_yaml_shape, plainly_shallow
+from hpc_runner.records.shape import MAX_DEPTH, check_json_depth, check_yaml_shape, plainly_shallow
 
-MAX_BYTES = 512 << 20  # the largest record read (a 100,000-point sweep.yaml is ~30 MB)
+# The largest file read, per kind. A regular file over its kind's bound is refused by its size before a byte is
+# read (no read of hundreds of MB to find it too big); a pipe is read up to the bound.
+MAX_BYTES = 16 << 20  # any record, config, args file, metadata, profile, summary: a few KB to a few MB
+LEDGER_MAX_BYTES = 128 << 20  # sweep.yaml / tune's ledger (a 100,000-point sweep.yaml is ~30 MB)
+JSON_LINES_MAX_BYTES = 32 << 20  # metrics.jsonl, GPU samples: one line per logged step (~200,000 lines)
+DATALIST_MAX_BYTES = 64 << 20  # a datalist or dataset.json of 100,000 cases is ~15 MB
 
 
 class RecordError(UserError):
@@ -81,12 +86,15 @@ def read_record_bytes(path: Path | str, what: str = "record", limit: int = MAX_B
 
     The file is ``os.stat``-ed before it is opened, so a named pipe or device is refused without opening
     it (opening a FIFO blocks until a writer comes), and checked again on the open descriptor (the path
-    may have changed in between); at most ``limit`` bytes are read. ``pipe``: a named pipe (``<(...)`` in
-    bash) is read too, up to ``limit``; devices never are."""
+    may have changed in between); a regular file over ``limit`` bytes is refused by its size, before anything
+    is read. ``pipe``: a named pipe (``<(...)`` in bash) is read too, up to ``limit``; devices never are."""
     opened = _open_checked(path, what, pipe, error)
     if opened is None:
         return None
     fd, st = opened
+    if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+        os.close(fd)
+        _too_large(path, what, limit, error)
     try:  # os.read, not a file object: status reads 20,000 small records of a sweep
         # a read of n allocates n bytes up front: ask for the file's size (a pipe's is 0), then for what it grew
         want = min(st.st_size, limit) + 1
@@ -101,9 +109,13 @@ def read_record_bytes(path: Path | str, what: str = "record", limit: int = MAX_B
         os.close(fd)
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
-        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
-        raise error(f"the {what} is larger than {size}", where=str(path), expected=f"a {what} of a sensible size")
+        _too_large(path, what, limit, error)
     return data
+
+
+def _too_large(path: Path | str, what: str, limit: int, error: type[UserError]) -> None:
+    size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+    raise error(f"the {what} is larger than {size}", where=str(path), expected=f"a {what} of a sensible size")
 
 
 def read_record_text(path: Path | str, what: str = "record", limit: int = MAX_BYTES, *, pipe: bool = False,
@@ -183,12 +195,7 @@ def read_json_record(path: Path | str, what: str = "record", kind: type | None =
     text = read_record_text(path, what)
     if text is None:
         return None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise RecordError(f"the {what} is not valid JSON ({exc})", where=str(path)) from None
-    except RecursionError:
-        raise RecordError(f"the {what} nests too deeply", where=str(path)) from None
+    data = parse_json_text(text, path, what)  # its nesting bounded before json.loads recurses
     if kind is not None and not isinstance(data, kind):
         raise RecordError(f"the {what} holds a {type(data).__name__}, not a {kind.__name__}", where=str(path))
     return data
@@ -213,16 +220,16 @@ def read_json_cache(path: Path, what: str, limit: int = MAX_BYTES) -> dict[str, 
     a damaged file is the same as none, and it is rebuilt)."""
     try:
         text = read_record_text(path, what, limit=limit)
-        data = json.loads(text) if text else {}
-    except (RecordError, ValueError):
+        data = parse_json_text(text, path, what) if text else {}  # its nesting bounded: json.loads recurses
+    except RecordError:
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def read_json_lines(path: Path | str, what: str = "JSON-lines file") -> JsonLines:
+def read_json_lines(path: Path | str, what: str = "JSON-lines file", limit: int = JSON_LINES_MAX_BYTES) -> JsonLines:
     """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged."""
     out = JsonLines()
-    data = read_record_bytes(path, what)
+    data = read_record_bytes(path, what, limit)
     if data is None:
         return out
     lines = data.split(b"\n")
@@ -231,8 +238,11 @@ def read_json_lines(path: Path | str, what: str = "JSON-lines file") -> JsonLine
         if not raw.strip():
             continue
         try:
-            item = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError):
+            line = raw.decode("utf-8")
+            if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # may nest too deep: bounded before json.loads
+                check_json_depth(line, path)
+            item = json.loads(line)
+        except (ValueError, RecursionError, ConfigError):
             item = None
         if isinstance(item, dict):
             out.records.append(item)

@@ -192,18 +192,43 @@ def _check_alias(
         )
 
 
-def compose_checked(loader_class: type, text: str, path: str | Path, max_nodes: int | None = None) -> tuple[Any, Any]:
+def yaml_syntax_error(exc: yaml.YAMLError, text: str, path: str | Path, what: str = "file",
+                      error: type[ConfigError] | type = ConfigError) -> Exception:
+    """Return ``error`` (a UserError) naming ``path`` and the line for any YAML error: a syntax error (with its
+    marks), a character YAML does not allow (ReaderError: a control character, at a position), or any other."""
+    where = str(path)
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or str(exc).splitlines()[0]
+    elif isinstance(exc, yaml.reader.ReaderError):
+        if isinstance(exc.position, int) and 0 <= exc.position <= len(text):
+            where = f"{path}:{text.count(chr(10), 0, exc.position) + 1}"
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        problem = f"character {char}: {exc.reason}"
+    else:
+        problem = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return error(f"YAML syntax error: the {what} is not valid YAML ({problem})", where=where,
+                 expected="valid YAML (no control characters outside quoted escapes)")
+
+
+def compose_checked(loader_class: type, text: str, path: str | Path, max_nodes: int | None = None,
+                    what: str = "file", error: type[ConfigError] | type = ConfigError) -> tuple[Any, Any]:
     """Return (node, data) of the single YAML document in ``text``, its shape checked before it is built.
 
-    YAML syntax errors propagate as ``yaml.YAMLError`` (from the check or the composer), with their marks.
+    Every YAML error (a syntax error from the check or the composer, a character YAML does not allow, a second
+    document) is ``error`` naming ``path`` and the line (``yaml_syntax_error``): no caller sees a yaml.YAMLError.
     """
-    check_yaml_shape(loader_class(text), path, max_nodes)  # before the composer, which recurses
-    loader = loader_class(text)
     try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
+        check_yaml_shape(loader_class(text), path, max_nodes)  # before the composer, which recurses
+        loader = loader_class(text)
+        try:
+            node = loader.get_single_node()
+            return node, (loader.construct_document(node) if node is not None else None)
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise yaml_syntax_error(exc, text, path, what, error) from None
 
 
 def parse_expression(text: str, mode: str = "eval", where: str | None = None) -> ast.AST:

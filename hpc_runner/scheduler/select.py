@@ -2,7 +2,7 @@
 NAME`` -> the executor class) and the job side (``JOB_ENVIRONMENTS``: each backend's ``JobEnvironment``, the one
 whose variables are present chosen at run time by scheduler/job_env.py, else ``NoScheduler``).
 
-Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/local/``, ``scheduler/memory/``: the
+Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/gridengine/``, ``scheduler/local/``, ``scheduler/memory/``: the
 in-memory cluster the tests drive) and declares what it needs of a profile: ``kind`` (its name here),
 ``profile_keys`` (the keys it understands beyond ``profiles.COMMON_KEYS``) and ``check_profile`` (their values).
 Adding a scheduler (Grid Engine, PBS, LSF, Flux) is one new folder and one entry in each tuple below; profiles.py,
@@ -12,6 +12,8 @@ the commands, the job side and the sweep's logic ask this module, never an execu
 from __future__ import annotations
 
 from hpc_runner.scheduler.executor import Executor
+from hpc_runner.scheduler.gridengine.executor import GridEngineExecutor
+from hpc_runner.scheduler.gridengine.job_side import GridEngineJobEnvironment
 from hpc_runner.scheduler.job_environment import JobEnvironment
 from hpc_runner.scheduler.local.executor import LocalExecutor
 from hpc_runner.scheduler.memory.executor import MemoryExecutor
@@ -19,9 +21,10 @@ from hpc_runner.scheduler.profile import COMMON_KEYS, ClusterProfile, KeySpec
 from hpc_runner.scheduler.slurm.executor import SlurmExecutor
 from hpc_runner.scheduler.slurm.job_environment import SlurmJobEnvironment
 
-EXECUTORS: dict[str, type[Executor]] = {cls.kind: cls for cls in (SlurmExecutor, LocalExecutor, MemoryExecutor)}
+EXECUTORS: dict[str, type[Executor]] = {cls.kind: cls for cls in (SlurmExecutor, GridEngineExecutor, LocalExecutor,
+                                                              MemoryExecutor)}
 # the job sides, asked in this order which one's variables are present (the in-memory cluster's jobs get SLURM's)
-JOB_ENVIRONMENTS: tuple[type[JobEnvironment], ...] = (SlurmJobEnvironment,)
+JOB_ENVIRONMENTS: tuple[type[JobEnvironment], ...] = (SlurmJobEnvironment, GridEngineJobEnvironment)
 
 
 def profile_keys() -> dict[str, KeySpec]:

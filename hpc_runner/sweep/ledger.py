@@ -49,7 +49,7 @@ from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside, links_inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
 from hpc_runner.records.numbers import is_ascii_digits
-from hpc_runner.records.read import RecordError, parse_json_text, read_record_bytes
+from hpc_runner.records.read import LEDGER_MAX_BYTES, RecordError, parse_json_text, read_record_bytes
 from hpc_runner.records.rundir import now_iso
 
 SWEEP_FILE = "sweep.yaml"
@@ -433,7 +433,7 @@ def read_point(path: str | Path, index: int) -> dict[str, Any]:
     """Return point ``index`` of a sweep, reading only its line of sweep.yaml (a job's start-up at 10,000
     points must not parse the whole file); the whole file when it is not in the layout hpc-runner writes."""
     file = Path(path) / SWEEP_FILE
-    raw = read_record_bytes(file, "sweep record", error=ClusterError)
+    raw = read_record_bytes(file, "sweep record", LEDGER_MAX_BYTES, error=ClusterError)
     if raw is None:
         raise ClusterError("cannot read the sweep record (No such file or directory)", where=str(file))
     start = raw.find(b'\n  "points": [\n')

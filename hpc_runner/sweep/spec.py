@@ -222,12 +222,8 @@ def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     text = read_record_text(path, "sweep file", error=ClusterError)
     if text is None:
         raise ClusterError("the sweep file does not exist", where=str(path), expected="--sweep-file FILE (YAML)")
-    try:
-        node, data = compose_checked(Yaml12Loader, text, path)  # depth and alias limits first
-    except yaml.YAMLError as exc:
-        raise ClusterError(
-            f"the sweep file is not valid YAML ({getattr(exc, 'problem', exc)})", where=str(path)
-        ) from None
+    # depth and alias limits first; every YAML error is a ClusterError naming the file and line
+    node, data = compose_checked(Yaml12Loader, text, path, what="sweep file", error=ClusterError)
     lines = {}
     if isinstance(node, yaml.MappingNode):
         lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}

@@ -147,3 +147,24 @@ def test_a_job_of_a_run_submitted_with_safe_checks_safe_again(tiny_bundle: Path,
     # the bundle's $ expressions and scripts.tiny are refused before any of its code runs
     assert res.returncode != 0 and "--safe refuses" in res.stderr and "scripts.tiny" in res.stderr, res.stdout
     assert "finalize ran" not in res.stdout
+
+
+def test_run_refuses_an_added_id_nothing_references_with_the_option_it_looks_like(tiny_bundle: Path, tmp_path: Path,
+                                                                                  cli) -> None:
+    # 6ca9a4e warned and trained every epoch of max_epochs: --max_epoch could not change the run
+    res = cli("run", "--bundle", str(tiny_bundle), "--max_epoch", "2", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "did you mean --max_epochs?" in res.stderr and "nothing in it references" in res.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_run_keeps_an_added_id_that_the_config_references(tiny_bundle: Path, tmp_path: Path, cli) -> None:
+    res = cli("config", "--bundle", str(tiny_bundle), "--my_epochs", "1", "--max_epochs", "@my_epochs",
+              "--format", "json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    from hpc_runner.config.bundle_config import load_bundle_config
+    from hpc_runner.config.overrides import parse_cli_overrides
+
+    cfg = load_bundle_config(tiny_bundle, cli_overrides=parse_cli_overrides(["--my_epochs", "1", "--max_epochs",
+                                                                             "@my_epochs"]), refuse_unused_ids=True)
+    assert cfg.config["my_epochs"] == 1

@@ -270,7 +270,7 @@ def filesystem_refusal(exc: OSError) -> str | None:
     if exc.errno in (errno.EACCES, errno.EPERM):
         folder = os.path.dirname(str(exc.filename or ""))
         if exc.filename and not os.path.lexists(exc.filename) and os.path.isdir(folder):
-            where = f"{_shown_path(folder)}: "  # a file or folder that could not be made there (an atomic write's temp file)
+            where = f"{_shown_path(folder)}: "  # a file or folder that could not be made there (an atomic write's temp)
         return (f"{where}this user may not write or read there ({exc.strerror}). Expected a folder this user may "
                 "read and write (`collect --out DIR` writes the tables elsewhere).")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):

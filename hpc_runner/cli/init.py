@@ -88,6 +88,11 @@ def _init_decathlon(name: str, dest: Path, folder: str, author: str | None) -> i
              "validation split from the training list")
     print(f"created bundle {name} in {dest}: {checked.num_training} training volumes, {split}, "
           f"{len(checked.modality)} input channel(s), {len(checked.labels)} classes, voxel size {checked.spacing}")
+    from hpc_runner.registry.decathlon_bundle import ROI_SIZE, roi_size
+
+    if roi_size(checked) != ROI_SIZE:
+        print(f"note: the crop (roi_size) is {roi_size(checked)}, not {ROI_SIZE}: the smallest volume is "
+              f"{checked.smallest} voxels at the median voxel size")
     for note in checked.notes:
         print(f"note: {note}")
     print(f"next: 'hpc-runner verify {dest} --net' and 'hpc-runner run training --bundle {dest} --max_epochs 2'")

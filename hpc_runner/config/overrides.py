@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hpc_runner.config.env import env_override_vars, env_var_to_id
 from hpc_runner.config.ids import get_by_id, has_empty_key, has_id, iter_ids, normalize_id, set_by_id
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value

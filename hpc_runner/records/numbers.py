@@ -60,3 +60,23 @@ def leading_int(text: object, default: int = 0) -> int:
     while n < len(stripped) and n < MAX_DIGITS and stripped[n] in DIGITS:
         n += 1
     return int(stripped[:n]) if n else default
+
+
+_DECIMAL = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,6})?\Z")
+
+
+def require_decimal(text: object, where: str, what: str = "number", low: float = 0.0,
+                    high: float = 1e12) -> float:
+    """Return ``text`` (ASCII digits with at most one ``.``, or a plain int/float) as a float within [low, high];
+    a UserError naming ``where`` otherwise (``nan``, ``1e9``, ``١٢`` and ``-1`` are refused)."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        value = None
+    elif isinstance(text, str):
+        stripped = text.strip(_ASCII_WHITESPACE)
+        value = float(stripped) if _DECIMAL.match(stripped) else None
+    else:
+        value = float(text) if text == text and abs(text) < 1e15 else None
+    if value is None or not low <= value <= high:
+        raise UserError(f"the {what} {repr(text)[:60]} is not a number from {low:g} to {high:g} in ASCII digits",
+                        where=where, expected=f"a {what} such as 2 or 0.5")
+    return value

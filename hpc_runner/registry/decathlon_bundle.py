@@ -26,6 +26,12 @@ SPLIT_RATIOS = [4, 1]           # training : validation cases, when dataset.json
 CT_WINDOW = (-175, 250)         # Hounsfield units kept (soft tissue); the rest is clipped
 
 
+def roi_size(folder: DecathlonFolder) -> list[int]:
+    """Return the crop: ROI_SIZE, made smaller on an axis where the smallest volume is (a multiple of 16, which
+    the UNet's four down-samplings need), so every crop is of the volume and not of padding."""
+    return [max(16, min(side, (small // 16) * 16)) for side, small in zip(ROI_SIZE, folder.smallest)]
+
+
 def split_ratios(num_training: int) -> list[int]:
     """Return ratios for MONAI's partition_dataset that leave at least one validation case."""
     kept = min(int(SPLIT_RATIOS[0] / sum(SPLIT_RATIOS) * num_training + 0.5), num_training)
@@ -86,7 +92,7 @@ def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
         "in_channels": len(folder.modality),
         "out_channels": len(folder.labels),
         "pixdim": list(folder.spacing),              # voxel size (mm) every volume is resampled to: the median
-        "roi_size": list(ROI_SIZE),
+        "roi_size": roi_size(folder),
         "num_samples": 2,
         **intensity_ids,
         "batch_size": 2,
@@ -101,13 +107,14 @@ def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
             {"_target_": "Orientationd", "keys": pair, "axcodes": "RAS", "labels": None},
             {"_target_": "Spacingd", "keys": pair, "pixdim": "@pixdim", "mode": ["bilinear", "nearest"]},
             *intensity,
+            # deterministic: before the cache, so it is done once (the runner's advice), not every epoch
+            {"_target_": "SpatialPadd", "keys": pair, "spatial_size": "@roi_size"},
             {"_target_": "EnsureTyped", "keys": pair, "track_meta": False},
         ],
         "augmentation": [  # random part: runs every epoch, after the cache
             {"_target_": "RandCropByPosNegLabeld", "keys": pair, "label_key": "label", "spatial_size": "@roi_size",
              "pos": 1, "neg": 1, "num_samples": "@num_samples", "image_key": "image", "image_threshold": 0,
              "allow_smaller": True},
-            {"_target_": "SpatialPadd", "keys": pair, "spatial_size": "@roi_size"},
             {"_target_": "RandFlipd", "keys": pair, "prob": 0.5, "spatial_axis": 0},
             {"_target_": "RandRotate90d", "keys": pair, "prob": 0.5, "spatial_axes": [0, 1]},
         ],
@@ -182,11 +189,11 @@ def metadata(name: str, folder: DecathlonFolder, author: str) -> dict:
         "network_data_format": {
             "inputs": {"image": {
                 "type": "image", "format": "magnitude", "modality": "/".join(folder.modality.values()),
-                "num_channels": channels, "spatial_shape": ROI_SIZE, "dtype": "float32",
+                "num_channels": channels, "spatial_shape": roi_size(folder), "dtype": "float32",
                 "value_range": [], "is_patch_data": True, "channel_def": dict(folder.modality)}},
             "outputs": {"pred": {
                 "type": "image", "format": "segmentation", "num_channels": len(folder.labels),
-                "spatial_shape": ROI_SIZE, "dtype": "float32", "value_range": [0, 1], "is_patch_data": True,
+                "spatial_shape": roi_size(folder), "dtype": "float32", "value_range": [0, 1], "is_patch_data": True,
                 "channel_def": dict(folder.labels)}},
         },
     }

@@ -37,6 +37,7 @@ DEFAULT_LABELS = {"0": "background", "1": "foreground"}
 DEFAULT_MODALITY = {"0": "image"}
 MAX_BYTES = 64 << 20  # a dataset.json of 100,000 cases is ~15 MB
 CONFIG_SIGILS = ("$", "@", "%")  # MONAI's config parser: an expression, a reference, a macro
+MAX_SAID = 20  # bad entries named in one refusal
 _CLASS_NUMBER = re.compile(r"(?:0|[1-9][0-9]{0,5})")
 
 
@@ -52,6 +53,8 @@ class DecathlonFolder:
     modality: dict[str, str]
     spacing: list[float]            # the median voxel size of the training images, mm
     notes: list[str] = field(default_factory=list)  # defaults taken, for the user to read
+    smallest: list[int] = field(default_factory=lambda: [0, 0, 0])  # per axis, voxels at ``spacing``: the crop fits
+
 
     @property
     def dataset_json(self) -> Path:
@@ -186,6 +189,38 @@ def _voxel_size(nib: Any, where: Path, n: int, path: Path) -> list[float]:
     return zoom + [1.0] * (3 - len(zoom))
 
 
+MIN_SIDE = 16  # voxels per axis (after resampling) below which a 3D UNet of 4 down-samplings has nothing to crop
+
+
+def _smallest_shape(where: Path, cases: dict[str, list[Path]], spacing: list[float]) -> list[int]:
+    """Return the smallest size per axis, in voxels of ``spacing``, of every image (headers only: nibabel reads
+    no voxel data); refuse, naming each, the volumes smaller than MIN_SIDE on an axis once resampled."""
+    import nibabel as nib
+
+    smallest = [1 << 30] * 3
+    small: list[str] = []
+    for split, images in cases.items():
+        for n, path in enumerate(images):
+            try:
+                header = nib.load(str(path)).header
+                shape = [int(d) for d in header.get_data_shape()[:3]]
+                zoom = [float(z) for z in header.get_zooms()[:3]]
+            except Exception as exc:  # nibabel raises several types for a file it cannot read
+                raise BundleError(f"cannot read the image header: {exc}", where=str(path),
+                                  expected="NIfTI volumes (.nii or .nii.gz) as dataset.json says") from None
+            shape += [1] * (3 - len(shape))
+            zoom += [1.0] * (3 - len(zoom))
+            sides = [int(d * z / s) if s > 0 and math.isfinite(z) else d for d, z, s in zip(shape, zoom, spacing)]
+            smallest = [min(a, b) for a, b in zip(smallest, sides)]
+            if min(sides) < MIN_SIDE:
+                small.append(f"{split}[{n}].image ({path}) is {sides} voxels at {spacing} mm")
+    if small:
+        raise _refuse(where, f"{len(small)} volume(s) smaller than {MIN_SIDE} voxels on an axis once resampled to "
+                      f"the median voxel size, less than the smallest crop a 3D UNet trains on: "
+                      + "; ".join(small[:MAX_SAID]))
+    return smallest
+
+
 def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
     """Return the checked folder, or raise BundleError naming the file and entry that is wrong."""
     root = Path(os.path.abspath(Path(folder).expanduser()))
@@ -203,6 +238,7 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
     counts = {}
     first_images: list[Path] = []
     cases: dict[str, list[Path]] = {}
+    bad: list[str] = []  # every bad entry, said at once: a user fixes the list in one go
     for split in SPLITS:
         entries = meta.get(split)
         if entries is None and split == "validation":
@@ -212,11 +248,19 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
             raise _refuse(where, f"\"{split}\" is missing or empty" if not entries else
                           f"\"{split}\" is {type(entries).__name__}, not a list of image/label entries")
         for i, entry in enumerate(entries):
-            files = _entry_files(root, where, f"{split}[{i}]", entry)
+            try:
+                files = _entry_files(root, where, f"{split}[{i}]", entry)
+            except BundleError as exc:
+                bad.append(exc.message)
+                continue
             cases.setdefault(split, []).append(files[0])
             if split == "training":
                 first_images.append(files[0])
         counts[split] = len(entries)
+    if bad:
+        more = f" (and {len(bad) - MAX_SAID} more)" if len(bad) > MAX_SAID else ""
+        raise _refuse(where, f"{len(bad)} bad entr{'y' if len(bad) == 1 else 'ies'}: " + "; ".join(bad[:MAX_SAID])
+                      + more if len(bad) > 1 else bad[0])
     _check_disjoint(where, cases)
     if counts["validation"] == 0 and counts["training"] < 2:
         raise _refuse(where, "\"training\" has one entry and there is no \"validation\" list, so no case is "
@@ -228,6 +272,8 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
                       "at least one more, e.g. {\"0\": \"background\", \"1\": \"spleen\"}")
     modality = _names(where, meta, "modality", DEFAULT_MODALITY, notes)
     name = checked_text(where, "\"name\"", meta["name"]) if meta.get("name") is not None else root.name
+    spacing = _median_spacing(first_images, where)
     return DecathlonFolder(root=root, name=str(name), num_training=counts["training"],
                            num_validation=counts["validation"], labels=labels, modality=modality,
-                           spacing=_median_spacing(first_images, where), notes=notes)
+                           spacing=spacing, notes=notes,
+                           smallest=_smallest_shape(where, cases, spacing))

@@ -174,6 +174,44 @@ def _inside(dest_dir: Path, folder: str, where: str) -> Path:
     return target
 
 
+# the first bytes of each kind of archive tarfile reads ("ustar" sits at offset 257 of a tar's first header)
+_MAGIC = ((b"\x1f\x8b", "gz", "gzip"), (b"BZh", "bz2", "bzip2"), (b"\xfd7zXZ\x00", "xz", "xz"),
+          (b"\x28\xb5\x2f\xfd", "zst", "zstd"))
+_TAR_MAGIC_AT = 257
+
+
+def _archive_mode(archive: Path, where: str) -> str:
+    """Return tarfile's read mode for ``archive`` (``r:gz``...), told by its first bytes; BundleError for a file
+    larger than its files may add up to (``max_bytes``, plus the tar headers) or one that is no tar archive at all
+    (gzip, bzip2, xz or zstd compressed, or plain): nothing else is handed to tarfile, which would otherwise try
+    each decompressor in turn over the whole file (minutes for 600 MB of zeros)."""
+    from hpc_runner.records.read import open_regular
+
+    fd = open_regular(archive, "archive", error=BundleError)
+    if fd is None:
+        raise BundleError("archive not found", where=where, expected="a NAME-VERSION.tar.gz from 'hpc-runner pack'")
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 512, 0)
+    finally:
+        os.close(fd)
+    bound = max_bytes() + (MAX_MEMBERS + 2) * 1024  # every member's header and padding, and the end blocks
+    if size > bound:
+        raise BundleError(f"the archive is {size} bytes, more than {bound} (the most its files may add up to, with "
+                          "their tar headers)", where=where, hint="set HPCR_INSTALL_MAX_BYTES to allow more")
+    for magic, mode, name in _MAGIC:
+        if head.startswith(magic):
+            if mode == "zst" and "zst" not in getattr(tarfile.TarFile, "OPEN_METH", {}):
+                raise BundleError("the archive is zstd-compressed, which this Python's tarfile cannot read",
+                                  where=where, expected="a .tar.gz written by 'hpc-runner pack'",
+                                  hint="unpack it with `zstd -d` to a .tar first, or pack it again")
+            return f"r:{mode}"
+    if head[_TAR_MAGIC_AT:_TAR_MAGIC_AT + 5] == b"ustar":
+        return "r:"
+    raise BundleError("the file is not a tar archive (neither gzip, bzip2, xz nor zstd compressed, nor plain tar)",
+                      where=where, expected="a .tar.gz written by 'hpc-runner pack'")
+
+
 def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
     """Install a packed bundle into ``dest_dir`` as ``<name>-<version>/``; BundleError on any refusal."""
     archive = Path(archive)
@@ -181,8 +219,9 @@ def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
     if not archive.is_file():
         raise BundleError("archive not found", where=where, expected="a NAME-VERSION.tar.gz from 'hpc-runner pack'")
     dest_dir = Path(dest_dir)
+    mode = _archive_mode(archive, where)
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with tarfile.open(archive, mode) as tar:
             plan = _check_header(tar, where)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # zlib, gzip and lzma errors among them
         raise BundleError(f"cannot read the archive ({type(exc).__name__}: {exc})", where=where,
@@ -202,7 +241,7 @@ def install_archive(archive: Path, dest_dir: Path) -> InstallResult:
     tmp = Path(tempfile.mkdtemp(prefix=".hpcr-install-", dir=dest_dir))
     try:
         try:
-            with tarfile.open(archive, "r:*") as tar:
+            with tarfile.open(archive, mode) as tar:
                 _extract(tar, plan, tmp)
         except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise BundleError(f"cannot read the archive ({type(exc).__name__}: {exc})", where=where,

@@ -66,7 +66,7 @@ def _operations(src: str, latency_s: float, bytes_per_s: float):
             return {**out, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
 
         def readdir(self, path, fh):
-            names = [".", ".."] + os.listdir(self._real(path))
+            names = [".", "..", *os.listdir(self._real(path))]
             return names + ([STATS] if path == "/" else [])
 
         def readlink(self, path):

@@ -179,6 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UserError as exc:
             print(f"hpc-runner {name}: error: {exc.paragraph()}", file=sys.stderr)
             return exc.exit_code
+    typo = mistyped_option(subparsers[name], name, overrides)
+    if typo is not None:  # before the profile, the controller or the config is read: wherever it sits on the line
+        print(f"hpc-runner {name}: error: {typo.paragraph()}", file=sys.stderr)
+        return typo.exit_code
+    if "--torch-profile" in subparsers[name]._option_string_actions:
+        from hpc_runner.cli.common import cluster_profile_mixup
+
+        mixup = cluster_profile_mixup(subparsers[name], rest)
+        if mixup is not None:
+            print(f"hpc-runner {name}: error: {mixup.paragraph()}", file=sys.stderr)
+            return mixup.exit_code
     args = parser.parse_args([*argv[: index + 1], *rest])
     args.override_tokens = overrides
     args.option_typos = option_typos(subparsers[name], overrides)
@@ -208,6 +219,17 @@ def _not_utf8(argv: Sequence[str]) -> str | None:
             shown = repr(raw[:80])[1:] + ("..." if len(raw) > 80 else "")
             return (f"argument {position} ({shown}) is not UTF-8 text (byte {exc.start} of it). Expected options, "
                     "values, names and paths as UTF-8 text (rename a file whose name is in another encoding).")
+    return None
+
+
+def mistyped_option(parser: argparse.ArgumentParser, name: str, overrides: list[str]) -> UserError | None:
+    """Return the error for the first override key that is a near-miss of the command's own option (``--dryrun``,
+    ``--clsuter jade``), None without one: refused before anything is read, so the mistake is named first."""
+    for key, option in option_typos(parser, overrides).items():
+        return UserError(
+            f"--{key} is not an option of hpc-runner {name} (did you mean {option}?); nothing was run or queued",
+            id_path=None, expected=f"{option}, or --+{key} VALUE to set a config id of that name",
+        )
     return None
 
 
@@ -246,9 +268,12 @@ def _run(name: str, module: Any, args: argparse.Namespace) -> int:
 
 
 def _shown_path(name: object) -> str:
-    """A path as an error names it: a name of thousands of characters shows its start, its end and its length."""
+    """A path as an error names it: each folder or file name of over 64 characters by its start and its length
+    (``/runs/xxxxxxxx...(300 characters)/b``), so a name of 100,000 characters is a readable line."""
     text = os.fsdecode(name) if isinstance(name, (bytes, os.PathLike)) else str(name)
-    return text if len(text) <= 200 else f"{text[:80]}...{text[-40:]} ({len(text)} characters)"
+    parts = [p if len(p) <= 64 else f"{p[:32]}...({len(p)} characters)" for p in text.split("/")]
+    shown = "/".join(parts)
+    return shown if len(shown) <= 1000 else f"{shown[:600]}...({len(text)} characters in all)"
 
 
 def filesystem_refusal(exc: OSError) -> str | None:

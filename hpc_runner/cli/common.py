@@ -112,17 +112,53 @@ def add_preflight_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --profile and --profile-steps (run; submit and sweep pass them to their jobs the same way)."""
+    """Add --torch-profile and --torch-profile-steps (run; submit and sweep pass them to their jobs the same way).
+
+    ``--profile`` stays an alias of --torch-profile: a cluster profile is chosen with ``--cluster NAME`` (and
+    ``--profile NAME``, naming one, is refused saying so: ``cluster_profile_mixup``)."""
     parser.add_argument(
-        "--profile",
+        "--torch-profile", "--torch_profile", "--profile", dest="profile",
         action="store_true",
         help="run torch.profiler over a few training steps after warm-up: a trace for Perfetto/TensorBoard "
-        "and the top operators by self time in RUN_DIR/profile/ (sets HPCR_PROFILE, which jobs inherit)",
+        "and the top operators by self time in RUN_DIR/profile/ (sets HPCR_PROFILE, which jobs inherit; "
+        "--profile is its old name; a cluster profile is --cluster NAME)",
     )
     parser.add_argument(
-        "--profile-steps", "--profile_steps", dest="profile_steps", type=_positive_steps, metavar="N",
-        help="with --profile: the number of steps to record (default 3, after 1 skipped and 1 warm-up)",
+        "--torch-profile-steps", "--torch_profile_steps", "--profile-steps", "--profile_steps", dest="profile_steps",
+        type=_positive_steps, metavar="N",
+        help="with --torch-profile: the number of steps to record (default 3, after 1 skipped and 1 warm-up)",
     )
+
+
+PROFILE_ALIASES = ("--profile", "--torch-profile", "--torch_profile")
+
+
+def cluster_profile_mixup(parser: argparse.ArgumentParser, tokens: list[str]) -> UserError | None:
+    """Return the error for ``--profile jade`` where jade is a cluster profile (--profile is torch.profiler here;
+    the docs call jade a "cluster profile"); None when the word after it names none."""
+    for i, tok in enumerate(tokens):
+        name, eq, value = tok.partition("=")
+        if name not in PROFILE_ALIASES:
+            continue
+        word = value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
+        if not word or word.startswith("-"):
+            continue
+        from hpc_runner.scheduler.profiles import available_profiles
+
+        try:
+            known = word in available_profiles()
+        except (OSError, UserError):
+            known = False
+        if not known:
+            continue
+        has_cluster = "--cluster" in parser._option_string_actions
+        meant = f"--cluster {word}" if has_cluster else f"`hpc-runner submit ... --cluster {word}` (run runs here)"
+        return UserError(
+            f"{name} {word}: {name} turns on torch.profiler (it takes no value), and {word} is a cluster profile "
+            f"(did you mean {meant}?); nothing was run or queued",
+            expected=f"--cluster {word} to use the cluster profile, --torch-profile (no value) to profile the steps",
+        )
+    return None
 
 
 def _positive_steps(text: str) -> int:
@@ -137,7 +173,7 @@ def _positive_steps(text: str) -> int:
 
 @contextlib.contextmanager
 def profile_request(args: argparse.Namespace) -> Iterator[None]:
-    """Set HPCR_PROFILE for the duration when --profile (or --profile-steps) was given; restore it after."""
+    """Set HPCR_PROFILE for the duration when --torch-profile (or its steps) was given; restore it after."""
     steps = getattr(args, "profile_steps", None)
     if not getattr(args, "profile", False) and steps is None:
         yield
@@ -224,6 +260,8 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
 
             refuse_hidden_at_submission(cfg)
     cfg.tracking = getattr(args, "tracking_settings", None)  # recorded in the run dir by prepare_run
+    if getattr(args, "command", None) in STRICT_ID_COMMANDS:  # submit, sweep, tune: before anything is queued
+        check_stage_before_queueing(cfg)
     return cfg
 
 
@@ -286,3 +324,78 @@ def named_readable_grants(args: argparse.Namespace) -> list[str]:
     from hpc_runner.engine.sandbox import checked_grant
 
     return [checked_grant(p, "--readable") for p in getattr(args, "readable", None) or []]
+
+
+def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --stage, --stage-dir, --stage-max-gb, --stage-clean and --read-slots (run, submit, sweep, tune, pipeline:
+    one group, so the words and their meaning are the same everywhere; docs/data-on-the-cluster.md)."""
+    g = parser.add_argument_group("data on the node (docs/data-on-the-cluster.md)")
+    g.add_argument(
+        "--stage", action="store_true",
+        help="copy the folders of dataset_dir and cache_dir to node-local disk once per node and dataset version, "
+        "and read the copy (the profile's stage: sets where; default the job's scratch folder, else $TMPDIR)",
+    )
+    g.add_argument("--stage-dir", "--stage_dir", dest="stage_dir", metavar="DIR",
+                   help="with --stage: the node-local folder (absolute, or $VAR/...; {node} is the node's name)")
+    g.add_argument("--stage-max-gb", "--stage_max_gb", dest="stage_max_gb", metavar="GB",
+                   help="with --stage: at most this much staged on a node; the least recently used copies go first")
+    g.add_argument("--stage-clean", "--stage_clean", dest="stage_clean", metavar="lru|never",
+                   help="with --stage: lru (default) removes the least recently used copies to make room; "
+                   "never keeps them")
+    g.add_argument("--read-slots", "--read_slots", dest="read_slots", metavar="N",
+                   help="with --stage: at most N files read from shared storage at once per node (default 4), "
+                   "whatever the number of tasks or transform threads")
+
+
+def stage_settings_from_args(args: argparse.Namespace) -> Any:
+    """The StageSettings that --stage and its options state (None without --stage); exit 2 on a bad value."""
+    from hpc_runner.data.staging import parse_stage_settings
+
+    given = {k: getattr(args, a, None) for k, a in (("where", "stage_dir"), ("max_gb", "stage_max_gb"),
+                                                     ("clean", "stage_clean"), ("read_slots", "read_slots"))}
+    if not getattr(args, "stage", False):
+        named = [f"--{a.replace('_', '-')}" for a, v in zip(("stage_dir", "stage_max_gb", "stage_clean", "read_slots"),
+                                                            given.values(), strict=True) if v is not None]
+        if named:
+            raise UserError(f"{', '.join(named)} only set how --stage copies the data; without --stage nothing is "
+                            "staged", expected="--stage with them, or neither")
+        return None
+    return parse_stage_settings({k: v for k, v in given.items() if v is not None}, "--stage options")
+
+
+@contextlib.contextmanager
+def stage_request(args: argparse.Namespace) -> Iterator[None]:
+    """Set HPCR_STAGE (which jobs inherit) for the duration when --stage was given; a cluster profile's ``stage:``
+    (``apply_profile_stage``) may set it meanwhile. HPCR_STAGE is as before afterwards, either way."""
+    from hpc_runner.data.staging import ENV
+
+    settings = stage_settings_from_args(args)
+    before = os.environ.get(ENV)
+    try:
+        if settings is not None:
+            os.environ[ENV] = settings.to_env()
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+
+
+def apply_profile_stage(profile: Any) -> None:
+    """A profile's ``stage:`` becomes HPCR_STAGE for the jobs, unless --stage already set it (the command line wins)."""
+    from hpc_runner.data.staging import ENV, parse_stage_settings
+
+    raw = profile.get("stage")
+    if raw is None or raw is False or os.environ.get(ENV):
+        return
+    os.environ[ENV] = parse_stage_settings(raw, profile.where).to_env()
+
+
+def check_stage_before_queueing(cfg: Any, where: str = "--stage") -> None:
+    """Exit 2 before anything is queued when the data cannot fit on a node whose scratch size the settings state."""
+    from hpc_runner.data.staging import check_fits_before_queueing, settings_from_env
+
+    settings = settings_from_env()
+    if settings is not None:
+        check_fits_before_queueing(cfg.expanded(), settings, where)

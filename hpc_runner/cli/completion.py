@@ -21,8 +21,9 @@ bundles after --bundle, folders for the commands that take a sweep or run dir, a
 bundle named on the line after -- (`hpc-runner run --bundle B --optimizer::<TAB>`, read with `hpc-runner config
 --ids`). Nothing is installed: load it in your shell's start-up file."""
 EPILOG = """examples:
-  eval "$(hpc-runner completion bash)"          # in ~/.bashrc
-  hpc-runner completion zsh > ~/.zfunc/_hpc-runner   # a folder on zsh's $fpath"""
+  hpc-runner completion bash > ~/.local/share/bash-completion/completions/hpc-runner   # once: loaded at TAB
+  hpc-runner completion zsh > ~/.zfunc/_hpc-runner   # a folder on zsh's $fpath
+  eval "$(hpc-runner completion bash)"          # in ~/.bashrc: works, but starts Python in every new shell"""
 SHELLS = ("bash", "zsh", "tcsh")
 DIR_COMMANDS = ("status", "resume", "collect", "cancel", "report", "rerun")  # their one positional is a folder
 

@@ -58,6 +58,22 @@ def container_for(args: argparse.Namespace, profile: Any = None) -> ContainerSpe
     return spec
 
 
+def runtime_line(record: dict[str, Any] | None) -> str | None:
+    """The line a dry run shows for a job in a container: the runtime command each job starts (its binds of the
+    run dir and data are added in the job), and where the image is checked; None without a container."""
+    if not record:
+        return None
+    import shlex
+
+    from hpc_runner.engine.container import spec_from_record
+
+    spec = spec_from_record({"container": record}, "the container")
+    argv = container_argv(spec, Mounts(paths=(), cwd=os.getcwd()), [spec.python, "-m", "hpc_runner", "..."])
+    where = (" (on the compute node: container.on is compute; the image is checked there)" if spec.on == "compute"
+             else "")
+    return f"# container: each job starts {shlex.join(argv)}{where}"
+
+
 def refuse_container(profile: Any, what: str) -> None:
     """Bad input when a command that does not run in a container yet gets a profile with a ``container:`` block
     (its jobs would run on the host, where the image's software may not be)."""
@@ -102,7 +118,7 @@ def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
             print(f"hpc-runner: container: {shlex.join(command)}", file=sys.stderr, flush=True)
         rc = run_sandboxed(command, env=starter_env(os.environ), target=lambda pid: pid)
         if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where no SLURM command is
-            requeue_after_stop(run_dir)
+            rc = requeue_after_stop(run_dir) or rc  # an exit status that requeues (Grid Engine: 99)
         return rc
     finally:
         if made and sorted(os.listdir(run_dir)) in ([], ["run.yaml"], [".run.lock", "run.yaml"]):  # nothing ran

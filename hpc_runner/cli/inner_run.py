@@ -65,14 +65,16 @@ def remove_made(made: list[str]) -> None:
             continue
 
 
-def requeue_after_stop(run_dir: str) -> None:
-    """Ask SLURM to requeue this job (the run inside checkpointed and stopped); say what happened."""
-    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
+def requeue_after_stop(run_dir: str) -> int | None:
+    """Ask the scheduler to requeue this job (the run inside checkpointed and stopped); say what happened. Return
+    the exit status the job must end with for its scheduler to run it again (Grid Engine: 99), else None."""
+    from hpc_runner.scheduler.job_env import own_job_id, requeue_exit_code, requeue_job
 
     if not own_job_id():
-        return
+        return None
     job = requeue_job()
-    then = (f"requeued SLURM job {job}; it continues from the checkpoint" if job else
-            f"SLURM is ending job {own_job_id()} (cancelled or not requeueable); continue with: "
+    then = (f"requeued job {job}; it continues from the checkpoint" if job else
+            f"the scheduler is ending job {own_job_id()} (cancelled or not requeueable); continue with: "
             f"hpc-runner run --resume {run_dir}")
     print(f"hpc-runner: {then}", file=sys.stderr, flush=True)
+    return requeue_exit_code() if job else None

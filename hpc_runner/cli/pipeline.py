@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.cli.common import add_preflight_argument
+from hpc_runner.cli.common import add_preflight_argument, add_stage_arguments, stage_request
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args
 from hpc_runner.records.json_out import dumps_json
 
@@ -53,12 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output_dir", "--output-dir", metavar="DIR",
                         help="the pipeline dir (default runs/<bundle>/pipeline-<time>)")
     add_cluster_arguments(parser)
+    add_stage_arguments(parser)
     add_json_argument(parser)
     add_preflight_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the command."""
+    """Run the command (with --stage, or a profile's stage:, every stage's jobs stage their data on the node)."""
+    with stage_request(args):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from hpc_runner.errors import UserError
     from hpc_runner.pipeline.spec import load_spec
     from hpc_runner.pipeline.submit import start_pipeline

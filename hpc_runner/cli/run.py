@@ -13,10 +13,12 @@ from hpc_runner.cli.common import (
     add_bundle_arguments,
     add_preflight_argument,
     add_profile_arguments,
+    add_stage_arguments,
     add_writable_argument,
     environment_setting,
     load_config_from_args,
     profile_request,
+    stage_request,
 )
 from hpc_runner.cli.container_run import add_container_arguments
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_run_cpus
@@ -34,7 +36,7 @@ EPILOG = """examples:
   hpc-runner run --bundle bundles/synthetic_seg --trainer::max_epochs 2 --output_dir runs/try
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00
   hpc-runner run --resume runs/synthetic_seg/2026-11-21_10-00-00 --restart   # no checkpoint loads
-  hpc-runner run training --bundle bundles/synthetic_seg --profile   # trace + top ops in RUN_DIR/profile/
+  hpc-runner run training --bundle bundles/synthetic_seg --torch-profile   # trace + top ops in RUN_DIR/profile/
   hpc-runner run --bundle bundles/synthetic_seg --gpu_transforms   # random transforms after the copy to the GPU
 exit codes: 0 done, 1 the run failed (see error.txt), 2 bad input, 3 stopped by a signal (checkpointed)"""
 ACCEPTS_OVERRIDES = True
@@ -68,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the Trainer's gpu_transforms, when the bundle sets it, decides instead",
     )
     add_cpus_argument(parser, submits=False)
+    add_stage_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -99,12 +102,12 @@ def main(args: argparse.Namespace) -> int:
 
         spec = container_for(args)
         if spec is not None:
-            with profile_request(args), gpu_transforms_request(args):
+            with profile_request(args), gpu_transforms_request(args), stage_request(args):
                 return run_in_container(args, spec)
     if args.safe and not inside_sandbox():  # the bundle's code runs only inside the sandbox (docs/security.md)
         from hpc_runner.cli.sandbox_run import run_in_sandbox
 
-        with profile_request(args), gpu_transforms_request(args):
+        with profile_request(args), gpu_transforms_request(args), stage_request(args):
             return run_in_sandbox(args)
     if (args.writable or args.readable) and not args.safe:
         from hpc_runner.errors import UserError
@@ -113,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
                         "every folder is", expected="--safe --writable DIR, or neither")
     restore = install_stop_handlers()
     try:
-        with profile_request(args), gpu_transforms_request(args):
+        with profile_request(args), gpu_transforms_request(args), stage_request(args):
             return _run(args)
     finally:
         restore()
@@ -257,16 +260,19 @@ def execute_and_report(
             print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; the requeue is asked from "
                   "outside", file=sys.stderr)
             return EXIT_PREEMPTED
+        from hpc_runner.scheduler.job_env import requeue_exit_code
+
         job = requeue_job() if requeue else None
         if job:
-            then = f"requeued SLURM job {job}; it continues from the checkpoint"
+            then = f"requeued job {job}; it continues from the checkpoint"
         elif own_job_id() and requeue:
-            then = (f"SLURM is ending job {own_job_id()} (cancelled or not requeueable); continue with: "
+            then = (f"the scheduler is ending job {own_job_id()} (cancelled or not requeueable); continue with: "
                     f"hpc-runner run --resume {run_dir.path}")
         else:
             then = f"continue with: hpc-runner run --resume {run_dir.path}"
         print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; {then}", file=sys.stderr)
-        return EXIT_PREEMPTED
+        # where the scheduler requeues a job by its exit status (Grid Engine: 99), the job ends with it
+        return (requeue_exit_code() or EXIT_PREEMPTED) if job else EXIT_PREEMPTED
     if outcome.status == "pruned":  # only when a validation listener (tune) is installed in this process
         print(f"hpc-runner: {outcome.error}; results in {run_dir.path}", flush=True)
         return 0

@@ -80,7 +80,7 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
         if rc == 2 and not had_mark and os.path.exists(mark):  # refused on bad input: the run dir as it was
             os.remove(mark)
         if rc == 3 and not args.no_requeue:  # stopped and checkpointed inside, where SLURM cannot be reached
-            requeue_after_stop(run_dir)
+            rc = requeue_after_stop(run_dir) or rc  # an exit status that requeues (Grid Engine: 99)
         return rc
     finally:
         if run_dir in made and os.listdir(run_dir) == [SAFE_MARK]:  # nothing ran: the mark goes with the folder

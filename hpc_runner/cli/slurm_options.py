@@ -10,8 +10,8 @@ from typing import Any
 DEFAULT_CLUSTER = "slurm"
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: bool = True) -> None:
-    """Add --cluster, --scheduler-option KEY=VALUE (alias --slurm), --hold and --dry-run."""
+def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: bool = True) -> Any:
+    """Add --cluster, --scheduler-option KEY=VALUE (alias --slurm), --hold and --dry-run; return their group."""
     g = parser.add_argument_group("cluster")
     # None when neither --cluster nor $HPCR_CLUSTER names one: load_profile_from_args then checks that the
     # default profile can submit from here before anything is loaded (issue 34: no cluster, no wait)
@@ -20,10 +20,16 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
         "--cluster",
         metavar="PROFILE",
         default=default,
-        help="cluster profile: a name (built in: jade, slurm, local; more in ~/.config/hpc-runner/clusters or "
-        "$HPCR_CLUSTER_PATH) or a .yaml file" + (
-            f" (default: $HPCR_CLUSTER, else {DEFAULT_CLUSTER} when its controller answers; without one, "
-            "--cluster local runs the jobs here)" if default_from_env else ""),
+        help="cluster profile: a name (jade, slurm, local; yours in ~/.config/hpc-runner/clusters) or a .yaml "
+        "file" + (f"; default $HPCR_CLUSTER, else {DEFAULT_CLUSTER} when it answers (local: jobs run here)"
+                  if default_from_env else ""),
+    )
+    g.add_argument(
+        "--dry-run",
+        "--dry_run",
+        dest="dry_run",
+        action="store_true",
+        help="print the sbatch script (and how to print the resolved config); submit nothing, write nothing",
     )
     g.add_argument(
         "--scheduler-option",
@@ -35,13 +41,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
              "--scheduler-option partition=gpu --scheduler-option time=02:00:00 (--slurm is the same option)",
     )
     g.add_argument("--hold", action="store_true", help="submit held (sbatch --hold); release with scontrol release")
-    g.add_argument(
-        "--dry-run",
-        "--dry_run",
-        dest="dry_run",
-        action="store_true",
-        help="print the sbatch script (and how to print the resolved config); submit nothing, write nothing",
-    )
+    return g
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +68,9 @@ def load_profile_from_args(args: argparse.Namespace, name: str | None = None) ->
                 f"machine: {problem}; nothing was run or queued",
                 expected="--cluster local to run the jobs here, one after another, or --cluster NAME for your "
                 "cluster's profile ($HPCR_CLUSTER=NAME makes it the default)")
+    from hpc_runner.cli.common import apply_profile_stage
+
+    apply_profile_stage(profile)  # stage: in the profile -> HPCR_STAGE for its jobs (restored by stage_request)
     return profile
 
 

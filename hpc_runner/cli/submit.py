@@ -8,16 +8,14 @@ import shlex
 import sys
 
 from hpc_runner.cli.common import (
-    add_bundle_arguments,
-    add_preflight_argument,
-    add_profile_arguments,
-    add_writable_argument,
     load_config_from_args,
     profile_request,
+    stage_request,
 )
-from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for, refuse_container
-from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args, positive_int
+from hpc_runner.cli.container_run import checked_record, container_for, refuse_container, runtime_line
+from hpc_runner.cli.cpus_option import apply_local_profile_cpus, cpus_into_profile_settings
+from hpc_runner.cli.slurm_options import load_profile_from_args, positive_int
+from hpc_runner.cli.submission_options import add_submission_arguments
 from hpc_runner.records.json_out import dumps_json
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
@@ -51,26 +49,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("command_args", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("-n", dest="monai_short_n", help=argparse.SUPPRESS)
     parser.add_argument("-p", dest="monai_short_p", help=argparse.SUPPRESS)
-    parser.add_argument("--job-dir", "--job_dir", dest="job_dir", metavar="DIR",
-                        help="with a MONAI bundle command: the folder for command.yaml and the job's logs "
-                        "(default runs/COMMAND/TIME)")
-    add_bundle_arguments(parser)
-    parser.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
-    add_cluster_arguments(parser)
-    add_json_argument(parser)
-    add_preflight_argument(parser)
-    add_cpus_argument(parser, submits=True)
-    add_writable_argument(parser)
-    add_container_arguments(parser)
-    add_profile_arguments(parser)
-    parser.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
-    parser.add_argument("--shards", type=positive_int, metavar="N",
-                        help="split the inputs into N shards run as one job array (inference, evaluation)")
+    add_submission_arguments(parser, own=_add_run)
+
+
+def _add_run(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("the run")
+    g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="run dir (default runs/<bundle>/<time>)")
+    g.add_argument("--wait", action="store_true", help="follow the job's log until it ends")
+    g.add_argument("--shards", type=positive_int, metavar="N",
+                   help="split the inputs into N shards run as one job array (inference, evaluation)")
+    g.add_argument("--job-dir", "--job_dir", dest="job_dir", metavar="DIR",
+                   help="with a MONAI bundle command: the folder for command.yaml and the job's logs "
+                   "(default runs/COMMAND/TIME)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the command (with --profile, the jobs inherit HPCR_PROFILE through sbatch --export)."""
-    with profile_request(args):
+    with profile_request(args), stage_request(args):
         return _main(args)
 
 
@@ -122,6 +117,9 @@ def _main(args: argparse.Namespace) -> int:
             print(f"# sbatch script (profile {profile.name}; nothing submitted)\n{script}")
         for note in res.notes:
             print(note)
+        line = runtime_line(cfg.container)
+        if line:
+            print(line)
         return 0
     run_dir = shlex.quote(str(res.directory))
     job_id = res.job_ids[0]

@@ -9,47 +9,26 @@ import sys
 from typing import Any
 
 from hpc_runner.cli.common import (
-    add_bundle_arguments,
-    add_preflight_argument,
-    add_profile_arguments,
-    add_writable_argument,
     load_config_from_args,
     profile_request,
+    stage_request,
 )
-from hpc_runner.cli.container_run import add_container_arguments, checked_record, container_for
-from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
+from hpc_runner.cli.container_run import checked_record, container_for, runtime_line
+from hpc_runner.cli.cpus_option import apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import (
-    add_cluster_arguments,
-    add_json_argument,
     load_profile_from_args,
     nonnegative_int,
     positive_int,
 )
+from hpc_runner.cli.submission_options import add_submission_arguments
 from hpc_runner.errors import UserError
 from hpc_runner.records.json_out import print_json, prose_to_stderr
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
-DESCRIPTION = """Expand the sweep into points, check every point against the config (ids exist, values
-type, references resolve) and only then write the sweep dir and submit: one job array per
-MaxArraySize points (read from `scontrol show config`). One bad point: nothing is submitted.
-Never more array tasks than the user's submit limits leave free (QOS/association MaxSubmitJobs,
-read with sacctmgr, or the profile's max_submit_jobs): the other points wait in the sweep dir and
-are submitted by the sweep's own tasks as they end (and by `status`/`resume`).
-
-  --pack K                 each array task runs K points (in index order), one after another
-  --pack-parallel P        ... P of them at once (1 <= P <= K), each on its share of GPUs/CPUs
-  --retry CAUSE:CHANGE     a point that fails with CAUSE goes again with a changed request, e.g.
-                           OUT_OF_MEMORY:mem*2, TIMEOUT:time*2, NODE_FAIL:exclude (at most --max-retries)
-  --right-size DIR         ask for the CPUs, memory and time a finished sweep DIR used, with headroom
-
-  --sweep 'ID=V1,V2,...'   values typed like overrides; split at top-level commas only, so
-                           'network_def::channels=[8,16],[16,32]' is two lists;
-                           range(a,b[,step]) (b excluded), linspace(a,b,n), logspace(a,b,n)
-  --zip                    pair the --sweep values by position instead of the grid
-  --sweep-file FILE        grid: {ID: [..]}, zip: {ID: [..]}, points: [{ID: V, ...}, ...]
-
-The sweep dir (--output_dir, default runs/<bundle>/sweep-<time>) holds sweep.yaml, base/ (the
-shared config) and points/NNNN/ (each point's run dir, written by its job)."""
+DESCRIPTION = """Check every point against the config (ids exist, values type, references resolve), then write
+the sweep dir (sweep.yaml, base/, points/NNNN/: each point's run dir) and submit job arrays of at most
+MaxArraySize tasks, never more than the user's submit limits leave free: the other points wait and are
+submitted as tasks end (and by `status`/`resume`). One bad point: nothing is submitted."""
 EPILOG = """examples:
   hpc-runner sweep training --bundle bundles/synthetic_seg --cluster jade \\
       --sweep 'optimizer::lr=1e-3,1e-4' --sweep 'network_def::channels=[8,16,32],[16,32,64]'
@@ -60,18 +39,32 @@ ACCEPTS_OVERRIDES = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the sweep options."""
+    """Add the sweep options: its own groups, around the groups submit and tune share (cli/submission_options.py)."""
     parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
-    add_bundle_arguments(parser)
-    g = parser.add_argument_group("sweep")
+    add_submission_arguments(parser, own=_add_points, after_cluster=_add_tasks, usage=USAGE)
+
+
+USAGE = ("%(prog)s [ENTRY] --bundle DIR (--sweep ID=V1,V2 ... | --sweep-file FILE) [--cluster PROFILE] "
+         "[--dry-run] [OPTIONS] [--ID VALUE ...]")
+
+
+def _add_points(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("the points")
     g.add_argument(
-        "--sweep", action="append", default=[], metavar="ID=V1,V2", help="one axis of the sweep (repeatable)"
+        "--sweep", action="append", default=[], metavar="ID=V1,V2",
+        help="one axis (repeatable), values typed as overrides, split at top-level commas ([8,16],[16,32]: two "
+        "lists); or range(a,b[,step]), linspace(a,b,n), logspace(a,b,n)",
     )
-    g.add_argument("--zip", action="store_true", help="pair the --sweep values by position (all the same length)")
+    g.add_argument("--zip", action="store_true", help="pair the --sweep values by position, not the grid")
     g.add_argument(
-        "--sweep-file", "--sweep_file", dest="sweep_file", metavar="FILE", help="YAML file with grid/zip/points"
+        "--sweep-file", "--sweep_file", dest="sweep_file", metavar="FILE",
+        help="YAML: grid: {ID: [..]}, zip: {ID: [..]} or points: [{ID: V}, ...]",
     )
     g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="sweep dir (default runs/<bundle>/sweep-<time>)")
+
+
+def _add_tasks(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("array tasks")
     g.add_argument(
         "--array-parallelism",
         "--array_parallelism",
@@ -81,27 +74,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run at most K tasks of each array at once (sbatch --array=...%%K)",
     )
     g.add_argument("--pack", type=positive_int, default=1, metavar="K",
-                   help="run K points in each array task, one after another (default 1)")
+                   help="run K points in each array task, in index order, one after another (default 1)")
     g.add_argument("--pack-parallel", "--pack_parallel", dest="pack_parallel", type=positive_int, default=1,
-                   metavar="P", help="run P of a task's K points at once, each on its share of the job's GPUs/CPUs")
-    g.add_argument("--max-returns", "--max_returns", dest="max_returns", type=nonnegative_int, default=None,
+                   metavar="P", help="run P of a task's K points at once (1 <= P <= K), each on its share of the "
+                   "job's GPUs/CPUs")
+    r = parser.add_argument_group("failures, retries and right-sizing")
+    r.add_argument("--max-returns", "--max_returns", dest="max_returns", type=nonnegative_int, default=None,
                    metavar="N", help="a point its tasks return unrun more than N times fails with cause RETURNED "
                    "(default 3)")
-    g.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, default=None,
+    r.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, default=None,
                    metavar="N", help="a failed point is resubmitted (by resume or a --retry rule) at most N times "
                    "(default 3)")
-    g.add_argument("--max-submit-calls", "--max_submit_calls", dest="max_submit_calls", type=positive_int,
+    r.add_argument("--max-submit-calls", "--max_submit_calls", dest="max_submit_calls", type=positive_int,
                    default=None, metavar="N", help="the sweep makes at most N sbatch calls in all, refused and failed "
                    "ones included (default: points x (1 + max-returns + max-retries)); then it submits nothing more")
-    add_right_size_arguments(g)
-    add_cluster_arguments(parser)
-    add_json_argument(parser)
-    add_preflight_argument(parser)
-    add_cpus_argument(parser, submits=True)
-    add_writable_argument(parser)
-    add_container_arguments(parser)
-    add_profile_arguments(parser)
-
+    add_right_size_arguments(r)
 
 
 def add_right_size_arguments(g: Any) -> None:
@@ -129,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
 
     With --json, stdout holds exactly one JSON document: everything else the sweep prints while it checks and
     submits (progress, the lines of points run here) goes to stderr."""
-    with profile_request(args):
+    with profile_request(args), stage_request(args):
         with prose_to_stderr(args.json):
             res, profile = _main(args)
         if args.json:  # one JSON object on stdout, for scripts
@@ -154,7 +141,9 @@ def _main(args: argparse.Namespace) -> tuple[Any, Any]:
     _check_space_separated(args, cfg)
     if image is not None:  # the image starts and imports, every path of the config is under a bind: else exit 2
         cfg.container = checked_record(image, cfg, [os.getcwd(), str(cfg.bundle_dir or "")])
-    return _submit(args, cfg, spec, profile, rules), profile
+    res = _submit(args, cfg, spec, profile, rules)
+    res.container = cfg.container  # the dry run shows the runtime line each job starts
+    return res, profile
 
 
 def _submit(args: argparse.Namespace, cfg: Any, spec: Any, profile: Any, rules: Any) -> Any:
@@ -190,6 +179,9 @@ def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, 
             print(script)
         for note in res.notes[2:]:
             print(note)
+        line = runtime_line(getattr(res, "container", None))
+        if line:
+            print(line)
         return 0
     d = shlex.quote(str(res.directory))
     if res.ran_here:

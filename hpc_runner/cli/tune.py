@@ -8,14 +8,13 @@ import sys
 from typing import Any
 
 from hpc_runner.cli.common import (
-    add_bundle_arguments,
-    add_preflight_argument,
-    add_profile_arguments,
     load_config_from_args,
     profile_request,
+    stage_request,
 )
-from hpc_runner.cli.cpus_option import add_cpus_argument, apply_local_profile_cpus, cpus_into_profile_settings
-from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args, positive_int
+from hpc_runner.cli.cpus_option import apply_local_profile_cpus, cpus_into_profile_settings
+from hpc_runner.cli.slurm_options import load_profile_from_args, positive_int
+from hpc_runner.cli.submission_options import add_submission_arguments
 
 HELP = "search hyper-parameters with Optuna (TPE + ASHA pruning) in K worker array tasks"
 DESCRIPTION = """Check the space (each bound and choice against the config's ids and types, and the
@@ -40,8 +39,11 @@ ACCEPTS_OVERRIDES = True
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the tune options."""
     parser.add_argument("entry", nargs="?", metavar="ENTRY", help="id to run instead of `run` (e.g. training)")
-    add_bundle_arguments(parser)
-    g = parser.add_argument_group("tune")
+    add_submission_arguments(parser, own=_add_search, container=False)
+
+
+def _add_search(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("the search")
     g.add_argument("--space", action="append", default=[], metavar="ID=DIST(..)",
                    help="one parameter of the search (repeatable)")
     g.add_argument("--trials", type=positive_int, required=True, metavar="N", help="trials to run in all")
@@ -62,16 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sampler-seed", "--sampler_seed", dest="sampler_seed", type=int, metavar="S",
                    help="the Optuna sampler's seed (the same trials in the same order)")
     g.add_argument("--output_dir", "--output-dir", metavar="DIR", help="tune dir (default runs/<bundle>/tune-<time>)")
-    add_cluster_arguments(parser)
-    add_json_argument(parser)
-    add_preflight_argument(parser)
-    add_cpus_argument(parser, submits=True)
-    add_profile_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the command (with --profile, the workers inherit HPCR_PROFILE through sbatch --export)."""
-    with profile_request(args):
+    with profile_request(args), stage_request(args):
         return _main(args)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -261,10 +262,14 @@ def path_problems(cfg: BundleConfig, expanded: dict, cwd: Path | None = None, en
     used = _used_ids(body, entry, init_id, final_id)
     problems: list[Problem] = []
     seen: set[str] = set()
+    lists_seen: set[tuple[str, str]] = set()
     for found in input_paths(expanded, bundle_root):
         if used is not None and not used.covers(found.used_by):
             continue  # nothing that runs refers to it: not an input of this run
-        if found.path in seen or _produced(body, found.chain, found.path, init_id):
+        if _produced(body, found.chain, found.path, init_id):
+            continue
+        if found.path in seen:
+            problems += datalist_problems(body, found.id_path, found.path, cwd, lists_seen)
             continue
         seen.add(found.path)
         why = _input_problem(found.kind, found.path, cwd)
@@ -272,6 +277,72 @@ def path_problems(cfg: BundleConfig, expanded: dict, cwd: Path | None = None, en
             origin = found.chain[-1] if len(found.chain) > 1 else None
             via = f" (the value of '{origin}')" if origin else ""
             problems.append(Problem(cfg.locate(found.chain[-1]), found.id_path, why + via))
+        else:
+            problems += datalist_problems(body, found.id_path, found.path, cwd, lists_seen)
+    return problems
+
+
+DATALIST_READERS = ("monai.data.load_decathlon_datalist", "load_decathlon_datalist",
+                    "monai.data.decathlon_datalist.load_decathlon_datalist")
+DATALIST_MAX_BYTES = 64 << 20
+DATALIST_KEYS = ("image", "label")  # the keys MONAI's loader joins to base_dir (label: is_segmentation)
+
+
+def datalist_problems(body: dict, id_path: str, path: str, cwd: Path | None,
+                      seen: set[tuple[str, str]]) -> list[Problem]:
+    """Return a problem for each file that a datalist read by ``load_decathlon_datalist`` names (its
+    ``data_list_key`` list) and that is missing or unreadable: a volume deleted after ``init`` stops the job
+    before it is queued, not 12 s into it. Only plain values are followed (a ``$`` base_dir is not)."""
+    parent_id, _, key = id_path.rpartition("::")
+    if key != "data_list_file_path" or not parent_id:
+        return []
+    node = get_by_id(body, parent_id) if has_id(body, parent_id) else None
+    if not isinstance(node, dict) or node.get("_target_") not in DATALIST_READERS:
+        return []
+    list_key, base_dir = node.get("data_list_key", "training"), node.get("base_dir")
+    if not isinstance(list_key, str) or (base_dir is not None and not isinstance(base_dir, str)):
+        return []
+    if isinstance(base_dir, str) and base_dir.startswith(_CODE_PREFIXES):
+        return []
+    if (path, list_key) in seen:
+        return []
+    seen.add((path, list_key))
+    from hpc_runner.records.read import parse_json_text, read_record_text
+
+    file = Path(path).expanduser()
+    if cwd is not None and not file.is_absolute():
+        file = cwd / file
+    if not str(file).lower().endswith(".json"):
+        return []
+    try:
+        data = parse_json_text(read_record_text(file, "datalist", DATALIST_MAX_BYTES) or "null", file, "datalist")
+    except UserError as err:
+        return [Problem(str(file), id_path, err.message)]
+    items = data.get(list_key) if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return []
+    base = Path(base_dir).expanduser() if base_dir else file.parent
+    if cwd is not None and not base.is_absolute():
+        base = cwd / base
+    problems: list[Problem] = []
+    for n, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        for k in DATALIST_KEYS:
+            values = item.get(k)
+            for m, raw in enumerate(values if isinstance(values, list) else [values]):
+                if not isinstance(raw, str) or not raw:
+                    continue
+                at = f"{list_key}[{n}].{k}" + (f"[{m}]" if isinstance(values, list) else "")
+                target = Path(os.path.normpath(base / raw))
+                if not target.is_file():
+                    why = "does not exist" if not target.exists() else "is not a file"
+                elif not os.access(target, os.R_OK):
+                    why = "is not readable by this user"
+                else:
+                    continue
+                problems.append(Problem(str(file), id_path, f"the datalist's {at} names '{raw}', which {why} "
+                                        f"(looked for {target})"))
     return problems
 
 

@@ -19,6 +19,7 @@ from hpc_runner.config.sandbox_marks import static_check_skipped
 from hpc_runner.errors import ConfigError
 from hpc_runner.records.rundir import CONFIG_FILE, RunDir
 from hpc_runner.records.safe_mark import read_mark
+from hpc_runner.records.shape import first_non_string_key
 from hpc_runner.registry.trust import check_trust
 
 
@@ -35,6 +36,10 @@ def load_recorded_config(run_dir: str | Path, cli_overrides: Sequence[Override] 
             "not a run directory (no config.yaml)", where=str(run_dir), expected="a folder written by hpc-runner run"
         )
     loaded = load_file(path)
+    bad = first_non_string_key(loaded.data)  # ids are text: a hand-edited `1.5: x` or `.nan: x` is no id
+    if bad is not None:
+        raise ConfigError(f"the recorded config has a key that is not text: {bad}", where=str(path),
+                          expected="config.yaml as hpc-runner wrote it (every key text)")
     # in memory only: loading never writes (rerun reads a run dir it must leave as it is); prepare_run
     # accepts a recorded config that differs from config.yaml in output_dir alone and records the new one
     _follow_moved_run_dir(loaded.data, rd.path)

@@ -16,6 +16,7 @@ from pathlib import Path
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.merge import locate
 from hpc_runner.errors import UserError
+from hpc_runner.records.read import not_regular
 from hpc_runner.registry.manifest import MANIFEST_NAME, read_manifest
 from hpc_runner.registry.metadata import STRICT_LABEL, metadata_problems
 from hpc_runner.registry.problems import Problem, problems_error
@@ -120,7 +121,10 @@ def verify_bundle(
             report.notes.append("metadata follows MONAI's schema and hpc-runner's stricter checks")
     else:
         meta, meta_where = {}, {}
-        report.problems.append(Problem(str(meta_path), None, "missing (every bundle needs configs/metadata.json)"))
+        kind = not_regular(meta_path)  # a FIFO, a folder, a dangling link is there, named as what it is
+        report.problems.append(Problem(str(meta_path), None, f"{kind}, not a regular file (every bundle needs "
+                                       "configs/metadata.json as a file)" if kind else
+                                       "missing (every bundle needs configs/metadata.json)"))
     # under --safe only allow-listed modules are imported (by the safe checks), nothing else runs
     step("configs" + (" and their _target_ imports" if imports and not safe else ""))
     sets, found, notes = check_configs(bundle_dir, meta, meta_where, meta_path if meta else None, env,

@@ -37,7 +37,10 @@ from hpc_runner.scheduler.job_env import job_variables
 RUNTIMES = ("charliecloud", "apptainer", "singularity", "podman")
 PROGRAMS = {"charliecloud": "ch-run", "apptainer": "apptainer", "singularity": "singularity", "podman": "podman"}
 GPU_FLAGS = ("nv", "rocm", None)
-SPEC_KEYS = {"image", "runtime", "python", "gpu", "binds", "options"}
+SPEC_KEYS = {"image", "runtime", "python", "gpu", "binds", "options", "path", "on"}
+# container.on: where the runtime is. "compute": on the compute nodes only (JADE: no apptainer on the login node),
+# so the image is not started before queueing; "any" (default): here too, and the image is checked here first
+RUNTIME_PLACES = ("any", "compute")
 # variables passed into the image by name or prefix; PATH, HOME and PYTHONPATH are the image's own
 PASS_NAMES = (
     "LANG", "LANGUAGE", "TZ", "TERM", "COLUMNS", "LINES", "NO_COLOR",
@@ -68,11 +71,18 @@ class ContainerSpec:
     binds: tuple[str, ...] = ()  # SRC[:DST] of the user's profile (a bundle cannot add any)
     options: tuple[str, ...] = ()  # extra runtime flags from the user's profile
     where: str = "--container"  # what named it, for messages
+    path: str | None = None  # the runtime's program where the jobs run (container.path), else found on PATH
+    on: str = "any"  # "compute": the runtime is on the compute nodes only (RUNTIME_PLACES)
+
+    @property
+    def program(self) -> str:
+        """The runtime's command: the profile's path, else its name (found on PATH)."""
+        return self.path or PROGRAMS[self.runtime]
 
     def to_record(self) -> dict[str, Any]:
         """Return what run.yaml records (the image's fingerprint is added by :func:`image_fingerprint`)."""
         return {"image": self.image, "runtime": self.runtime, "python": self.python, "gpu": self.gpu,
-                "binds": list(self.binds), "options": list(self.options)}
+                "binds": list(self.binds), "options": list(self.options), "path": self.path, "on": self.on}
 
 
 def detect_runtime(image: str, which: Any = shutil.which) -> str:
@@ -92,11 +102,13 @@ def container_spec(cli_image: str | None, cli_runtime: str | None, profile_block
     """Return the container to run in: ``--container``/``--container-runtime`` over the profile's ``container:``
     block; None when neither names an image. A wrong value is bad input naming where it came from."""
     block = profile_block if isinstance(profile_block, dict) else {}
+    # YAML 1.1 (PyYAML) reads the key `on` as true: container: {on: compute} is what the user wrote
+    block = {("on" if k is True else k): v for k, v in block.items()}
     if profile_block is not None and not isinstance(profile_block, dict):
         raise UserError(f"container: is {profile_block!r}, not a mapping", where=where,
                         expected="container: {image: PATH, runtime: charliecloud|apptainer|singularity|podman, "
                         "python: python3, gpu: nv|rocm, binds: [SRC:DST], options: [FLAG]}")
-    unknown = sorted(set(block) - SPEC_KEYS)
+    unknown = sorted(str(k) for k in set(block) - SPEC_KEYS)
     if unknown:
         raise UserError(f"container: has unknown key(s) {', '.join(unknown)}", where=where,
                         expected=f"only {', '.join(sorted(SPEC_KEYS))}")
@@ -141,8 +153,16 @@ def container_spec(cli_image: str | None, cli_runtime: str | None, profile_block
     python = block.get("python") or "python3"
     if not isinstance(python, str) or not python or any(c.isspace() for c in python):
         raise UserError(f"container: python is {python!r}", where=where, expected="a command, e.g. python3")
+    path, on = block.get("path"), block.get("on") or "any"
+    if path is not None and (not isinstance(path, str) or not os.path.isabs(path) or any(c.isspace() or c == "\0"
+                                                                                           for c in path)):
+        raise UserError(f"container: path is {path!r}", where=where,
+                        expected="the absolute path of the runtime's program, e.g. /apps/apptainer/bin/apptainer")
+    if on not in RUNTIME_PLACES:
+        raise UserError(f"container: on is {on!r}", where=where,
+                        expected="compute (the runtime is on the compute nodes only) or any (here too; the default)")
     return ContainerSpec(image=image, runtime=runtime, python=python, gpu=gpu, binds=lists["binds"],
-                         options=lists["options"], where=where)
+                         options=lists["options"], where=where, path=path, on=on)
 
 
 def spec_from_record(record: Mapping[str, Any], where: str) -> ContainerSpec:
@@ -271,7 +291,7 @@ class Mounts:
 
 def container_argv(spec: ContainerSpec, mounts: Mounts, command: Sequence[str]) -> list[str]:
     """Return the exact command line that runs ``command`` inside the image with ``mounts``, for its runtime."""
-    program = PROGRAMS[spec.runtime]
+    program = spec.program
     pairs = [(p, p) for p in mounts.paths] + [parse_bind(b, spec.where) for b in spec.binds]
     binds = [bind_argument(spec.runtime, src, dst, spec.where) for src, dst in pairs]
     if spec.runtime == "charliecloud":
@@ -361,7 +381,10 @@ def check_image(spec: ContainerSpec, cache_dir: Path, environ: Mapping[str, str]
 
     Cached per (runtime, image fingerprint, python) in ``cache_dir``. A missing runtime, an image that does not
     start or a module that does not import is bad input naming the image, before anything is queued."""
-    program = PROGRAMS[spec.runtime]
+    program = spec.program
+    if spec.on == "compute" and shutil.which(program) is None:  # not here, by the profile's word: checked in the job
+        return {"checked": "in the job: the runtime is on the compute nodes only (container.on: compute)",
+                "fingerprint": image_fingerprint(spec.image)}
     if shutil.which(program) is None:
         raise UserError(f"the container runtime {spec.runtime} ({program}) is not on PATH; nothing was run or queued",
                         where=spec.where, expected=f"{program} installed here (and on the compute nodes), or "

@@ -15,6 +15,7 @@ from hpc_runner.config.bundle_config import USUAL_ENTRIES, BundleConfig, apply_o
 from hpc_runner.config.display import to_plain
 from hpc_runner.config.ids import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, has_id
 from hpc_runner.config.overrides import Override, suggest_ids
+from hpc_runner.data.staging import RunData, in_use, prepare_run_data, record_io, settings_from_env, staged_config
 from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records import environment
 from hpc_runner.records.atomic import write_text_atomic
@@ -300,18 +301,40 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     rank, world = launched_world()
     try:
         _check_devices(cfg, run_dir, rank)  # then every rank votes: one that refused stops all of them now
-        if rank != 0:
-            return _execute_worker(cfg, run_dir, expanded, run_id)
-        # started by prepare_run, or here (a caller that prepared the run itself); not when the bundle makes its own
-        started_group = init_distributed(bundle_config=expanded) or owns_process_group()
-        try:
-            return _execute_main(cfg, run_dir, expanded, run_id)
-        finally:
-            if started_group:
-                shutdown_distributed()
+        expanded, data = _run_data(run_dir, expanded, rank)  # --stage: the node-local copy, via an id override
+        with in_use(list(data.overrides.values())):  # the node's cleaning leaves the copies this run reads
+            if rank != 0:
+                return _execute_worker(cfg, run_dir, expanded, run_id)
+            # started by prepare_run, or here (a caller that prepared the run itself); not when the bundle makes its own
+            started_group = init_distributed(bundle_config=expanded) or owns_process_group()
+            try:
+                return _execute_main(cfg, run_dir, expanded, run_id)
+            finally:
+                if started_group:
+                    shutdown_distributed()
     finally:
         if world > 1:
             settle_distributed_threads()
+
+
+def _run_data(run_dir: RunDir, expanded: dict, rank: int) -> tuple[dict, RunData]:
+    """Stage the run's data on this node when HPCR_STAGE asks (data/staging.py); return the config that reads the
+    copy and where the data is read from. Rank 0 records that in run.yaml ``data:``; each node's first task adds
+    what it read from shared storage to data_io.json. A stage folder that is a link, or a source that changed
+    during the copy, is bad input: run.yaml says so, exit 2, and nothing half-copied is read."""
+    from hpc_runner.scheduler.job_env import local_rank, restart_count
+
+    try:
+        data = prepare_run_data(expanded, settings_from_env(), warn=lambda line: print(line, file=sys.stderr))
+    except UserError as exc:
+        if rank == 0 and run_dir.file("run.yaml").exists():
+            run_dir.update_record(status="failed", ended=now_iso(), error=failure_record(exc, None))
+        raise
+    if local_rank() == 0:
+        record_io(run_dir.path, data, attempt=restart_count())
+    if rank == 0:
+        run_dir.update_record(data=data.record())
+    return staged_config(expanded, data), data
 
 
 def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:

@@ -95,22 +95,57 @@ def _line_of(exc: BaseException) -> int | None:
     return line
 
 
-def load_file(path: str, what: str) -> Any:
-    """Load one JSON/YAML file with MONAI's loader; raise ConfigError naming it (and the line) when it cannot."""
+def _check_readable(path: str, what: str) -> None:
+    """ConfigError naming ``path`` unless it is a regular file of a config's size whose nesting and aliases are
+    within the config bounds (records/read.py, records/shape.py): checked before MONAI's loader reads it, which
+    reads any file whole (a named pipe blocks it, a 600 MB file fills memory) and recurses on deep nesting."""
+    import contextlib
+
+    import yaml
+
+    from hpc_runner.config.loader import MAX_CONFIG_BYTES
+    from hpc_runner.records.read import read_record_text
+    from hpc_runner.records.shape import MAX_CONFIG_NODES, check_json_depth, check_yaml_shape
+
+    text = read_record_text(path, what, MAX_CONFIG_BYTES, error=ConfigError) or ""
+    if path.lower().endswith(".json"):
+        check_json_depth(text, path)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with contextlib.suppress(yaml.YAMLError):  # a syntax error: MONAI's loader reports it below, as it does
+        check_yaml_shape(loader(text), path, MAX_CONFIG_NODES)
+
+
+def load_file(path: str, what: str, *, mapping: bool = True) -> Any:
+    """Load one JSON/YAML file with MONAI's loader; raise ConfigError naming it (and the line) when it cannot, or
+    (``mapping``) when it does not hold a mapping: a config, metadata, args or schema file that is a number, a
+    string or null would reach MONAI, which fails on it with an AttributeError.
+
+    Read through the bounded readers first (``_check_readable``): a regular file, of sensible size and shape."""
     from monai.bundle import ConfigParser
 
+    from hpc_runner.records.read import not_regular
+
+    kind = not_regular(path)  # a named pipe, a folder, a dangling link: named as what it is, not "does not exist"
+    if kind is not None:
+        raise ConfigError(f"{what} is {kind}, not a regular file", where=path,
+                          expected="an existing .json, .yaml or .yml file")
     if not Path(path).is_file():
         hint = "The path is relative to the working dir" if not Path(path).is_absolute() else None
         raise ConfigError(f"{what} does not exist", where=path, hint=hint,
                           expected="an existing .json, .yaml or .yml file")
+    _check_readable(path, what)
     try:
-        return ConfigParser.load_config_file(path)
+        content = ConfigParser.load_config_file(path)
     except Exception as exc:  # JSON/YAML syntax, duplicate keys (MONAI_FAIL_ON_DUPLICATE_CONFIG), unknown suffix
         line = _line_of(exc)
         where = f"{path}:{line}" if line else path
         first = str(getattr(exc, "msg", None) or getattr(exc, "problem", None) or exc).strip().splitlines()
         raise ConfigError(f"{what} cannot be read: {type(exc).__name__}: {first[0] if first else ''}",
                           where=where, expected="a valid JSON or YAML file") from None
+    if mapping and not isinstance(content, dict):
+        raise ConfigError(f"{what} holds {'nothing' if content is None else 'a ' + type(content).__name__}, not a "
+                          "mapping", where=path, expected="a JSON or YAML mapping (of ids, or of keys, to values)")
+    return content
 
 
 def merge_args(tag: str, args_file: str | None, **kwargs: Any) -> dict:

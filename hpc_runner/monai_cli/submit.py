@@ -90,6 +90,7 @@ def submit_command(
 
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if run_preflight:
         preflight(name, argv)
     folder = Path(folder) if folder else default_job_dir(name)

@@ -39,6 +39,18 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def not_regular(path: Path | str) -> str | None:
+    """What is at ``path`` when it is there but no regular file (``a named pipe (FIFO)``, ``a folder``, ``a
+    dangling symbolic link``...), in the words the readers' refusals use; None for a regular file or nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling symbolic link" if os.path.islink(path) else None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
 def _check_kind(mode: int, path: str | Path, what: str, pipe: bool, error: type[UserError]) -> None:
     if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
         return

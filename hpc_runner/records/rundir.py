@@ -41,6 +41,35 @@ CHECKPOINT_DIR = "checkpoints"
 RECORD_LOCK = ".run.lock"  # the lock of run.yaml's one writer (records/file_lock.py)
 
 
+# run.yaml's fields as hpc-runner writes them: a hand-edited record whose field holds another type (``entry: .nan``,
+# ``bundle: [1]``) is refused where it is read (``check_run_record``), not met as an AttributeError deep in a command
+_RUN_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("entry", "status", "init_id", "final_id", "rerun_of"), (str,)),
+    **dict.fromkeys(("bundle", "command", "env", "cpus", "host", "scheduler", "versions", "git", "container",
+                     "sandbox"), (dict,)),
+}
+
+
+def check_run_record(data: dict, path: Path | str) -> dict:
+    """Return run.yaml's ``data`` once its shape is the one hpc-runner writes: every key a string (at every
+    level: ids and fields are looked up as text) and each known field of its type (or null); RecordError naming
+    the file and the field otherwise."""
+    from hpc_runner.records.read import RecordError
+    from hpc_runner.records.shape import first_non_string_key
+
+    bad = first_non_string_key(data)
+    if bad is not None:
+        raise RecordError(f"the run record has a key that is not text: {bad}", where=str(path),
+                          expected="the run record as hpc-runner wrote it (keys are text)")
+    for key, kinds in _RUN_RECORD_TYPES.items():
+        value = data.get(key)
+        if value is not None and not isinstance(value, kinds):
+            raise RecordError(f"the run record's '{key}' is a {type(value).__name__}, not a "
+                              f"{' or '.join(k.__name__ for k in kinds)}", where=str(path),
+                              expected="the run record as hpc-runner wrote it")
+    return data
+
+
 class _Dumper(yaml.SafeDumper):
     """Block-style YAML that keeps key order and writes multi-line strings as literal blocks."""
 
@@ -158,13 +187,17 @@ class RunDir:
         from hpc_runner.records.read import read_yaml_record
 
         # libyaml when PyYAML has it: status/collect read run.yaml of every point (10,000 at ~2 ms each in pure Python)
-        return read_yaml_record(self.file(name), name, kind=None)
+        data = read_yaml_record(self.file(name), name, kind=None)
+        if name == RUN_FILE and isinstance(data, dict):
+            check_run_record(data, self.file(name))
+        return data
 
     def record(self) -> dict:
         """Return run.yaml (empty when absent); RecordError naming it when it is damaged or not a mapping."""
         from hpc_runner.records.read import read_yaml_record
 
-        return read_yaml_record(self.file(RUN_FILE), f"run record ({RUN_FILE})") or {}
+        return check_run_record(read_yaml_record(self.file(RUN_FILE), f"run record ({RUN_FILE})") or {},
+                                self.file(RUN_FILE))
 
     def change_record(self, change: Callable[[dict], dict]) -> dict:
         """The one writer of run.yaml: under the run dir's lock, read it, ``change`` it, write it atomically.

@@ -192,6 +192,23 @@ def _check_alias(
         )
 
 
+def first_non_string_key(data: Any) -> str | None:
+    """Return the first key of a mapping in ``data`` (at any level) that is not a string, shown with the id of
+    the mapping that holds it (``a::b: key 1.5``); None when every key is a string. A loop, not recursion: the
+    data may be any parsed file (its depth is bounded when parsed, its width is not)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    return f"{where + ': ' if where else ''}key {key!r} ({type(key).__name__})"
+                stack.append((f"{where}::{key}" if where else key, value))
+        elif isinstance(node, list):
+            stack.extend((f"{where}::{i}" if where else str(i), v) for i, v in enumerate(node))
+    return None
+
+
 def yaml_syntax_error(exc: yaml.YAMLError, text: str, path: str | Path, what: str = "file",
                       error: type[ConfigError] | type = ConfigError) -> Exception:
     """Return ``error`` (a UserError) naming ``path`` and the line for any YAML error: a syntax error (with its

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from hpc_runner.records.json_out import dumps_json
-from hpc_runner.registry.decathlon_folder import DecathlonFolder
+from hpc_runner.registry.decathlon_folder import MIN_SIDE, DecathlonFolder
 from hpc_runner.registry.scaffold import installed_version, new_metadata, write_files, write_new_bundle
 
 ROI_SIZE = [96, 96, 96]
@@ -29,7 +29,7 @@ CT_WINDOW = (-175, 250)         # Hounsfield units kept (soft tissue); the rest 
 def roi_size(folder: DecathlonFolder) -> list[int]:
     """Return the crop: ROI_SIZE, made smaller on an axis where the smallest volume is (a multiple of 16, which
     the UNet's four down-samplings need), so every crop is of the volume and not of padding."""
-    return [max(16, min(side, (small // 16) * 16)) for side, small in zip(ROI_SIZE, folder.smallest)]
+    return [max(MIN_SIDE, min(side, (small // 16) * 16)) for side, small in zip(ROI_SIZE, folder.smallest)]
 
 
 def split_ratios(num_training: int) -> list[int]:
@@ -61,7 +61,11 @@ def _datalists(folder: DecathlonFolder) -> dict[str, Any]:
 
 def _intensity(folder: DecathlonFolder) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Return the intensity ids and the transforms that crop to the foreground and scale intensities."""
-    crop = {"_target_": "CropForegroundd", "keys": ["image", "label"], "source_key": "image", "allow_smaller": True}
+    # the foreground box is grown to a multiple of the crop (padded past the image's edge if need be), so every
+    # cached volume holds a whole roi_size crop: no padding after the cache (a deterministic step every epoch) and
+    # none of a whole volume before it
+    crop = {"_target_": "CropForegroundd", "keys": ["image", "label"], "source_key": "image",
+            "k_divisible": "@roi_size", "allow_smaller": False}
     if folder.is_ct:  # Hounsfield units mapped to [0, 1], the rest clipped
         return ({"intensity_min": CT_WINDOW[0], "intensity_max": CT_WINDOW[1]},
                 [{"_target_": "ScaleIntensityRanged", "keys": "image", "a_min": "@intensity_min",
@@ -107,8 +111,6 @@ def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
             {"_target_": "Orientationd", "keys": pair, "axcodes": "RAS", "labels": None},
             {"_target_": "Spacingd", "keys": pair, "pixdim": "@pixdim", "mode": ["bilinear", "nearest"]},
             *intensity,
-            # deterministic: before the cache, so it is done once (the runner's advice), not every epoch
-            {"_target_": "SpatialPadd", "keys": pair, "spatial_size": "@roi_size"},
             {"_target_": "EnsureTyped", "keys": pair, "track_meta": False},
         ],
         "augmentation": [  # random part: runs every epoch, after the cache

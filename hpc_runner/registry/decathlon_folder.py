@@ -189,12 +189,12 @@ def _voxel_size(nib: Any, where: Path, n: int, path: Path) -> list[float]:
     return zoom + [1.0] * (3 - len(zoom))
 
 
-MIN_SIDE = 16  # voxels per axis (after resampling) below which a 3D UNet of 4 down-samplings has nothing to crop
+MIN_SIDE = 32  # voxels per axis (after resampling): the smallest crop the generated UNet (4 down-samplings) trains on
 
 
-def _smallest_shape(where: Path, cases: dict[str, list[Path]], spacing: list[float]) -> list[int]:
+def _smallest_shape(where: Path, cases: dict[str, list[Path]], spacing: list[float], notes: list[str]) -> list[int]:
     """Return the smallest size per axis, in voxels of ``spacing``, of every image (headers only: nibabel reads
-    no voxel data); refuse, naming each, the volumes smaller than MIN_SIDE on an axis once resampled."""
+    no voxel data); a note names each volume smaller than MIN_SIDE on an axis once resampled."""
     import nibabel as nib
 
     smallest = [1 << 30] * 3
@@ -214,10 +214,10 @@ def _smallest_shape(where: Path, cases: dict[str, list[Path]], spacing: list[flo
             smallest = [min(a, b) for a, b in zip(smallest, sides)]
             if min(sides) < MIN_SIDE:
                 small.append(f"{split}[{n}].image ({path}) is {sides} voxels at {spacing} mm")
-    if small:
-        raise _refuse(where, f"{len(small)} volume(s) smaller than {MIN_SIDE} voxels on an axis once resampled to "
-                      f"the median voxel size, less than the smallest crop a 3D UNet trains on: "
-                      + "; ".join(small[:MAX_SAID]))
+    if small:  # trained on all the same: the foreground crop pads them to the crop (roi_size)
+        notes.append(f"{len(small)} volume(s) smaller than {MIN_SIDE} voxels on an axis once resampled to the median "
+                     f"voxel size, the smallest crop the bundle's 3D UNet trains on, are padded to it: "
+                     + "; ".join(small[:MAX_SAID]))
     return smallest
 
 
@@ -276,4 +276,4 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
     return DecathlonFolder(root=root, name=str(name), num_training=counts["training"],
                            num_validation=counts["validation"], labels=labels, modality=modality,
                            spacing=spacing, notes=notes,
-                           smallest=_smallest_shape(where, cases, spacing))
+                           smallest=_smallest_shape(where, cases, spacing, notes))

@@ -175,8 +175,7 @@ def _inside(dest_dir: Path, folder: str, where: str) -> Path:
 
 
 # the first bytes of each kind of archive tarfile reads ("ustar" sits at offset 257 of a tar's first header)
-_MAGIC = ((b"\x1f\x8b", "gz", "gzip"), (b"BZh", "bz2", "bzip2"), (b"\xfd7zXZ\x00", "xz", "xz"),
-          (b"\x28\xb5\x2f\xfd", "zst", "zstd"))
+_MAGIC = ((b"\x1f\x8b", "gz"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zst"))
 _TAR_MAGIC_AT = 257
 
 
@@ -199,16 +198,18 @@ def _archive_mode(archive: Path, where: str) -> str:
     if size > bound:
         raise BundleError(f"the archive is {size} bytes, more than {bound} (the most its files may add up to, with "
                           "their tar headers)", where=where, hint="set HPCR_INSTALL_MAX_BYTES to allow more")
-    for magic, mode, name in _MAGIC:
+    for magic, mode in _MAGIC:
         if head.startswith(magic):
             if mode == "zst" and "zst" not in getattr(tarfile.TarFile, "OPEN_METH", {}):
-                raise BundleError("the archive is zstd-compressed, which this Python's tarfile cannot read",
+                raise BundleError("cannot read the archive: it is zstd-compressed, which this Python's tarfile cannot "
+                                  "read",
                                   where=where, expected="a .tar.gz written by 'hpc-runner pack'",
                                   hint="unpack it with `zstd -d` to a .tar first, or pack it again")
             return f"r:{mode}"
     if head[_TAR_MAGIC_AT:_TAR_MAGIC_AT + 5] == b"ustar":
         return "r:"
-    raise BundleError("the file is not a tar archive (neither gzip, bzip2, xz nor zstd compressed, nor plain tar)",
+    raise BundleError("cannot read the archive: the file is not a tar archive (neither gzip, bzip2, xz nor zstd "
+                      "compressed, nor plain tar)",
                       where=where, expected="a .tar.gz written by 'hpc-runner pack'")
 
 

@@ -71,6 +71,8 @@ class Limit:
     value: int
     queued: int = 0
     limits_submission: bool = True  # False for MaxJobs: jobs past it wait, sbatch accepts them
+    # what it counts: each array task (SLURM's limits), or an array as ONE job (Grid Engine's max_u_jobs)
+    counts_arrays: bool = False
 
     @property
     def free(self) -> int:
@@ -107,9 +109,10 @@ class SubmitLimits:
                 lim.queued = len(jobs)
 
     def consume(self, n: int) -> None:
-        """Count ``n`` jobs just submitted (with this account and QOS) against every limit."""
+        """Count one array of ``n`` tasks just submitted (with this account and QOS) against every limit: ``n``
+        where a limit counts tasks, 1 where it counts an array as one job."""
         for lim in self.limits:
-            lim.queued += n
+            lim.queued += 1 if lim.counts_arrays else n
 
     @property
     def binding(self) -> Limit | None:
@@ -119,9 +122,13 @@ class SubmitLimits:
 
     @property
     def free_slots(self) -> int | None:
-        """Return how many jobs (array tasks) the user may still submit; None means no known limit."""
-        b = self.binding
-        return None if b is None else b.free
+        """Return how many jobs (array tasks) the user may still submit; None means no known limit. A limit that
+        counts an array as one job bounds no task count while it has a free slot (the next array may be as large
+        as ``max_array_size``), and is 0 once it has none."""
+        bounds = [lim.free for lim in self.limits if lim.limits_submission and not (lim.counts_arrays and lim.free)]
+        if bounds:
+            return min(bounds)
+        return None
 
     @property
     def known(self) -> bool:
@@ -166,13 +173,14 @@ class JobRequest:
 
 
 JOB_ENTRY = "hpcr_job_entry"  # the attribute that marks a function a job may run by name
-# Every function a job may run by name, as ``module:function``: the job runner (scheduler/slurm/job_call.py)
+# Every function a job may run by name, as ``module:function``: the job runner (scheduler/job_call.py)
 # looks the name of an arguments file up here BEFORE importing anything, so a file in a shared folder can make
 # it import none of hpc-runner's other modules, nor anyone else's; ``job_entry`` refuses a function not listed.
 JOB_ENTRIES = frozenset({
     "hpc_runner.monai_cli.job:run_monai_command",
     "hpc_runner.pipeline.export_job:run_export_stage",
     "hpc_runner.pipeline.select_job:run_select_stage",
+    "hpc_runner.scheduler.site_check:run_site_check",
     "hpc_runner.sweep.job:run_submitted",
     "hpc_runner.sweep.task:run_sweep_task",
     "hpc_runner.tune.worker:run_tune_worker",
@@ -188,7 +196,7 @@ def job_entry_name(fn: Callable[..., Any]) -> str:
 
 def job_entry(fn: F) -> F:
     """Mark ``fn`` as what a job (or an array's tasks) may run, named in a file of arguments
-    (scheduler/slurm/command_job.py): a file in a shared folder can name only such a function, never other code.
+    (scheduler/job_arguments.py): a file in a shared folder can name only such a function, never other code.
     ``fn`` must be listed in ``JOB_ENTRIES`` (the job runner reads only that table before it imports)."""
     if job_entry_name(fn) not in JOB_ENTRIES:
         raise TypeError(f"{job_entry_name(fn)} is not listed in JOB_ENTRIES (scheduler/executor.py)")
@@ -244,6 +252,22 @@ class Executor(ABC):
         """When the jobs would get no GPU: how to ask for one, in this scheduler's words (None: they get GPUs, or
         the executor has none to give)."""
         return None
+
+    def requested_gpus(self) -> int:
+        """How many GPUs one task of this profile asks for on its node (0: none; what ``cluster check`` compares
+        with the GPUs a job sees)."""
+        return 0
+
+    def check_site(self, say: Log | None = None) -> None:
+        """Say, before queueing, each failed ``cluster check`` finding of this profile a submission depends on and
+        the workaround it uses (one line each, on stderr); ClusterError where the job cannot work there."""
+        import sys
+
+        from hpc_runner.scheduler.site_findings import say_before_queueing
+
+        container = isinstance(self.profile.get("container"), Mapping) and bool(self.profile.get("container"))
+        say_before_queueing(self.profile.settings, say or (lambda line: print(line, file=sys.stderr, flush=True)),
+                            gpus=self.requested_gpus(), container=container, partition=self.profile.get("partition"))
 
     def describe_cluster(self, partition: str | None = None) -> list[tuple[str, Any, str]]:
         """Return the lines of a profile written from what the scheduler says (key, value, where it came from)."""

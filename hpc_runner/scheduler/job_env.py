@@ -292,6 +292,12 @@ def requeue_job(environ: Mapping[str, str] | None = None) -> str | None:
     return current(environ).requeue()
 
 
+def requeue_exit_code(environ: Mapping[str, str] | None = None) -> int | None:
+    """The exit status that asks this job's scheduler to run it again once ``requeue_job`` said yes (Grid Engine:
+    99), None where the requeue was a command (SLURM's ``scontrol requeue``) and the job ends as it would."""
+    return current(environ).requeue_exit_code
+
+
 def job_end_time(job_id: str | None = None, environ: Mapping[str, str] | None = None) -> float | None:
     """Return when the scheduler ends the job ``job_id`` (this job when None), as epoch seconds: the environment's
     word, else one scheduler call; None outside a job, without a limit or an answer."""

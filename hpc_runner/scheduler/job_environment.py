@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
@@ -28,6 +29,10 @@ MAX_REQUEUES_ENV = "HPCR_MAX_REQUEUES"
 MAX_REQUEUES = 5  # a job that asked to be requeued this often is stopped instead: bounded by construction
 SIGNAL_EARLY_S = 60.0  # how much earlier than asked a scheduler may send the stop signal (SLURM: up to 60 s)
 CPUS_GRANTED_ENV = "HPCR_CPUS_GRANTED"  # a packed slot's share where no scheduler says one (local runs)
+# set by a submission whose profile's cluster check found the scheduler refuses requeue (scheduler/site_findings.py):
+# the job does not ask to be requeued; it ends with its checkpoint, and `resume` (or a sweep's --retry) resubmits
+REQUEUE_ENV = "HPCR_REQUEUE"
+RESUBMIT = "resubmit"
 
 
 def env_of(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -332,7 +337,12 @@ class JobEnvironment:
 
     def requeue(self) -> str | None:
         """Ask the scheduler to requeue this job so it continues from its checkpoint; return its id when accepted.
-        None outside a job, on a rank other than 0, past ``HPCR_MAX_REQUEUES``, or when the scheduler refuses."""
+        None outside a job, on a rank other than 0, past ``HPCR_MAX_REQUEUES``, when the scheduler refuses, or when
+        the submission said this site refuses requeue (``HPCR_REQUEUE=resubmit``: the job is not asked again)."""
+        if self.environ.get(REQUEUE_ENV) == RESUBMIT:
+            print("hpc-runner: not requeued: the cluster check found this site refuses requeue; the job ends with its "
+                  "checkpoint and is resubmitted (hpc-runner resume, or a sweep's --retry)", flush=True)
+            return None
         if _IN_PROCESS:
             job = self.job_to_requeue()
             return job if job is not None and _IN_PROCESS[-1](job) else None
@@ -341,6 +351,17 @@ class JobEnvironment:
     def _requeue(self) -> str | None:
         """The scheduler's own requeue of this job (its command), as ``requeue`` says."""
         return None
+
+    # ---------------------------------------------------------------- the job's call (scheduler/job_call.py)
+
+    def around_call(self, args_file: Path) -> contextlib.AbstractContextManager[None]:
+        """What this backend does around the call a job runs (scheduler/job_call.py): nothing here."""
+        return contextlib.nullcontext()
+
+    def site_probes(self) -> dict[str, dict[str, Any]]:
+        """What this scheduler's own job settings say, probed on the node for ``cluster check``
+        (scheduler/site_check.py): name -> ``{"ok", "detail", ...}``; none by default."""
+        return {}
 
     # ---------------------------------------------------------------- what a record keeps, what a child must not see
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,26 @@ COMMON_KEYS: dict[str, KeySpec] = {
     "point_minutes": ((int, float, type(None)), "how long one sweep point takes, in minutes (a packed task "
                       "starts no point it cannot finish before its time limit)"),
     "container": ((dict, type(None)), "a mapping: image, runtime, python, gpu, binds, options (docs/containers.md)"),
+    "stage": ((dict, bool, type(None)), "a mapping: where (scratch, $TMPDIR/..., or an absolute path), max_gb, "
+              "node_gb, clean (lru|never), read_slots (docs/data-on-the-cluster.md)"),
+    "checked": ((dict, type(None)), "what `hpc-runner cluster check` found (written by it; docs/cluster-check.md)"),
 }
+
+
+def setting(types: tuple[type, ...], help_text: str, default: Any = None) -> Any:
+    """A field of a backend's settings dataclass that is a profile key: its accepted types and its help text
+    (``keys_of`` makes the backend's ``profile_keys`` of them, ``keys_help`` the help for --scheduler-option)."""
+    return field(default=default, metadata={"types": types, "help": help_text})
+
+
+def keys_of(settings_class: type) -> dict[str, KeySpec]:
+    """The profile keys a backend's settings dataclass declares (its fields made with ``setting``), in order."""
+    return {f.name: (f.metadata["types"], f.metadata["help"]) for f in fields(settings_class) if "types" in f.metadata}
+
+
+def keys_help(settings_class: type) -> list[str]:
+    """One line per profile key of a backend's settings dataclass: ``key: help``."""
+    return [f"{key}: {text}" for key, (_, text) in keys_of(settings_class).items()]
 
 
 @dataclass

@@ -113,6 +113,10 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
         )
     if "time" in settings:
         parse_time_minutes(settings["time"], where)
+    if settings.get("checked") is not None:
+        from hpc_runner.scheduler.site_findings import parse_checked
+
+        parse_checked(settings["checked"], where)
     for executor in EXECUTORS.values():
         executor.check_profile(settings, where)
     if isinstance(settings.get("cpus_per_task"), int) and settings["cpus_per_task"] < 1:

@@ -2,8 +2,8 @@
 NAME`` -> the executor class) and the job side (``JOB_ENVIRONMENTS``: each backend's ``JobEnvironment``, the one
 whose variables are present chosen at run time by scheduler/job_env.py, else ``NoScheduler``).
 
-Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/gridengine/``, ``scheduler/local/``, ``scheduler/memory/``: the
-in-memory cluster the tests drive) and declares what it needs of a profile: ``kind`` (its name here),
+Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/gridengine/``, ``scheduler/local/``,
+``scheduler/memory/``: the in-memory cluster the tests drive) and declares what it needs of a profile: ``kind`` (its name here),
 ``profile_keys`` (the keys it understands beyond ``profiles.COMMON_KEYS``) and ``check_profile`` (their values).
 Adding a scheduler (Grid Engine, PBS, LSF, Flux) is one new folder and one entry in each tuple below; profiles.py,
 the commands, the job side and the sweep's logic ask this module, never an executor's name.

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.data.staging import shared_bytes_of
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import RecordError, read_json_record
 from hpc_runner.records.rundir import SUMMARY_FILE
@@ -74,6 +75,9 @@ def result_rows(target: Target, states: list[PointState], answer: Any = None,
             else:
                 row[col] = value
         row["elapsed"] = st.elapsed
+        shared = shared_bytes_of(Path(st.run_dir)) if st.run_dir else None  # data_io.json (data/staging.py)
+        if shared is not None:
+            row["shared_mb"] = round(shared / 1e6, 1)
         if answer is not None:
             from hpc_runner.sweep.usage import point_usage
 
@@ -91,7 +95,9 @@ def result_rows(target: Target, states: list[PointState], answer: Any = None,
             columns += [col.replace("metric", n).replace("final_", "") for n in names]
         else:
             columns.append(col)
-    columns += ["elapsed", *(USAGE_COLUMNS if answer is not None else ()), "job_id", "requeues", "run_dir", "error"]
+    shared_mb = ["shared_mb"] if any("shared_mb" in r for r in rows) else []  # MB read from shared storage
+    columns += ["elapsed", *shared_mb, *(USAGE_COLUMNS if answer is not None else ()),
+                "job_id", "requeues", "run_dir", "error"]
     for row in rows:
         for c in columns:
             row.setdefault(c, None)

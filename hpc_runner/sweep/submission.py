@@ -114,6 +114,7 @@ def submit_run(
     check_entry(cfg, entry)
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
         from hpc_runner.config.preflight import check_config
 
@@ -286,6 +287,7 @@ def submit_sweep(
     check_entry(cfg, entry)
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     limits_reader = read_ahead(executor, limits_reader)  # the scheduler answers while the points are checked
     points = spec.points()
     note = check_points(cfg, points)

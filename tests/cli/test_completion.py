@@ -97,3 +97,33 @@ def test_zsh_adds_profiles_and_the_bundle_s_own_ids(tmp_path: Path, capsys) -> N
     words = res.stdout.split()
     assert res.returncode == 0, res.stderr
     assert {"jade", "local", "slurm", "mygpu"} <= set(words) and "--max_epochs" in words, res.stdout
+
+
+def _shell_start_s(startup: str, runs: int = 5) -> float:
+    """The fastest of ``runs`` starts of a bash that runs ``startup``."""
+    import time
+
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(["bash", "--norc", "--noprofile", "-c", startup], check=True, timeout=30)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_completion_file_adds_under_a_tenth_of_a_second_to_a_shell_start(tmp_path: Path, capsys) -> None:
+    # 6ca9a4e's advice, eval "$(hpc-runner completion bash)" in ~/.bashrc, started Python in every shell (~0.9 s)
+    assert main(["completion", "bash"]) == 0
+    script = tmp_path / "hpc-runner"  # as written to ~/.local/share/bash-completion/completions/hpc-runner
+    script.write_text(capsys.readouterr().out)
+    added = _shell_start_s(f"source {script}") - _shell_start_s(":")
+    assert added < 0.1, f"sourcing the completion script adds {added:.3f} s to a shell's start"
+    readme = (ROOT / "README.md").read_text()
+    assert "completion bash > ~/.local/share/bash-completion/completions/hpc-runner" in readme
+    assert 'eval "$(hpc-runner completion bash)"' not in readme
+
+
+def test_the_readme_installs_the_cpu_wheel_of_torch_on_a_machine_without_a_gpu() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,67 @@ def test_ctrl_c_is_130_and_documented(monkeypatch, capsys, tmp_path: Path) -> No
     assert "130 interrupted (Ctrl-C)" in EPILOG
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "130 interrupted (Ctrl-C)" in " ".join(readme.split())
+
+
+def _one_paragraph(err: str, command: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"hpc-runner {command}: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "{long}"], ["report", "{long}"], ["collect", "{sweep}", "--out", "{long}"],
+    ["init", "{name}", "--to", "{tmp}"], ["pack", "{long}"], ["tracking", "send", "{long}"],
+])
+def test_a_path_the_filesystem_cannot_take_is_one_paragraph_whichever_command_meets_it(
+        tmp_path: Path, capsys, argv: list[str]) -> None:
+    """ENAMETOOLONG (a name over 255 bytes) from any call of any command: exit 2 naming the path, no traceback."""
+    long = tmp_path / ("x" * 300)
+    sweep = _sweep(tmp_path / "sw")
+    words = {"{long}": str(long), "{sweep}": str(sweep), "{name}": "x" * 300, "{tmp}": str(tmp_path / "to")}
+    code = main([words.get(a, a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    _one_paragraph(err, argv[0])
+    assert re.search(r"x{20,}\.\.\.\(\d{3} characters\)", err), err  # the path named, a long name by start and length
+
+
+def test_the_filesystem_refusals_of_a_path_map_to_one_paragraph(tmp_path: Path) -> None:
+    with pytest.raises(OSError) as too_long:
+        os.stat(tmp_path / ("y" * 300))
+    text = filesystem_refusal(too_long.value)
+    assert text is not None and "too long for the filesystem" in text and "\n" not in text
+    assert text.startswith(f"{tmp_path / ('y' * 32)}...(300 characters): ")  # shortened, not 300 y's
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(OSError) as loop:
+        open(tmp_path / "loop")  # noqa: SIM115
+    text = filesystem_refusal(loop.value)
+    assert text is not None and text.startswith(f"{tmp_path / 'loop'}: the path cannot be followed")
+
+
+@pytest.mark.parametrize("argv", [
+    ["init_bundle", "nb", "--metadata_str", "\udcff"],  # would be written to a file
+    ["run", "--bundle", "bundles/synthetic_seg", "--output_dir", "caf\udce9"],  # would be a folder and a log line
+    ["status", "a\udc80b"],
+])
+def test_an_argument_that_is_not_utf8_is_refused_before_any_command_runs(tmp_path: Path, monkeypatch, capsys,
+                                                                         argv: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    line = _one_paragraph(err, argv[0])
+    position = next(i for i, a in enumerate(argv, 1) if "\\udc" in ascii(a))
+    assert f"argument {position} (" in line and "is not UTF-8 text" in line
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_non_utf8_argument_through_the_real_entry_point_exits_2(tmp_path: Path) -> None:
+    """As a shell passes it: the raw byte 0xff, which Python's argv holds as a lone surrogate."""
+    res = subprocess.run([os.fsencode(sys.executable), b"-m", b"hpc_runner", b"init_bundle", b"nb",
+                          b"--metadata_str", b"\xff"], cwd=tmp_path, capture_output=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 2, err
+    assert "argument 4 (" in _one_paragraph(err, "init_bundle") and not (tmp_path / "nb").exists()

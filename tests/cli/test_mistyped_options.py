@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hpc_runner.cli import build_parser
 from hpc_runner.config.argv import near_option, option_typos
 
@@ -33,3 +35,35 @@ def test_an_unknown_key_never_takes_the_commands_next_option_as_its_value(cli, t
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--dryrun is not an option of hpc-runner sweep (did you mean --dry-run?)" in res.stderr, res.stderr
     assert "--no-preflight" in res.stderr and not (tmp_path / "sw").exists()
+
+
+def test_a_mistyped_option_last_on_the_line_is_named_as_the_option_it_looks_like(cli, tmp_path) -> None:
+    # 6ca9a4e: "override --dryrun has no value"
+    res = cli("sweep", "--bundle", BUNDLE, "--sweep", "seed=1,2", "--cluster", "jade", "--dryrun", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "did you mean --dry-run?" in res.stderr and "has no value" not in res.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_mistyped_option_is_named_before_the_default_controller_is_asked(cli, tmp_path) -> None:
+    # 6ca9a4e: "no --cluster was given and the default profile 'slurm' cannot submit from this machine"
+    no_slurm = {"PATH": str(Path(cli.env["PATH"].split(":")[0])), "HPCR_CLUSTER": ""}
+    res = cli("submit", "--bundle", BUNDLE, "--max_epochs", "1", "--clsuter", "jade", cwd=tmp_path, env=no_slurm)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "did you mean --cluster?" in res.stderr and "cannot submit from this machine" not in res.stderr
+
+
+@pytest.mark.parametrize("spelling", [["--profile", "jade"], ["--profile=jade"]])
+def test_profile_naming_a_cluster_profile_asks_whether_cluster_was_meant(cli, tmp_path, spelling) -> None:
+    res = cli("submit", "--bundle", BUNDLE, *spelling, "--dry-run", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "did you mean --cluster jade?" in res.stderr and "#SBATCH" not in res.stdout
+
+
+def test_the_profiler_option_is_torch_profile_and_profile_stays_its_alias() -> None:
+    _, commands = build_parser()
+    for command in ("run", "submit", "sweep", "tune"):
+        for spelling in (["--torch-profile"], ["--profile"], ["--torch-profile-steps", "2"]):
+            args = commands[command].parse_args([*spelling] + (["--trials", "1", "--metric", "m"]
+                                                               if command == "tune" else []))
+            assert args.profile or args.profile_steps == 2

@@ -197,3 +197,43 @@ def test_summaries_and_gpu_samples_of_a_shared_sweep_folder_do_not_block(tmp_pat
     summary.unlink()
     summary.write_text('{"best_metric": 0.5}')
     assert _summary(tmp_path) == read_summary(tmp_path) == _read_json(summary) == {"best_metric": 0.5}
+
+
+def test_a_file_over_its_kinds_bound_is_refused_by_its_size_before_a_byte_is_read(tmp_path: Path, monkeypatch):
+    """A 600 MB (sparse) record is refused at once, not read up to the bound first; a run record's bound is 16 MiB,
+    so a 64 MB one is refused too (reading it would grow memory by its size, twice over once decoded)."""
+    from hpc_runner.records import read as rr
+    from hpc_runner.records.rundir import RunDir
+
+    for size in (600 << 20, 64 << 20):
+        path = tmp_path / f"{size}" / "run.yaml"
+        path.parent.mkdir()
+        with open(path, "wb") as f:
+            f.truncate(size)
+        reads: list[int] = []
+        real_read = os.read
+        monkeypatch.setattr(rr.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+        with pytest.raises(RecordError, match="larger than 16 MiB") as err:
+            RunDir(path.parent).record()
+        monkeypatch.setattr(rr.os, "read", real_read)
+        assert reads == [] and str(path) in err.value.paragraph()
+    ledger = tmp_path / "sweep.yaml"  # a sweep's ledger may be larger (100,000 points: ~30 MB)
+    ledger.write_bytes(b"{}" + b" " * (20 << 20))
+    assert len(read_record_bytes(ledger, "sweep record", rr.LEDGER_MAX_BYTES)) == (20 << 20) + 2
+
+
+def test_every_json_parse_of_the_record_reader_bounds_the_nesting(tmp_path: Path):
+    """A kept cache, a JSON record or a JSON-lines line nested 100,000 deep: refused (a cache: none), never a
+    RecursionError."""
+    from hpc_runner.records.read import read_json_cache, read_json_lines, read_json_record
+
+    deep = "[" * 100_000 + "]" * 100_000
+    cache = tmp_path / "limits.json"
+    cache.write_text('{"a": ' + deep + "}")
+    assert read_json_cache(cache, "kept scheduler limits") == {}
+    with pytest.raises(RecordError, match="levels deep"):
+        read_json_record(cache, "run summary")
+    lines = tmp_path / "metrics.jsonl"
+    lines.write_text('{"step": 1}\n{"a": ' + deep + '}\n{"step": 2}\n')
+    found = read_json_lines(lines)
+    assert [r["step"] for r in found.records] == [1, 2] and found.damaged == [2]

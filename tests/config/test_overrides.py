@@ -173,3 +173,33 @@ def test_sweep_refuses_a_typo_in_a_swept_or_a_fixed_id_before_anything_is_queued
     assert fixed.returncode == 2 and "'epoch', which is not in the config" in fixed.stderr, fixed.stderr
     assert "Did you mean: epochs" in fixed.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("name", ["args.yaml", "args.json"])
+def test_a_control_character_in_an_args_file_is_a_config_error_naming_it(tmp_path: Path, name: str) -> None:
+    """libyaml's ReaderError (a character YAML does not allow) is no MarkedYAMLError: every YAML error class is
+    turned into the one ConfigError at compose_checked, whichever file kind it reads."""
+    from hpc_runner.config.overrides import load_args_file
+
+    path = tmp_path / name
+    path.write_bytes(b"learning_rate: 1\nx: a\x01b\n")
+    with pytest.raises(ConfigError) as err:
+        load_args_file(path)
+    assert f"{path}:2" in err.value.paragraph() and "#x0001" in err.value.paragraph()
+
+
+def test_a_control_character_in_a_config_or_sweep_file_is_one_error_naming_it(tmp_path: Path) -> None:
+    from hpc_runner.config.loader import load_file
+    from hpc_runner.errors import ClusterError
+    from hpc_runner.sweep.spec import _read_sweep_yaml
+
+    config = tmp_path / "train.yaml"
+    config.write_bytes(b"a: 1\n\x1b[2J: 2\n")
+    with pytest.raises(ConfigError, match="YAML syntax error") as err:
+        load_file(config)
+    assert f"{config}:2" in err.value.paragraph()
+    sweep = tmp_path / "points.yaml"
+    sweep.write_bytes(b"grid:\n  seed: [1, \x07]\n")
+    with pytest.raises(ClusterError, match="not valid YAML") as err:
+        _read_sweep_yaml(sweep)
+    assert f"{sweep}:2" in err.value.paragraph()

@@ -95,7 +95,7 @@ def test_a_job_whose_processes_pass_h_vmem_together_is_killed_out_of_memory(tmp_
 def test_a_job_entry_whose_allocation_fails_at_h_vmem_is_out_of_memory(tmp_path: Path) -> None:
     # h_vmem is also the address-space limit: one process past it gets MemoryError, not a kill; job_call exits 137
     ex = executor()
-    code = ("import sys; from hpc_runner.scheduler.gridengine import job_call; "
+    code = ("import sys; from hpc_runner.scheduler import job_call; "
             "job_call.task_call = lambda f, t: ((lambda: bytearray(1 << 30)), []); "
             "sys.exit(job_call.main(['/dev/null']))")
     job = submit_command(tmp_path, [sys.executable, "-c", code], name="hpcr-memoryerror", h_vmem="400M")

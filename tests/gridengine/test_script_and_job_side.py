@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.scheduler.gridengine import job_call
 from hpc_runner.scheduler.gridengine.executor import hold_ids
 from hpc_runner.scheduler.gridengine.job_script import job_script, log_paths, safe_job_name
 from hpc_runner.scheduler.gridengine.job_side import GridEngineJobEnvironment
 from hpc_runner.scheduler.gridengine.settings import GridEngineSettings
 
 GOLDEN = Path(__file__).resolve().parents[1] / "scheduler" / "golden" / "gridengine"
-COMMAND = ["/opt/venv/bin/python", "-u", "-m", "hpc_runner.scheduler.gridengine.job_call",
+COMMAND = ["/opt/venv/bin/python", "-u", "-m", "hpc_runner.scheduler.job_call",
            "/scratch/sweeps/s1/logs/array-0123456789ab.json"]
 SETTINGS = GridEngineSettings.from_mapping({"queue": "all.q", "pe": "smp", "slots": 4, "h_rt": "2:00:00",
                                             "h_vmem": "8G", "project": "rad-ai", "options": ["-l", "gpu=1"]})
@@ -113,13 +112,15 @@ def test_a_job_may_ask_to_be_run_again_until_it_was_restarted_as_often_as_allowe
 def test_a_garbled_slot_count_or_task_is_a_cluster_error_not_a_traceback(raw: str) -> None:
     with pytest.raises(ClusterError):
         _ = job_env(JOB_ID="12", NSLOTS=raw).cpus
-    with pytest.raises((ClusterError, ValueError)):
-        job_call.task_number({"SGE_TASK_ID": raw})
+    with pytest.raises(ClusterError):
+        _ = job_env(JOB_ID="12", SGE_TASK_ID=raw).array_task_id
 
 
 def test_the_job_call_takes_task_sge_task_id_minus_one() -> None:
-    assert job_call.task_number({"SGE_TASK_ID": "undefined"}) == 0
-    assert job_call.task_number({"SGE_TASK_ID": "4"}) == 3
+    from hpc_runner.scheduler.job_call import task_index
+
+    assert task_index(job_env(JOB_ID="12", SGE_TASK_ID="undefined").array_task_id) == 0
+    assert task_index(job_env(JOB_ID="12", SGE_TASK_ID="4").array_task_id) == 3
 
 
 def test_the_executor_writes_its_dry_run_script_from_the_profile_without_a_grid_engine(tmp_path: Path) -> None:
@@ -133,7 +134,7 @@ def test_the_executor_writes_its_dry_run_script_from_the_profile_without_a_grid_
     request = JobRequest(job_name="s1", folder=tmp_path / "logs", dependency="afterok:41", array_parallelism=3)
     script = ex.script(request, 4)
     assert "#$ -t 1-4\n#$ -tc 3\n#$ -hold_jid 41\n" in script and "#$ -pe smp 2\n" in script
-    assert "#$ -l h_rt=1800,h_vmem=2G\n" in script and "hpc_runner.scheduler.gridengine.job_call" in script
+    assert "#$ -l h_rt=1800,h_vmem=2G\n" in script and "hpc_runner.scheduler.job_call" in script
     with pytest.raises(ClusterError, match="job entries"):
         ex.submit(print, [["x"]], request)
     with pytest.raises(ClusterError, match="unknown Grid Engine setting"):

@@ -180,3 +180,28 @@ def test_run_workflow_refuses_keywords_the_workflow_class_does_not_take(here: Pa
     msg = refused(capsys, "run_workflow", "--workflow_name", "fixture_workflows.SegmentOneImage", "--filename", "x",
                   "--output_dir", ".", "--colour", "red")
     assert "SegmentOneImage" in msg and "colour" in msg and "--filename" in msg
+
+
+@pytest.mark.parametrize("body", [b"NaN", b"null", b"", b'"a string"', b"[1, 2]", b"1e999"])
+def test_metadata_or_config_files_that_are_no_mapping_are_refused_before_monai_reads_them(here: Path, capsys,
+                                                                                         body: bytes) -> None:
+    """MONAI fails on them with an AttributeError: read through the bounded readers, a mapping required first."""
+    (here / "meta.json").write_bytes(body)
+    msg = refused(capsys, "verify_metadata", "--meta_file", "meta.json", "--schema", str(DATA / "meta_schema_small.json"))
+    assert "meta.json" in msg and ("not a mapping" in msg or "cannot be read" in msg), msg
+    (here / "net.yaml").write_bytes(body)
+    msg = refused(capsys, "verify_net_in_out", "--net_id", "network_def", "--meta_file", "data/metadata.json",
+                  "--config_file", "net.yaml")
+    assert "net.yaml" in msg and ("not a mapping" in msg or "cannot be read" in msg), msg
+
+
+def test_a_metadata_file_over_the_config_bound_or_a_named_pipe_is_refused_unread(here: Path, capsys) -> None:
+    import os
+
+    with open(here / "meta.json", "wb") as f:
+        f.truncate(600 << 20)
+    assert "larger than 16 MiB" in refused(capsys, "verify_metadata", "--meta_file", "meta.json", "--schema",
+                                           str(DATA / "meta_schema_small.json"))
+    os.mkfifo(here / "pipe.json")
+    assert "named pipe" in refused(capsys, "verify_metadata", "--meta_file", "pipe.json", "--schema",
+                                   str(DATA / "meta_schema_small.json"))

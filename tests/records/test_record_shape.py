@@ -59,3 +59,47 @@ def test_a_record_nested_past_the_bound_without_brackets_is_refused_naming_its_d
     with pytest.raises(RecordError) as err:
         parse_yaml_record(deep, tmp_path / "run.yaml", "run record")
     assert "levels deep" in err.value.paragraph()
+
+
+@pytest.mark.parametrize("text, culprit", [
+    ("entry: .nan\nstatus: completed\n", "'entry' is a float"),
+    ("entry: run\nbundle: [1, 2]\n", "'bundle' is a list"),
+    (".nan: x\nentry: run\n", "key nan (float)"),
+    ("entry: run\nbundle: {1: x}\n", "bundle: key 1 (int)"),
+])
+def test_a_run_record_whose_fields_are_not_as_written_is_refused_where_it_is_read(tmp_path: Path, text: str,
+                                                                                  culprit: str) -> None:
+    from hpc_runner.records.rundir import RunDir
+
+    (tmp_path / "run.yaml").write_text(text)
+    with pytest.raises(RecordError) as err:
+        RunDir(tmp_path).record()
+    assert culprit in err.value.paragraph() and str(tmp_path / "run.yaml") in err.value.paragraph()
+    with pytest.raises(RecordError):
+        RunDir(tmp_path).read_yaml("run.yaml")  # the report's reader too
+
+
+def test_resume_and_report_of_a_run_record_with_a_nan_entry_exit_2_naming_it(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.yaml").write_text("entry: .nan\nstatus: completed\n")
+    (run / "config.yaml").write_text("run: 1\n")
+    for argv in (["run", "--bundle", "bundles/synthetic_seg", "--resume", str(run)], ["report", str(run)]):
+        res = subprocess.run([sys.executable, "-m", "hpc_runner", *argv], capture_output=True, text=True, timeout=60,
+                             cwd=Path(__file__).resolve().parents[2])
+        assert "Traceback" not in res.stderr, res.stderr
+        if argv[0] == "run":
+            assert res.returncode == 2 and "'entry' is a float" in res.stderr and str(run / "run.yaml") in res.stderr
+        else:  # a report is made of what can be read: the damaged record counts as none
+            assert res.returncode == 0, res.stderr
+
+
+def test_a_recorded_config_with_a_key_that_is_not_text_is_refused_naming_it(tmp_path: Path) -> None:
+    from hpc_runner.config.recorded import load_recorded_config
+    from hpc_runner.errors import ConfigError
+
+    (tmp_path / "run.yaml").write_text("entry: run\n")
+    (tmp_path / "config.yaml").write_text("run: 1\ntrainer:\n  .nan: 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_recorded_config(tmp_path)
+    assert "trainer: key nan (float)" in err.value.paragraph() and "config.yaml" in err.value.paragraph()

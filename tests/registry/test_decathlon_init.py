@@ -110,3 +110,51 @@ def test_a_broken_folder_is_refused_naming_the_file_and_entry_and_nothing_is_wri
 def test_from_takes_a_template_or_decathlon_dir(cli, tmp_path: Path) -> None:
     proc = cli("init", "x", "--from", "zoo", tmp_path)
     assert proc.returncode == 2 and "--from decathlon DIR" in proc.stderr, out(proc)
+
+
+@pytest.mark.parametrize("order", ["name first", "name last"])
+def test_init_takes_the_name_before_or_after_from_decathlon_dir(cli, tmp_path: Path, order: str) -> None:
+    # 6ca9a4e: `init --from decathlon DIR NAME` was "the following arguments are required: NAME"
+    data = make_decathlon_folder(tmp_path / "data", size=8)
+    words = ["spheres", "--from", "decathlon", data] if order == "name first" else ["--from", "decathlon", data,
+                                                                                    "spheres"]
+    proc = cli("init", *words)
+    assert proc.returncode == 0 and "created bundle spheres" in proc.stdout, out(proc)
+    assert (tmp_path / "bundles" / "spheres" / "configs" / "train.yaml").is_file()
+
+
+def test_init_names_every_bad_entry_at_once(cli, tmp_path: Path) -> None:
+    data = make_decathlon_folder(tmp_path / "data", size=8)
+    (data / "labelsTr" / "case_001.nii.gz").unlink()
+    (data / "imagesTr" / "case_003.nii.gz").unlink()
+    proc = cli("init", "spheres", "--from", "decathlon", data)
+    assert proc.returncode == 2 and "2 bad entries" in proc.stderr, out(proc)
+    assert "training[1].label" in proc.stderr and "training[3].image" in proc.stderr
+
+
+def test_the_crop_fits_the_volumes_and_the_runner_has_no_advice_or_warning_for_the_bundle(cli, tmp_path: Path) -> None:
+    # 6ca9a4e: a 96^3 crop of 32^3 volumes, padded every epoch: "SpatialPadd is deterministic but runs every epoch"
+    data = make_decathlon_folder(tmp_path / "data", cases=3, size=48)
+    proc = cli("init", "spheres", "--from", "decathlon", data)
+    assert proc.returncode == 0 and "the crop (roi_size) is [48, 48, 48]" in proc.stdout, out(proc)
+    train = yaml.safe_load((tmp_path / "bundles" / "spheres" / "configs" / "train.yaml").read_text())
+    assert train["roi_size"] == [48, 48, 48]
+    proc = cli("config", "--bundle", "spheres", "--cache-plan")
+    assert proc.returncode == 0 and "warnings: none" in proc.stdout and "warning:" not in out(proc), out(proc)
+    proc = cli("run", "training", "--trust", "--bundle", "spheres", "--max_epochs", "1", "--val_interval", "1",
+               "--num_samples", "1", "--output_dir", tmp_path / "run")
+    assert proc.returncode == 0, out(proc)
+    assert "advice:" not in proc.stdout and "warning" not in out(proc).lower(), out(proc)
+
+
+@pytest.mark.parametrize("command", [["run", "training"], ["submit", "training", "--cluster", "local", "--dry-run"]])
+def test_a_volume_deleted_after_init_stops_the_run_before_it_starts_naming_the_datalist_entry(
+        cli, tmp_path: Path, command: list[str]) -> None:
+    # 6ca9a4e: the pre-flight passed and the job failed 12 s in, in LoadImaged
+    data = make_decathlon_folder(tmp_path / "data", size=8)
+    assert cli("init", "spheres", "--from", "decathlon", data).returncode == 0
+    (data / "labelsTr" / "case_002.nii.gz").unlink()
+    proc = cli(*command, "--bundle", "spheres", "--trust", "--output_dir", tmp_path / "r")
+    assert proc.returncode == 2, out(proc)
+    assert "training[2].label names './labelsTr/case_002.nii.gz', which does not exist" in proc.stderr, out(proc)
+    assert "dataset.json" in proc.stderr and not (tmp_path / "r").exists()

@@ -316,3 +316,43 @@ def test_the_install_limit_is_read_when_installing_and_a_value_that_is_not_bytes
         with pytest.raises(UserError, match="HPCR_INSTALL_MAX_BYTES") as err:
             max_bytes({"HPCR_INSTALL_MAX_BYTES": bad})
         assert "positive whole number" in str(err.value.expected)
+
+
+@pytest.mark.parametrize("content", ["zeros", "text", "zstd"])
+def test_a_file_that_is_no_tar_archive_is_refused_by_its_first_bytes_at_once(tmp_path: Path, content: str) -> None:
+    """600 MB of zeros (tarfile would try every decompressor over all of it), a text file, a zstd archive this
+    Python cannot read: refused from the first bytes, before tarfile opens them."""
+    import time
+
+    archive = tmp_path / "b.tar.gz"
+    if content == "zeros":
+        with open(archive, "wb") as f:
+            f.truncate(600 << 20)
+    else:
+        archive.write_bytes(b"name: b\n" if content == "text" else b"\x28\xb5\x2f\xfd" + b"\x00" * 64)
+    t0 = time.monotonic()
+    with pytest.raises(BundleError, match="not a tar archive" if content != "zstd" else "zstd") as err:
+        install_archive(archive, tmp_path / "shared")
+    assert time.monotonic() - t0 < 1 and str(archive) in err.value.paragraph()
+    assert not (tmp_path / "shared").exists()
+
+
+def test_an_archive_larger_than_its_files_may_add_up_to_is_refused_by_its_size(tmp_path: Path, monkeypatch) -> None:
+    archive = tmp_path / "b.tar.gz"
+    with open(archive, "wb") as f:  # gzip's magic, then 64 MB of holes: more than 1000 bytes and the tar headers
+        f.write(b"\x1f\x8b")
+        f.truncate(64 << 20)
+    monkeypatch.setenv("HPCR_INSTALL_MAX_BYTES", "1000")
+    with pytest.raises(BundleError, match="HPCR_INSTALL_MAX_BYTES"):
+        install_archive(archive, tmp_path / "shared")
+
+
+@pytest.mark.parametrize("mode", ["w:", "w:bz2", "w:xz"])
+def test_plain_bzip2_and_xz_archives_still_install(tmp_path: Path, mode: str) -> None:
+    bundle = copy_bundle(EXAMPLE, tmp_path / "synthetic_seg")
+    packed = pack_bundle(bundle, tmp_path / "dist").archive
+    other = tmp_path / f"b.tar{mode[2:] and '.' + mode[2:]}"
+    with tarfile.open(packed) as src, tarfile.open(other, mode) as dst:
+        for m in src.getmembers():
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+    assert install_archive(other, tmp_path / "shared").status == "installed"

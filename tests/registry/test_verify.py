@@ -159,3 +159,22 @@ def test_verify_shows_its_steps_on_a_terminal_only() -> None:
     shown = Terminal()
     progress_printer(shown)("metadata")
     assert shown.getvalue() == "hpc-runner verify: checking metadata...\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dangling"])
+def test_a_metadata_file_that_is_no_regular_file_is_named_as_what_it_is_not_missing(tmp_path: Path, kind: str) -> None:
+    import os
+
+    bundle = copy_bundle(EXAMPLE, tmp_path / "b")
+    meta = bundle / "configs" / "metadata.json"
+    meta.unlink()
+    if kind == "fifo":
+        os.mkfifo(meta)
+    elif kind == "folder":
+        meta.mkdir()
+    else:
+        meta.symlink_to(tmp_path / "gone.json")
+    report = verify_bundle(bundle, imports=False)
+    said = [p.message for p in report.problems if p.where == str(meta)]
+    name = {"fifo": "a named pipe (FIFO)", "folder": "a folder", "dangling": "a dangling symbolic link"}[kind]
+    assert said and said[0].startswith(f"{name}, not a regular file") and "missing" not in said[0], said

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.scheduler.slurm.command_job import args_file_for, task_arguments, usable_folder
+from hpc_runner.scheduler.job_arguments import task_arguments
+from hpc_runner.scheduler.slurm.command_job import args_file_for, usable_folder
 from hpc_runner.scheduler.slurm.job_call import task_call
 from hpc_runner.sweep.task import run_sweep_task
 

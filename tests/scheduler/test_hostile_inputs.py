@@ -278,7 +278,7 @@ def _args_file(tmp_path: Path, function: str) -> Path:
     "os:system", "antigravity:fly", "hpc_runner.sweep.task:run_sweep_task\n", "", "hpc_runner.sweep.task",
 ])
 def test_the_job_runner_refuses_an_unlisted_function_before_importing(tmp_path, monkeypatch, function):
-    from hpc_runner.scheduler.slurm import job_call
+    from hpc_runner.scheduler import job_arguments as job_call
 
     def no_import(name: str, *args, **kwargs):
         raise AssertionError(f"imported {name}")

@@ -133,16 +133,33 @@ def test_one_registry_names_every_executor_and_the_keys_each_understands():
     from hpc_runner.scheduler.profiles import check_settings
     from hpc_runner.scheduler.select import EXECUTORS, profile_keys
 
-    assert {name: cls.kind for name, cls in EXECUTORS.items()} == {"slurm": "slurm", "local": "local",
-                                                                   "memory": "memory"}
+    assert {name: cls.kind for name, cls in EXECUTORS.items()} == {"slurm": "slurm", "gridengine": "gridengine",
+                                                                   "local": "local", "memory": "memory"}
     keys = profile_keys()
     assert set(COMMON_KEYS) | {k for cls in EXECUTORS.values() for k in cls.profile_keys} == set(keys)
     check_settings({"executor": "local", "time": 5, "partition": "gpu"}, "p.yaml")  # any executor's key is known
     with pytest.raises(ClusterError, match="executor: 'pbs' is not known") as err:
         check_settings({"executor": "pbs"}, "p.yaml")
-    assert err.value.expected == "slurm or local or memory"
+    assert err.value.expected == "slurm or gridengine or local or memory"
     with pytest.raises(ClusterError, match="partition"):  # SLURM's own check of its keys' values
         check_settings({"executor": "local", "partition": "a;b"}, "p.yaml")
+
+
+def test_each_backends_profile_keys_are_the_fields_of_its_settings_dataclass():
+    from dataclasses import fields
+
+    from hpc_runner.scheduler.gridengine.executor import GridEngineExecutor
+    from hpc_runner.scheduler.gridengine.settings import GridEngineSettings
+    from hpc_runner.scheduler.profile import keys_help
+    from hpc_runner.scheduler.slurm.executor import SlurmExecutor
+    from hpc_runner.scheduler.slurm.settings import SlurmSettings
+
+    assert list(SlurmExecutor.profile_keys) == [f.name for f in fields(SlurmSettings)]
+    assert SlurmExecutor.profile_keys["mem_gb"] == ((int, float, type(None)), "memory per node in GB (a number)")
+    ge = set(GridEngineExecutor.profile_keys)
+    assert {"queue", "pe", "h_rt", "h_vmem", "project", "qsub_options", "gridengine"} <= ge
+    assert not ge & set(SlurmExecutor.profile_keys)  # a Grid Engine profile holds Grid Engine's words
+    assert any(line.startswith("h_vmem: memory per slot") for line in keys_help(GridEngineSettings))
 
 
 def test_a_recorded_profile_comes_back_as_it_was_recorded(env):

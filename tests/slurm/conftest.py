@@ -27,6 +27,7 @@ class Cli:
     calls_file: Path
     cwd: Path
     offline: bool = False
+    counted: tuple[str, ...] = COUNTED  # the scheduler's commands counted (tests/gridengine: qsub, qstat, ...)
 
     def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run one command; return its exit code and output."""
@@ -38,7 +39,7 @@ class Cli:
     def calls(self) -> dict[str, int]:
         """Return how many times each scheduler command ran since the last reset."""
         words = self.calls_file.read_text().split() if self.calls_file.exists() else []
-        return {name: words.count(name) for name in COUNTED}
+        return {name: words.count(name) for name in self.counted}
 
     def reset(self) -> None:
         """Forget the counted calls."""
@@ -48,7 +49,7 @@ class Cli:
         """This CLI with a counter of its own: the jobs and background commands started through this one
         keep logging into its file, so counting one command while they still run needs a fresh one."""
         calls = folder / "scheduler-calls.txt"
-        shims = make_shims(folder / "shims", calls)
+        shims = make_shims(folder / "shims", calls, self.counted)
         rest = self.env["PATH"].split(os.pathsep, 1)[1]  # without this CLI's own shims
         return replace(self, env={**self.env, "PATH": f"{shims}{os.pathsep}{rest}"}, calls_file=calls)
 
@@ -59,10 +60,10 @@ class Cli:
         return path
 
 
-def make_shims(folder: Path, calls_file: Path) -> Path:
-    """Wrappers for sbatch/sacct/squeue/scancel that log each call, then run the real command."""
+def make_shims(folder: Path, calls_file: Path, counted: tuple[str, ...] = COUNTED) -> Path:
+    """Wrappers for sbatch/sacct/squeue/scancel (``counted``) that log each call, then run the real command."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in COUNTED:
+    for name in counted:
         real = shutil.which(name)
         if real is None:
             continue
@@ -71,10 +72,10 @@ def make_shims(folder: Path, calls_file: Path) -> Path:
     return folder
 
 
-def make_cli(folder: Path) -> Cli:
+def make_cli(folder: Path, counted: tuple[str, ...] = COUNTED) -> Cli:
     """A Cli working in ``folder`` with an empty profile path, a private config home and counted calls."""
     calls = folder / "scheduler-calls.txt"
-    shims = make_shims(folder / "shims", calls)
+    shims = make_shims(folder / "shims", calls, counted)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPCR_")}
     env.update(
         PATH=f"{shims}{os.pathsep}{env.get('PATH', '')}",
@@ -83,7 +84,7 @@ def make_cli(folder: Path) -> Cli:
         PYTHONPATH=str(ROOT),
     )
     (folder / "clusters").mkdir(exist_ok=True)
-    cli = Cli(env, calls, folder)
+    cli = Cli(env, calls, folder, counted=counted)
     cli.write_profile(TEST_PROFILE, "extends: slurm\ncpus_per_task: 1\ntime: 10\narray_parallelism: 4\n")
     return cli
 

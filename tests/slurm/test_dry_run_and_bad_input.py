@@ -32,7 +32,7 @@ def test_sweep_dry_run_prints_scripts_and_points_names_the_config_command_and_wr
     assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
     logs = offline_cli.cwd / "sw" / "slurm"
     # its tasks read their arguments from one JSON file (a command array), not one pickle each
-    assert f"-u -m hpc_runner.scheduler.slurm.job_call {logs}/array-ID.json\n" in text
+    assert f"-u -m hpc_runner.scheduler.job_call {logs}/array-ID.json\n" in text
     # the log folder holds no job id: it exists before sbatch, so a job that starts at once can open its log
     assert f"#SBATCH --output={logs}/%A_%a_0_log.out" in text and f"#SBATCH --error={logs}/%A_%a_0_log.err" in text
     assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text
@@ -54,7 +54,7 @@ def test_submit_dry_run_prints_the_sbatch_script_and_where_the_config_will_be(of
     assert "--array" not in out.stdout
     assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'slurm'}/%j_0_log.out" in out.stdout  # no job id folder
     # a readable command: the job's arguments in one JSON file beside its logs, no pickle
-    assert f"-u -m hpc_runner.scheduler.slurm.job_call {offline_cli.cwd / 'r1' / 'slurm'}/job-ID.json\n" in out.stdout
+    assert f"-u -m hpc_runner.scheduler.job_call {offline_cli.cwd / 'r1' / 'slurm'}/job-ID.json\n" in out.stdout
     assert "submitit.core._submit" not in out.stdout
     assert "max_epochs: 3" not in out.stdout and f"reads it from {offline_cli.cwd / 'r1'}/config.yaml" in out.stdout
     assert _written(offline_cli.cwd) == []
@@ -163,3 +163,42 @@ def test_a_gpu_network_with_no_gpu_request_warns_naming_how_to_ask_for_one(offli
         quiet = offline_cli("submit", "--bundle", BUNDLE, *extra, *args)
         assert quiet.returncode == 0 and "asks for no GPU" not in quiet.stderr, (extra, quiet.stderr)
     assert _written(offline_cli.cwd) == [] and offline_cli.calls()["sbatch"] == 0
+
+
+def _unreachable_controller(offline_cli) -> None:
+    """sbatch and scontrol as on a machine whose SLURM controller's name does not resolve."""
+    bin_dir = offline_cli.cwd / "fake-bin"
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
+        "echo 'sbatch: error: fetch_config: DNS SRV lookup failed' >&2\n"
+        "echo 'sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)' >&2\n"
+        "exit 1\n")
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\nif [ \"$1\" = ping ]; then echo 'Slurmctld(primary) at jade-ctl is DOWN'; exit 1; fi\n"
+        "echo 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\nexit 1\n")
+
+
+@pytest.mark.parametrize("preflight", [[], ["--no-preflight"]])
+def test_a_named_profile_whose_controller_does_not_answer_says_so_not_that_the_job_is_refused(offline_cli, preflight):
+    # 6ca9a4e: "pre-flight: the scheduler refuses the job ... sbatch --test-only says: ... DNS SRV lookup failed"
+    _unreachable_controller(offline_cli)
+    out = offline_cli("submit", "--bundle", BUNDLE, "--cluster", "jade", *preflight, "--max_epochs", "1",
+                      "--output_dir", "r")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no SLURM controller answers for profile jade" in out.stderr, out.stderr
+    assert "refuses" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_runtime_on_the_compute_nodes_only_is_not_asked_for_on_the_login_node_and_the_dry_run_shows_its_line(
+        offline_cli):
+    # 6ca9a4e: "the container runtime apptainer (apptainer) is not on PATH" on a JADE-like login node
+    image = offline_cli.cwd / "hpc-runner.sif"
+    image.write_bytes(b"SIF image stand-in")
+    offline_cli.write_profile("jadeimg", f"extends: jade\ncontainer:\n  image: {image}\n  runtime: apptainer\n"
+                              "  path: /apps/apptainer/bin/apptainer\n  on: compute\n  gpu: nv\n")
+    out = offline_cli("sweep", "--bundle", BUNDLE, "--cluster", "jadeimg", "--dry-run", "--sweep", "seed=1,2",
+                      "--output_dir", "sw")
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("# container: each job starts"))
+    assert "/apps/apptainer/bin/apptainer exec" in line and "--nv" in line and str(image) in line
+    assert "container.on is compute" in line

@@ -1,9 +1,9 @@
 """The Grid Engine executor: a profile's ``gridengine:`` requests turned into a proven ``#$`` script, one
 ``qsub -terse`` per group of tasks (an array ``-t 1-N``), states from ``qstat -xml`` and ``qacct -j``, ``qdel``.
 
-A group of tasks runs as SLURM's command jobs do (scheduler/slurm/command_job.py): its arguments in one JSON file
-in the log folder (``array-<hex>.json``, ``job-<hex>.json``: the function by its module and name, each task's
-arguments), and a script that runs ``python -u -m hpc_runner.scheduler.gridengine.job_call FILE`` (job_call.py).
+A group of tasks runs as every backend's does (scheduler/job_call.py): its arguments in one JSON file in the log
+folder (``array-<hex>.json``, ``job-<hex>.json``: the function by its module and name, each task's arguments), and
+a script that runs ``python -u -m hpc_runner.scheduler.job_call FILE``.
 Only hpc-runner's job entries (``job_entry``) with plain JSON arguments can be submitted: there is no pickle
 fallback. After qsub the script is kept beside the logs as ``<job>_submission.sh``; Grid Engine writes the logs
 as ``<name>.o<job>[.<task>]`` and ``.e`` there.
@@ -16,7 +16,6 @@ stage that starts must check its inputs (hpc-runner's pipeline stages do).
 from __future__ import annotations
 
 import getpass
-import json
 import re
 import shlex
 import sys
@@ -27,10 +26,8 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
-from hpc_runner.records.read import RecordError, parse_json_text
+from hpc_runner.scheduler import job_arguments
 from hpc_runner.scheduler.executor import (
-    JOB_ENTRIES,
-    JOB_ENTRY,
     Executor,
     Job,
     JobRequest,
@@ -42,16 +39,12 @@ from hpc_runner.scheduler.executor import (
 from hpc_runner.scheduler.gridengine import commands
 from hpc_runner.scheduler.gridengine.answers import Report, is_limit_refusal, native_id
 from hpc_runner.scheduler.gridengine.job_script import job_script, log_paths
-from hpc_runner.scheduler.gridengine.settings import GridEngineSettings
+from hpc_runner.scheduler.gridengine.settings import PROFILE_KEYS, GridEngineSettings
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE, FROM_QUEUE
 from hpc_runner.scheduler.job_status import JobState, JobStatus, Usage
-from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+from hpc_runner.scheduler.profile import ClusterProfile
 
-PROFILE_KEYS: dict[str, KeySpec] = {
-    "gridengine": ((dict,), "Grid Engine's requests: queue, pe, slots, h_rt, h_vmem, project, options, notify, "
-                   "rerunnable (docs/schedulers.md)"),
-}
-JOB_CALL = "hpc_runner.scheduler.gridengine.job_call"
+JOB_CALL = job_arguments.JOB_CALL_MODULE
 WORDS = {FROM_ACCOUNTING: "qacct", FROM_QUEUE: "qstat", FROM_NOWHERE: "nothing"}
 _DEPENDENCY = re.compile(r"(after|afterok|afterany|afternotok|aftercorr):([0-9_]{1,40}(?::[0-9_]{1,40})*)")
 SHOWN_ID = "ID"
@@ -72,20 +65,6 @@ def hold_ids(dependency: str | None) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def task_arguments(fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]]) -> str | None:
-    """The JSON text of a group's tasks, None when ``fn`` is no job entry or an argument would not read back
-    equal (as scheduler/slurm/command_job.py writes it: the same file format for every backend)."""
-    if job_entry_name(fn) not in JOB_ENTRIES or not getattr(fn, JOB_ENTRY, False):
-        return None
-    data = {"function": job_entry_name(fn), "tasks": [list(args) for args in zip(*argument_lists, strict=True)]}
-    try:
-        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-        back = parse_json_text(text, "job arguments")
-    except (TypeError, ValueError, RecordError):
-        return None
-    return text if back == data else None
-
-
 class GridEngineExecutor(Executor):
     """Jobs submitted to Grid Engine with qsub: one array per group, qstat and qacct for states, qdel."""
 
@@ -97,15 +76,14 @@ class GridEngineExecutor(Executor):
     @classmethod
     def check_profile(cls, settings: Mapping[str, Any], where: str) -> None:
         """ClusterError for a ``gridengine:`` value qsub could not take."""
-        if "gridengine" in settings:
-            GridEngineSettings.from_mapping(settings["gridengine"] or {}, where)
+        if any(key in settings for key in PROFILE_KEYS):
+            GridEngineSettings.from_profile(settings, where)
 
     def __init__(self, profile: ClusterProfile) -> None:
         super().__init__(profile)
-        self.settings = GridEngineSettings.from_mapping(
-            profile.get("gridengine") or {}, profile.where,
-            time_minutes=profile.time_minutes() if profile.get("time") is not None else None,
-            cpus=profile.get("cpus_per_task"))
+        self.settings = GridEngineSettings.from_profile(
+            profile.settings, profile.where,
+            time_minutes=profile.time_minutes() if profile.get("time") is not None else None)
 
     def unreachable(self, timeout: float = 2.0) -> str | None:
         return commands.qmaster_problem(timeout)
@@ -120,12 +98,12 @@ class GridEngineExecutor(Executor):
         queued = commands.queued_statuses(user)
         jobs = sorted({j.split("_")[0] for j in queued})
         out = SubmitLimits(user=user, jobs=[(j, "", "") for j in jobs])
-        if found.max_u_jobs:
+        if found.max_u_jobs:  # an array counts as ONE job (counts_arrays): the governor counts it so
             out.limits.append(Limit("max_u_jobs", "the global configuration (qconf -sconf)", found.max_u_jobs,
-                                    queued=len(jobs)))
+                                    queued=len(jobs), counts_arrays=True))
         if found.max_jobs:
             out.limits.append(Limit("max_jobs", "the global configuration (qconf -sconf), every user's jobs",
-                                    found.max_jobs, queued=len(jobs)))
+                                    found.max_jobs, queued=len(jobs), counts_arrays=True))
         if found.max_aj_tasks:
             out.max_array_size = found.max_aj_tasks + 1  # SLURM's MaxArraySize is one above the largest index
             out.max_array_source = "max_aj_tasks (qconf -sconf)"
@@ -181,7 +159,7 @@ class GridEngineExecutor(Executor):
         """One qsub: the arguments file and the proven script written in the log folder, then ``qsub -terse``;
         a Job per task (ours ``<job>_<k>``, Grid Engine's task k+1), or the one Job of a single task."""
         count = len(argument_lists[0]) if argument_lists else 0
-        text = task_arguments(fn, argument_lists) if count else None
+        text = job_arguments.task_arguments(fn, argument_lists) if count else None
         if text is None:
             raise ClusterError(f"the Grid Engine executor runs hpc-runner's job entries with plain JSON arguments "
                                f"only, not {job_entry_name(fn)}",
@@ -210,37 +188,38 @@ class GridEngineExecutor(Executor):
     # ------------------------------------------------------------------------------------------- states
 
     def query(self, job_ids: Sequence[str | None], since: str | None = None) -> SchedulerAnswer:
-        """One qstat of the user's jobs, then one qacct per job (array) of ours qstat no longer lists: a task
-        qstat lists is queued or running; one qacct knows has ended (its last record; earlier ones are requeues)."""
+        """One ``qacct -j`` per job (array) of ours, then one qstat of the user's jobs only when some task qacct
+        has no final record of (a sweep that ended: one call). A task qstat lists is queued or running (a rerun
+        after exit 99 too); one qacct knows has ended (its last record; earlier ones are requeues)."""
         wanted = [j for j in job_ids if j and native_id_or_none(j)]
         if not wanted:
             return SchedulerAnswer({}, FROM_NOWHERE, words=WORDS)
-        try:
-            queued = commands.queued_statuses(getpass.getuser())
-        except ClusterError as exc:
-            return SchedulerAnswer({}, FROM_NOWHERE, calls=1, error=exc.message, words=WORDS)
-        calls = 1
-        statuses: dict[str, JobStatus] = {}
-        usage: dict[str, Usage] = {}
-        attempts: dict[str, list[Any]] = {}
-        gone: list[str] = []
-        for job_id in wanted:
-            number = job_id.split("_")[0]
-            if job_id in queued:
-                statuses[job_id] = queued[job_id]
-            elif "_" not in job_id and any(k.split("_")[0] == number for k in queued):
-                statuses.update({k: v for k, v in queued.items() if k.split("_")[0] == number})
-            else:
-                gone.append(number)
+        calls = 0
         reports: dict[str, Report] = {}
-        for number in dict.fromkeys(gone):
+        for number in dict.fromkeys(j.split("_")[0] for j in wanted):
             try:
                 reports.update(commands.finished_reports(number))
             except ClusterError as exc:
-                return SchedulerAnswer(statuses, FROM_QUEUE, calls=calls + 1, error=exc.message, words=WORDS)
+                return SchedulerAnswer({}, FROM_NOWHERE, calls=calls + 1, error=exc.message, words=WORDS)
             calls += 1
+        ended = {j: r for j, r in reports.items() if r.status.state.final}
+        statuses: dict[str, JobStatus] = {}
+        if any(j not in ended for j in wanted):
+            try:
+                queued = commands.queued_statuses(getpass.getuser())
+            except ClusterError as exc:
+                return SchedulerAnswer({}, FROM_NOWHERE, calls=calls + 1, error=exc.message, words=WORDS)
+            calls += 1
+            for job_id in wanted:
+                number = job_id.split("_")[0]
+                if job_id in queued:
+                    statuses[job_id] = queued[job_id]
+                elif "_" not in job_id:
+                    statuses.update({k: v for k, v in queued.items() if k.split("_")[0] == number})
+        usage: dict[str, Usage] = {}
+        attempts: dict[str, list[Any]] = {}
         for job_id, report in reports.items():
-            if job_id in statuses:
+            if job_id in statuses:  # queued again (a rerun): qstat's word is the newer
                 continue
             statuses[job_id] = report.status
             usage[job_id] = report.usage

@@ -21,7 +21,9 @@ process may ask; the caller then exits with ``requeue_exit_code``. ``-notify`` s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
@@ -171,6 +173,12 @@ class GridEngineJobEnvironment(JobEnvironment):
     def _requeue(self) -> str | None:
         """Grid Engine requeues a job that exits 99: yes (this job's id) when it may ask; the caller exits 99."""
         return self.job_to_requeue()
+
+    def around_call(self, args_file: Path) -> contextlib.AbstractContextManager[None]:
+        """A ``MemoryError`` in the call ends the job as the kill past ``h_vmem`` would (job_call.py)."""
+        from hpc_runner.scheduler.gridengine.job_call import memory_error_as_kill
+
+        return memory_error_as_kill()
 
     def variables(self) -> dict[str, str]:
         env = self.environ

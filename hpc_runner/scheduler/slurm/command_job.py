@@ -4,8 +4,9 @@ submitit runs a job from a pickle (``python -m submitit.core._submit FOLDER``): 
 and for an array a pickle per task (then renamed after sbatch), most of a sweep's submission time at 2,000
 tasks and 2,000 files (4,000 with the results) on a shared filesystem's metadata server. Here a job writes
 ``job-<id>.json`` (an array ``array-<id>.json``: the function by its module and name, each task's arguments)
-and the script submitit renders runs ``python -u -m hpc_runner.scheduler.slurm.job_call FILE``
-(scheduler/slurm/job_call.py): a line a user can read, and the arguments in plain text. The script is proven
+and the script submitit renders runs ``python -u -m hpc_runner.scheduler.job_call FILE``
+(scheduler/job_call.py, every backend's; ``task_arguments`` writes the file): a line a user can read, and the
+arguments in plain text. The script is proven
 as every script is (job_script.py), the logs are where submitit puts them, and the job ids are ``JOB`` and
 ``ARRAY_TASK`` as before. Used when every argument is plain JSON (it reads back equal) and the folder exists
 before sbatch (no ``%j`` in it); otherwise submitit's ``submit``/``map_array``.
@@ -13,41 +14,18 @@ before sbatch (no ``%j`` in it); otherwise submitit's ``submit``/``map_array``.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.command_output import CommandOutput, run_command
-from hpc_runner.records.read import RecordError, parse_json_text
-from hpc_runner.scheduler.executor import JOB_ENTRIES, JOB_ENTRY, Job, job_entry_name
+from hpc_runner.scheduler.executor import Job
 
 ARRAY_PREFIX, JOB_PREFIX = "array-", "job-"
 _SUBMITTED = re.compile(r"Submitted batch job ([0-9]+)")  # sbatch's answer (on a federation: "... on cluster X")
 SHOWN_ID = "ID"  # the arguments file a dry run shows: array-ID.json (a submission names its own: 12 hex digits)
-
-
-def task_arguments(fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]]) -> str | None:
-    """Return the JSON text of a job's tasks (``{"function": "module:name", "tasks": [args...]}``, one task for a
-    job that is no array), or None when ``fn`` is not one of our job entries (scheduler/executor.py ``job_entry``)
-    or an argument would not read back equal (a tuple, an object)."""
-    if job_entry_name(fn) not in JOB_ENTRIES or not getattr(fn, JOB_ENTRY, False):
-        return None
-    tasks = [list(args) for args in zip(*argument_lists, strict=True)]
-    data = {"function": job_entry_name(fn), "tasks": tasks}
-    try:
-        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    try:  # read back as the job will (scheduler/slurm/job_call.py): nesting bounded
-        back = parse_json_text(text, "job arguments")
-    except RecordError:
-        return None
-    return text if back == data else None
 
 
 def usable_folder(folder: Path) -> bool:
@@ -80,7 +58,7 @@ def submit_command_job(args_file: Path, script: str, text: str, count: int, arra
     if not job_id:
         args_file.unlink(missing_ok=True)
         script_file.unlink(missing_ok=True)
-        raise _refused(res)
+        raise _refused(res) if res.returncode != 0 else _unreadable(res)
     script_file.replace(folder / f"{job_id}_submission.sh")  # where submitit keeps a job's script
     if not array:
         return [_task_job(folder, job_id)]
@@ -105,6 +83,20 @@ def sbatch_error(exc: BaseException) -> ClusterError:
     return ClusterError(
         f"sbatch refused the submission: {message}",
         hint="Check the partition, account, qos and limits in the cluster profile (or --slurm KEY=VALUE)",
+    )
+
+
+def _unreadable(res: CommandOutput) -> ClusterError:
+    """sbatch exited 0 but said no job id in ASCII digits (``Submitted batch job ١``, nothing, another text)."""
+    from hpc_runner.control_chars import printable
+
+    said = " ".join(res.stdout.split())[:200] or "nothing"
+    return ClusterError(
+        f"sbatch's answer could not be read: it exited 0 but printed no job id hpc-runner can use ({printable(said)!r}"
+        "); nothing was recorded and the job's files were removed",
+        expected="'Submitted batch job N' with N in digits 0-9, as sbatch prints it",
+        hint="Check with squeue whether a job was queued all the same (and scancel it), and whether sbatch is "
+        "wrapped by a script that changes its output",
     )
 
 

@@ -15,51 +15,27 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.executor import Executor, Job, JobRequest, SchedulerAnswer, SubmitLimits
+from hpc_runner.scheduler.job_arguments import task_arguments
+from hpc_runner.scheduler.job_environment import REQUEUE_ENV
+from hpc_runner.scheduler.job_environment import RESUBMIT as RESUBMIT_WORD
 from hpc_runner.scheduler.job_logs import JobLogs
-from hpc_runner.scheduler.profile import ClusterProfile, KeySpec, check_time_room
+from hpc_runner.scheduler.profile import ClusterProfile, check_time_room
+from hpc_runner.scheduler.site_findings import NO_ACCOUNTING, RESUBMIT, uses_workaround
 from hpc_runner.scheduler.slurm.command_job import (
     args_file_for,
     sbatch_error,
     submit_command_job,
-    task_arguments,
     usable_folder,
 )
 from hpc_runner.scheduler.slurm.limits import forget_kept_limits, is_limit_refusal, read_limits
 from hpc_runner.scheduler.slurm.partition_choice import partition_for
+from hpc_runner.scheduler.slurm.settings import PROFILE_KEYS
 from hpc_runner.scheduler.units import slurm_time
 
 EXPORT_BASES = ("ALL", "NONE", "NIL")
 # the profile keys the SLURM executor understands, besides profiles.COMMON_KEYS: key -> (accepted types, what to
 # say when the value is wrong)
-PROFILE_KEYS: dict[str, KeySpec] = {
-    "partition": ((str, type(None)), "a partition name (null: the cluster's default)"),
-    "partitions": ((list,), "a list of the partition names this cluster has"),
-    "nodes": ((int,), "a whole number of nodes"),
-    "ntasks_per_node": ((int, type(None)), "a whole number of tasks per node"),
-    "cpus_per_gpu": ((int, type(None)), "a whole number of CPUs"),
-    "gpus_per_node": ((int, type(None)), "a whole number of GPUs"),
-    "gpus_per_task": ((int, type(None)), "a whole number of GPUs"),
-    "gres": ((str, type(None)), "a generic resource like gpu:1"),
-    "mem_gb": ((int, float, type(None)), "memory per node in GB (a number)"),
-    "mem": ((str, type(None)), "memory per node as SLURM writes it, e.g. 16G"),
-    "mem_per_gpu": ((str, type(None)), "memory per GPU as SLURM writes it, e.g. 32G"),
-    "account": ((str, type(None)), "an account name"),
-    "qos": ((str, type(None)), "a QOS name"),
-    "constraint": ((str, type(None)), "a node feature expression"),
-    "exclude": ((str, type(None)), "a node list"),
-    "job_name": ((str, type(None)), "a job name"),
-    "wckey": ((str, type(None)), "a WCKey (sbatch --wckey; none unless set)"),
-    "setup": ((list,), "a list of shell lines run before the job (module load ...)"),
-    "export": ((str,), "ALL, NONE or NIL (the base of sbatch --export)"),
-    "env": ((dict,), "a mapping NAME: value added to sbatch --export"),
-    "signal_delay_s": ((int,), "seconds before the time limit at which USR2 is sent"),
-    "array_parallelism": ((int, type(None)), "how many tasks of an array may run at once"),
-    "max_array_size": ((int, type(None)), "MaxArraySize when scontrol cannot tell"),
-    "max_submit_jobs": ((int, type(None)), "how many jobs (array tasks) this user may have queued at once"),
-    "python": ((str, type(None)), "the command that starts python in the job"),
-    "srun_args": ((list,), "extra srun arguments"),
-    "sbatch": ((dict,), "extra sbatch options, e.g. {reservation: r1, mail-type: END}"),
-}
+# the SLURM executor's own profile keys: the fields of slurm/settings.py SlurmSettings
 
 # profile key -> submitit SlurmExecutor parameter (same meaning, passed through when set)
 _PASS_THROUGH = {
@@ -141,7 +117,9 @@ def _check_script_values(settings: Mapping[str, Any], where: str) -> None:
 def export_option(profile: ClusterProfile) -> str:
     """Return the value of ``sbatch --export`` (``ALL`` plus the profile's variables)."""
     base = str(profile.get("export", "ALL")).upper()
-    env = profile.get("env") or {}
+    env = dict(profile.get("env") or {})
+    if uses_workaround(profile.settings, RESUBMIT, profile.get("partition")):  # cluster check: requeue refused
+        env.setdefault(REQUEUE_ENV, RESUBMIT_WORD)
     return ",".join([base, *(f"{k}={v}" for k, v in env.items())])
 
 
@@ -295,6 +273,17 @@ class SlurmExecutor(Executor):
             return None
         return "--slurm gpus_per_node=1 (or gres=gpu:TYPE:1; `hpc-runner cluster show` lists the GPU types)"
 
+    def requested_gpus(self) -> int:
+        """The GPUs a task asks for on its node: gpus_per_node, else gpus_per_task x tasks per node, else gres gpu:N."""
+        settings = self.profile.settings
+        if settings.get("gpus_per_node"):
+            return int(settings["gpus_per_node"])
+        if settings.get("gpus_per_task"):
+            return int(settings["gpus_per_task"]) * int(settings.get("ntasks_per_node") or 1)
+        found = re.search(r"(?:^|,)gpu(?::[^:,]+)?:([0-9]{1,4})(?:,|$)", str(settings.get("gres") or ""))
+        return int(found.group(1)) if found else (1 if re.search(r"(?:^|,)gpu(?:,|$)", str(settings.get("gres") or ""))
+                                                  else 0)
+
     def __init__(self, profile: ClusterProfile) -> None:
         super().__init__(profile)
         self._partition_choice: tuple[str | None, str] | None = None  # asked of sinfo once, when first needed
@@ -375,6 +364,11 @@ class SlurmExecutor(Executor):
         try:
             return self._submit(fn, argument_lists, request)
         except ClusterError as exc:
+            from hpc_runner.scheduler.slurm.resource_check import unanswered
+
+            silent = unanswered(self.profile)  # sbatch's DNS and socket lines: the controller is not there
+            if silent is not None:
+                raise silent from None
             if is_limit_refusal(exc.message):  # the limits we counted with were not the scheduler's
                 forget_kept_limits()
             raise
@@ -404,7 +398,9 @@ class SlurmExecutor(Executor):
         """One sacct call (squeue when sacct does not answer)."""
         from hpc_runner.scheduler.slurm.accounting import query_scheduler
 
-        return query_scheduler(job_ids, since=since)
+        settings = self.profile.settings
+        accounting = not uses_workaround(settings, NO_ACCOUNTING, settings.get("partition"))
+        return query_scheduler(job_ids, since=since, accounting=accounting)
 
     def queue_states(self, job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:
         """One ``squeue -r`` of the jobs: the state of each task still queued or running, in our words (JobState

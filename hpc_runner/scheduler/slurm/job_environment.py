@@ -6,7 +6,9 @@ above the scheduler asks scheduler/job_env.py in neutral words; only this folder
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, MutableMapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
@@ -225,6 +227,18 @@ class SlurmJobEnvironment(JobEnvironment):
 
     def _requeue(self) -> str | None:
         return requeue_current_job(self._environ)
+
+    def around_call(self, args_file: Path) -> contextlib.AbstractContextManager[None]:
+        """As under submitit's runner: ``SUBMITIT_FOLDER`` is the log folder, and a job that is no array notes
+        when its call ended (scheduler/slurm/job_call.py ``marked_end``)."""
+        from hpc_runner.scheduler.slurm.job_call import marked_end
+
+        return marked_end(args_file.parent)
+
+    def site_probes(self) -> dict[str, dict[str, Any]]:
+        from hpc_runner.scheduler.slurm.site_probes import slurm_site_probes
+
+        return slurm_site_probes(self.job_id)
 
     # ---------------------------------------------------------------- records
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler import job_arguments
 
 _NAME = r"[A-Za-z0-9_.+-]+"
 # what SLURM accepts in each field (sbatch(1)); anything else would be refused by sbatch, or worse
@@ -59,7 +60,7 @@ _NOT_OPTIONS = frozenset({"command", "folder", "map_count", "array_parallelism",
                           "teardown", "signal_delay_s", "stderr_to_stdout", "srun_args", "use_srun"})
 _SUBMIT_MODULE = "submitit.core._submit"
 # what a command job runs: its arguments are one JSON file (scheduler/slurm/command_job.py)
-JOB_CALL_MODULE = "hpc_runner.scheduler.slurm.job_call"
+JOB_CALL_MODULE = job_arguments.JOB_CALL_MODULE  # every backend's job runner (scheduler/job_call.py)
 
 
 def safe_job_name(text: str) -> str:

@@ -57,6 +57,9 @@ def check_resources(profile: ClusterProfile, script: str, parameters: dict[str, 
     """Raise ClusterError with sbatch's reason when the job ``what`` (its ``script``) could never start."""
     reason = sbatch_refusal(script)
     if reason:
+        silent = unanswered(profile)
+        if silent is not None:
+            raise silent
         raise ClusterError(
             f"pre-flight: the scheduler refuses {what} (profile {profile.name}: {requested(parameters)}), nothing "
             f"was submitted: sbatch --test-only says: {reason}",
@@ -65,3 +68,21 @@ def check_resources(profile: ClusterProfile, script: str, parameters: dict[str, 
             "profile or --slurm KEY=VALUE)",
             hint="`sinfo -s` lists the partitions and their time limits; --no-preflight skips this check",
         )
+
+
+def unanswered(profile: ClusterProfile) -> ClusterError | None:
+    """The error for a refusal that is no refusal: the profile's controller does not answer ``scontrol ping``
+    (sbatch then prints DNS and socket lines that say nothing about the job); None when it answers, or when
+    scontrol cannot be asked (no answer is not a proof)."""
+    from hpc_runner.scheduler.slurm.cluster_info import controller_problem
+
+    problem = controller_problem(timeout=5.0)
+    if problem is None or not problem.startswith(("no SLURM controller", "there is no SLURM")):
+        return None
+    return ClusterError(
+        f"no SLURM controller answers for profile {profile.name} ({problem}); nothing was submitted",
+        where=profile.where,
+        expected="to submit from a login node of that cluster, where `scontrol ping` answers (or --cluster local to "
+        "run the jobs here)",
+        hint="`hpc-runner cluster show NAME` shows the profile; --dry-run prints the scripts without asking",
+    )

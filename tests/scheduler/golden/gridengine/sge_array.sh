@@ -17,4 +17,4 @@
 #$ -l gpu=1
 # sweep s1: 4 points
 module load cuda/12.2
-exec /opt/venv/bin/python -u -m hpc_runner.scheduler.gridengine.job_call /scratch/sweeps/s1/logs/array-0123456789ab.json
+exec /opt/venv/bin/python -u -m hpc_runner.scheduler.job_call /scratch/sweeps/s1/logs/array-0123456789ab.json

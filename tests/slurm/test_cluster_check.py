@@ -1,0 +1,143 @@
+"""`hpc-runner cluster check` on the local SLURM (scripts/local-slurm.sh): the findings written into the profile,
+each injected fault found and named in one line, and the workaround used by the next submission.
+
+The faults are injected through SLURM's own configuration, without touching the daemons other tests share:
+- accounting off: the commands read a copy of slurm.conf with AccountingStorageType=accounting_storage/none (sacct
+  then says "Slurm accounting storage is disabled"), as on a site without slurmdbd;
+- requeue refused: the profile's sbatch options carry --no-requeue (Requeue=0 in the job's record, as JobRequeue=0
+  gives a job that does not ask), so `scontrol requeue` refuses;
+- task/affinity: the step is bound (SLURM_CPU_BIND=cores) to one CPU of the two per task asked (srun
+  --cpus-per-task=1, as before SLURM 22.05 fixed what srun inherits);
+- no scratch folder: TMPDIR names a folder the node does not have;
+- a setup line that fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+# a 2-minute limit, the stop signal 30 s before it: each check job lasts about a minute and a half
+BASE = "extends: slurm\ncpus_per_task: 1\nsignal_delay_s: 30\n"
+
+
+def _profile(cli, name: str, extra: str = "") -> Path:
+    return cli.write_profile(name, BASE + extra)
+
+
+def _checked(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())["checked"]
+
+
+def _findings(path: Path) -> dict:
+    parts = _checked(path)["partitions"]
+    assert len(parts) == 1, parts
+    return next(iter(parts.values()))["findings"]
+
+
+def _failed_lines(out: str) -> list[str]:
+    return [ln.strip() for ln in out.splitlines() if ln.strip().startswith("FAILED ")]
+
+
+def test_cluster_check_writes_the_findings_of_a_healthy_partition(cli, slurm_cluster):
+    path = _profile(cli, "local")
+    res = cli("cluster", "check", "local", "--partition", "small", "--timeout", "400", timeout=500)
+    assert res.returncode in (0, 1), res.stderr  # 1: a check failed (named below), the findings written anyway
+    found = _findings(path)
+    assert found["accounting"]["ok"] is True, found["accounting"]
+    assert found["stop_signal"]["ok"] is True and found["stop_signal"]["signal"] == "SIGUSR2"
+    assert 0 < found["stop_signal"]["before_limit_s"] <= 30 + 60
+    assert found["requeue"]["ok"] is True, found["requeue"]
+    assert found["setup"]["ok"] is None and found["imports"]["ok"] is True
+    assert found["queue_wait"]["seconds"] >= 0 and found["shm"]["ok"] is not None
+    assert re.match(r"\d{4}-\d\d-\d\dT", _checked(path)["date"])
+    shown = cli("cluster", "show", "local")
+    assert "# checked " in shown.stdout and "partition small" in shown.stdout
+    left = slurm_cluster.run("squeue", "-h", "-t", "PENDING,RUNNING", "-n", "hpcr-cluster-check", "-o", "%i")
+    assert not left.stdout.strip(), left.stdout  # the requeued attempt is cancelled once it said so
+
+
+def test_accounting_off_is_found_and_the_next_status_asks_the_queue(cli, slurm_cluster, tmp_path):
+    conf = Path(os.environ["SLURM_CONF"]).read_text()
+    off = re.sub(r"(?m)^AccountingStorageType=.*$", "AccountingStorageType=accounting_storage/none", conf)
+    copy = tmp_path / "etc" / "slurm.conf"
+    copy.parent.mkdir()
+    copy.write_text(off)
+    (copy.parent / "gres.conf").write_text((Path(os.environ["SLURM_CONF"]).parent / "gres.conf").read_text())
+    cli.env["SLURM_CONF"] = str(copy)
+    cli.offline = True  # keep this SLURM_CONF: the commands of this CLI see no accounting
+    path = _profile(cli, "noacct")
+    res = cli("cluster", "check", "noacct", "--timeout", "400", timeout=500)
+    assert res.returncode == 1
+    lines = _failed_lines(res.stdout)
+    assert any(ln.startswith("FAILED accounting: no accounting for job") and "states from the queue" in ln
+               for ln in lines), res.stdout
+    assert _findings(path)["accounting"]["workaround"] == "states from the queue and the jobs' exit files"
+    cli.reset()
+    sub = cli("submit", "training", "--bundle", str(Path(__file__).resolve().parents[2] / "bundles/synthetic_seg"),
+              "--cluster", "noacct", "--dry-run")
+    assert "accounting failed" in sub.stderr and "using: states from the queue" in sub.stderr
+
+
+def test_requeue_refused_is_found_and_the_next_job_resubmits(cli, slurm_cluster):
+    path = _profile(cli, "norequeue", "sbatch: {no-requeue: true}\n")
+    res = cli("cluster", "check", "norequeue", "--timeout", "400", timeout=500)
+    assert res.returncode == 1
+    found = _findings(path)
+    assert found["requeue_flag"]["ok"] is False and "Requeue=0" in found["requeue_flag"]["detail"]
+    assert found["requeue"]["ok"] is False and found["requeue"]["workaround"] == "resubmit instead of requeue"
+    assert any(ln.startswith("FAILED requeue") for ln in _failed_lines(res.stdout))
+    dry = cli("submit", "training", "--bundle", str(Path(__file__).resolve().parents[2] / "bundles/synthetic_seg"),
+              "--cluster", "norequeue", "--dry-run")
+    assert "HPCR_REQUEUE=resubmit" in dry.stdout  # the job is told not to ask: it ends with its checkpoint
+    assert "using: resubmit instead of requeue" in dry.stderr
+
+
+def test_a_step_bound_to_fewer_cpus_than_asked_is_found(cli, slurm_cluster):
+    path = _profile(cli, "bound", "cpus_per_task: 2\nsrun_args: ['--cpus-per-task=1']\nenv: {SLURM_CPU_BIND: cores}\n")
+    res = cli("cluster", "check", "bound", "--timeout", "400", timeout=500)
+    assert res.returncode == 1
+    found = _findings(path)["cpu_binding"]
+    assert found["ok"] is False and "bound to 1 CPU(s) of the 2 asked" in found["detail"]
+    assert any(ln.startswith("FAILED cpu_binding") for ln in _failed_lines(res.stdout))
+
+
+def test_no_scratch_folder_is_found_and_staging_is_off(cli, slurm_cluster):
+    path = _profile(cli, "noscratch", "env: {TMPDIR: /nonexistent/hpcr-scratch}\n")
+    res = cli("cluster", "check", "noscratch", "--timeout", "400", timeout=500)
+    assert res.returncode == 1
+    found = _findings(path)["scratch"]
+    assert found["ok"] is False and "no scratch folder" in found["detail"] and found["workaround"] == "staging off"
+    assert any(ln.startswith("FAILED scratch: no scratch folder") for ln in _failed_lines(res.stdout))
+    from hpc_runner.scheduler.profiles import load_profile
+    from hpc_runner.scheduler.site_findings import NO_STAGING, uses_workaround
+
+    os.environ["HPCR_CLUSTER_PATH"] = cli.env["HPCR_CLUSTER_PATH"]
+    try:
+        assert uses_workaround(load_profile("noscratch").settings, NO_STAGING)
+    finally:
+        os.environ.pop("HPCR_CLUSTER_PATH")
+
+
+def test_a_setup_line_that_fails_is_named(cli, slurm_cluster):
+    path = _profile(cli, "badsetup", "setup: ['export HPCR_OK=1', 'module-not-here load cuda']\n")
+    res = cli("cluster", "check", "badsetup", "--timeout", "400", timeout=500)
+    assert res.returncode == 1
+    found = _findings(path)["setup"]
+    assert found["ok"] is False and found["failed_line"] == 2 and "module-not-here" in found["detail"]
+    assert any(ln.startswith("FAILED setup: setup line 2 failed") for ln in _failed_lines(res.stdout))
+
+
+def test_the_check_is_bounded_and_cancels_its_jobs(cli, slurm_cluster):
+    path = _profile(cli, "held", "sbatch: {begin: now+1hour}\n")  # never starts within the timeout
+    res = cli("cluster", "check", "held", "--timeout", "5", timeout=120)
+    assert res.returncode == 1 and "cancelled" in res.stderr
+    assert "still queued at the timeout" in _findings(path)["job"]["detail"]
+    left = slurm_cluster.run("squeue", "-h", "-t", "PENDING,RUNNING", "-n", "hpcr-cluster-check", "-o", "%i %j")
+    assert not [ln for ln in left.stdout.splitlines() if ln.strip()], left.stdout

@@ -9,6 +9,7 @@
 #           slurm.conf is applied with `scontrol reconfigure`, or, when the set of nodes changed
 #           (LOCAL_SLURM_NODES), by restarting slurmctld and the slurmds (queued jobs are kept).
 #           A cold start cancels the jobs slurmctld recovers from a cluster that died without `stop`.
+#           Refuses while scripts/local-sge.sh's Grid Engine runs (one local cluster at a time).
 #   stop    cancel this cluster's jobs and stop the daemons it started (pid files only).
 #           --clean also wipes config, state, database and logs: the next start is cold.
 #   status  daemons, sinfo, and whether sacct answers; exit 1 if the cluster does not answer.
@@ -530,6 +531,11 @@ cmd_start() {
   fi
   if ! [[ $NODES =~ ^[0-9]+$ ]] || ((NODES < 1 || NODES > 64)); then
     usage_error "LOCAL_SLURM_NODES must be an integer in 1..64, got '$NODES'"
+  fi
+  # one local cluster at a time: scripts/local-sge.sh's Grid Engine would share this machine's 2 CPUs
+  if pgrep -x sge_qmaster >/dev/null || pgrep -x sge_execd >/dev/null; then
+    usage_error "the local Grid Engine is running (scripts/local-sge.sh status): one local cluster at a time;" \
+      "stop it first: scripts/local-sge.sh stop"
   fi
   local t0=$SECONDS
   mkdir -p "$DIR"/{etc,run,log,state/ctld,dev,jobs}

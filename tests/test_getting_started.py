@@ -19,7 +19,7 @@ NOT_RUN = ("# needs a cluster", "pip install", "python3 -m venv", "source .venv"
 def page_commands() -> list[str]:
     """Return the page's shell lines that the test runs, in order."""
     lines = [ln.strip() for block in BLOCK.findall(PAGE.read_text()) for ln in block.splitlines()]
-    return [ln for ln in lines if ln and not any(mark in ln for mark in NOT_RUN)]
+    return [ln for ln in lines if ln and not ln.startswith("#") and not any(mark in ln for mark in NOT_RUN)]
 
 
 def test_the_page_has_the_commands_a_newcomer_needs() -> None:

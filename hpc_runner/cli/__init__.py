@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpc_runner import __version__
-from hpc_runner.config.argv import option_typos, split_overrides
+from hpc_runner.config.argv import clearly_a_typo, option_typos, split_overrides
 from hpc_runner.control_chars import PrintableStream, printable
 from hpc_runner.errors import UserError
 
@@ -226,6 +226,8 @@ def mistyped_option(parser: argparse.ArgumentParser, name: str, overrides: list[
     """Return the error for the first override key that is a near-miss of the command's own option (``--dryrun``,
     ``--clsuter jade``), None without one: refused before anything is read, so the mistake is named first."""
     for key, option in option_typos(parser, overrides).items():
+        if not clearly_a_typo(key, option):
+            continue  # --tracking_uri is MONAI's id, not a typo of --tracking: the config decides, once it is read
         return UserError(
             f"--{key} is not an option of hpc-runner {name} (did you mean {option}?); nothing was run or queued",
             id_path=None, expected=f"{option}, or --+{key} VALUE to set a config id of that name",

@@ -339,12 +339,12 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --stage: the node-local folder (absolute, or $VAR/...; {node} is the node's name)")
     g.add_argument("--stage-max-gb", "--stage_max_gb", dest="stage_max_gb", metavar="GB",
                    help="with --stage: at most this much staged on a node; the least recently used copies go first")
-    g.add_argument("--stage-clean", "--stage_clean", dest="stage_clean", metavar="lru|never",
+    g.add_argument("--stage-clean", "--stage_clean", dest="stage_clean", metavar="lru|never|end",
                    help="with --stage: lru (default) removes the least recently used copies to make room; "
-                   "never keeps them")
+                   "never keeps them; end also removes a sweep's copy when its last point on the node ends")
     g.add_argument("--read-slots", "--read_slots", dest="read_slots", metavar="N",
                    help="with --stage: at most N files read from shared storage at once per node (default 4), "
-                   "whatever the number of tasks or transform threads")
+                   "whatever the number of tasks or transform threads (without --stage: HPCR_READ_SLOTS)")
 
 
 def stage_settings_from_args(args: argparse.Namespace) -> Any:

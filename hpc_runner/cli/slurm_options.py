@@ -10,6 +10,22 @@ from typing import Any
 DEFAULT_CLUSTER = "slurm"
 
 
+class SchedulerOptionAction(argparse._AppendAction):
+    """``--scheduler-option KEY=VALUE`` (append), whose help ends with every scheduler's keys, made from each
+    backend's settings dataclass (scheduler/select.py ``scheduler_option_help``) when the help is shown: building
+    the parser imports no scheduler."""
+
+    @property  # type: ignore[override]
+    def help(self) -> str:
+        from hpc_runner.scheduler.select import scheduler_option_help
+
+        return f"{self._help}. {scheduler_option_help()}".replace("%", "%%")
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        self._help = value or ""
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: bool = True) -> Any:
     """Add --cluster, --scheduler-option KEY=VALUE (alias --slurm), --hold and --dry-run; return their group."""
     g = parser.add_argument_group("cluster")
@@ -35,7 +51,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
         "--scheduler-option",
         "--slurm",  # the earlier name, kept as an alias
         dest="slurm",  # (every command reads args.slurm)
-        action="append",
+        action=SchedulerOptionAction,
         metavar="KEY=VALUE",
         help="change one profile setting for this submission, in the scheduler's own words, e.g. "
              "--scheduler-option partition=gpu --scheduler-option time=02:00:00 (--slurm is the same option)",

@@ -83,6 +83,28 @@ def near_option(parser: argparse.ArgumentParser, key: str) -> str | None:
     return options[close[0]] if close else None
 
 
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance, with a swap of two neighbours counted as one edit (``clsuter``)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, prev2[j - 2] + 1)
+            cur.append(cost)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def clearly_a_typo(key: str, option: str) -> bool:
+    """True when ``--key`` can only be a mistyped ``option`` (``--dryrun``, ``--clsuter``: at most two edits), so it
+    is refused before any config is read; a longer difference (``--tracking_uri`` beside ``--tracking``) may be an
+    id of the bundle, which only its config can say."""
+    return _edits(_spelling("--" + key), _spelling(option)) <= 2
+
+
 def option_typos(parser: argparse.ArgumentParser, override_tokens: list[str]) -> dict[str, str]:
     """Return ``{id: option}`` for the override keys that look like typos of the command's own options."""
     found = {}

@@ -15,6 +15,11 @@ storage with at most that many streams, whatever the number of tasks or transfor
 
 Cleaning: before a copy, the least recently used copies (``.last-used``) not in use by a run (a shared
 lock on ``.in-use``) are removed until the new one fits under ``max_gb``; ``clean: never`` keeps them.
+``clean: end`` does that too, and removes a sweep's copy when the last point of the sweep on the node ends: a
+sweep task holds a shared lock on ``.sweep-<key>.hold`` while it runs its points (``sweep_hold``), each run
+marks the copies it read ``.used-by-<key>``, and the task that ends last on the node (it gets the lock
+exclusively) removes the copies its sweep used that no other run reads and no other running sweep marked.
+A run outside a sweep with ``clean: end`` removes its copies itself when it ends.
 A copy that cannot fit (over ``max_gb``, or not enough free space) is not made: the run reads in place and
 says so once. The run reads the copy through an override of the id (never by editing the bundle); run.yaml
 ``data:`` says where it read from, and ``data_io.json`` in the run dir the bytes read from shared storage.
@@ -26,6 +31,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
 import shutil
 import socket
 import stat
@@ -46,10 +52,11 @@ from hpc_runner.records.read import RecordError, open_regular, parse_json_text, 
 
 ENV = "HPCR_STAGE"  # the settings as JSON: set by --stage (or a profile's stage:), inherited by jobs
 STAGE_IDS = ("dataset_dir", "cache_dir")  # the ids whose folders are staged, when the config has them
-CLEAN_POLICIES = ("lru", "never")
+CLEAN_POLICIES = ("lru", "never", "end")
 DEFAULT_READ_SLOTS = 4
 HASHED_UP_TO = 4096  # files this small are hashed too: an edit that keeps size and mtime is still seen
 IO_FILE = "data_io.json"
+SWEEP_ENV = "HPCR_STAGE_SWEEP"  # set by sweep_hold while a sweep task runs its points: the copies' user key
 LAST_USED, IN_USE = ".last-used", ".in-use"
 GB = 1 << 30
 
@@ -79,7 +86,7 @@ def parse_stage_settings(raw: Any, where: str) -> StageSettings:
     if not isinstance(raw, Mapping):
         raise UserError(f"stage: {str(raw)[:60]!r} is not a mapping", where=where,
                         expected="stage: {where: scratch|$TMPDIR|/local/$USER, max_gb: 50, node_gb: 400, "
-                        "clean: lru|never, read_slots: 4}")
+                        "clean: lru|never|end, read_slots: 4}")
     known = {"where", "max_gb", "node_gb", "clean", "read_slots", "ids"}
     unknown = sorted(str(k)[:40] for k in raw if k not in known)
     if unknown:
@@ -246,13 +253,16 @@ def check_stage_root(root: Path) -> Path:
 
 @contextlib.contextmanager
 def read_slot(root: Path, slots: int, poll_s: float = 0.01) -> Iterator[int]:
-    """Hold one of the node's ``slots`` read slots (lock files in ``root``) for the block; yield its number."""
-    fds = []
-    try:
-        for i in range(slots):
-            fds.append(os.open(root / f"read-slot-{i}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-        while True:
-            for i, fd in enumerate(fds):
+    """Hold one of the node's ``slots`` read slots (lock files in ``root``) for the block; yield its number.
+
+    The slots are tried from a random one on, each file opened only while it is tried: a free slot costs one
+    open and one lock, whatever ``slots`` is (a bound on every load of a run must not slow it)."""
+    start = random.randrange(slots) if slots > 1 else 0
+    while True:
+        for n in range(slots):
+            i = (start + n) % slots
+            fd = os.open(root / f"read-slot-{i}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -262,10 +272,9 @@ def read_slot(root: Path, slots: int, poll_s: float = 0.01) -> Iterator[int]:
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 return
-            time.sleep(poll_s)
-    finally:
-        for fd in fds:
-            os.close(fd)
+            finally:
+                os.close(fd)
+        time.sleep(poll_s)
 
 
 # ---------------------------------------------------------------- one copy
@@ -504,6 +513,9 @@ def prepare_run_data(expanded: Mapping[str, Any], settings: StageSettings | None
     check_stage_root(root)
     for id_path, folder in folders:
         data.staged.append(stage_folder(folder, root, settings, id_path, warn=warn))
+    key = (os.environ if environ is None else environ).get(SWEEP_ENV)
+    if settings.clean == "end" and key:
+        mark_users(data, key)  # the sweep task that ends last on this node removes them (sweep_hold)
     return data
 
 
@@ -533,6 +545,7 @@ def record_io(run_dir: Path, data: RunData, attempt: int | None = None) -> dict[
         entries.append({"node": data.node, "attempt": attempt, "staged": bool(data.overrides),
                         "shared_bytes": data.shared_bytes,
                         "copied_bytes": sum(s.copied_bytes for s in data.staged),
+                        "upfront_bytes": sum(s.copied_bytes + s.hashed_bytes for s in data.staged),
                         "read_from": {s.id: s.read_from for s in data.staged}})
         out = {"shared_bytes": sum(int(e.get("shared_bytes") or 0) for e in entries), "tasks": entries}
         write_text_atomic(path, dumps_json(out, indent=1) + "\n")
@@ -561,3 +574,164 @@ def check_fits_before_queueing(expanded: Mapping[str, Any], settings: StageSetti
                             "a node; nothing was queued", where=where,
                             expected="a larger stage max_gb/node_gb, a node-local folder with room, or no --stage")
     return total
+
+
+# ---------------------------------------------------------------- clean: end (the end of a sweep on a node)
+
+
+def sweep_key(sweep_dir: str | os.PathLike) -> str:
+    """The short key of a sweep (its resolved folder) that names its hold file and its marks on the copies."""
+    return hashlib.sha256(str(Path(sweep_dir).resolve()).encode()).hexdigest()[:12]
+
+
+def _hold_file(root: Path, key: str) -> Path:
+    return root / f".sweep-{key}.hold"
+
+
+def _held_by_others(hold: Path) -> bool:
+    """Whether some process holds ``hold`` (a sweep task still runs points on this node)."""
+    try:
+        fd = os.open(hold, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False  # never made, or removed: no task of that sweep holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _end_root() -> Path | None:
+    settings = settings_from_env()
+    if settings is None or settings.clean != "end":
+        return None
+    root = stage_root(settings)
+    return check_stage_root(root) if root is not None else None
+
+
+@contextlib.contextmanager
+def sweep_hold(sweep_dir: str | os.PathLike) -> Iterator[str | None]:
+    """While a sweep task runs its points (with ``clean: end``): hold the sweep's hold file shared, and let the runs
+    mark their copies with the sweep's key; when the task ends last on the node, remove the sweep's copies
+    (``clean_sweep_end``). Without ``clean: end`` (or a stage folder) it does nothing."""
+    try:
+        root = _end_root()
+    except UserError:
+        root = None
+    if root is None:
+        yield None
+        return
+    key = sweep_key(sweep_dir)
+    before = os.environ.get(SWEEP_ENV)
+    fd = os.open(_hold_file(root, key), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.environ[SWEEP_ENV] = key
+        yield key
+    finally:
+        os.close(fd)
+        if before is None:
+            os.environ.pop(SWEEP_ENV, None)
+        else:
+            os.environ[SWEEP_ENV] = before
+    if before is None:  # a nested task of the same sweep (an in-process executor) leaves it to the outer one
+        clean_sweep_end(root, key)
+
+
+def mark_users(data: RunData, key: str) -> None:
+    """Mark each copy ``data`` reads as used by the sweep (or run) ``key``."""
+    for folder in data.overrides.values():
+        with contextlib.suppress(OSError):
+            (Path(folder) / f".used-by-{key}").touch()
+
+
+def _removable(copy: Path, key: str, root: Path) -> bool:
+    """No other sweep that marked ``copy`` still runs points on this node."""
+    for mark in copy.glob(".used-by-*"):
+        other = mark.name[len(".used-by-"):]
+        if other != key and _held_by_others(_hold_file(root, other)):
+            return False
+    return True
+
+
+def clean_sweep_end(root: Path, key: str) -> list[str]:
+    """Remove the copies the sweep ``key`` used on this node, when no task of it still runs here, no run reads
+    them and no other running sweep marked them; return the removed copies' names."""
+    hold = _hold_file(root, key)
+    try:
+        fd = os.open(hold, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    removed = []
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while removing: a new task of the sweep waits
+        except BlockingIOError:
+            return []  # another task of this sweep still runs points on this node: it cleans when it ends
+        for copy in _copies_oldest_first(root):
+            if (copy / f".used-by-{key}").exists() and _removable(copy, key, root):
+                with exclusive(root / f".{copy.name}.lock", timeout=60, what=f"the copy {copy.name}"):
+                    if _remove_unless_in_use(copy):
+                        removed.append(copy.name)
+        with contextlib.suppress(OSError):
+            hold.unlink()
+    finally:
+        os.close(fd)
+    return removed
+
+
+def clean_after_run(data: RunData) -> list[str]:
+    """``clean: end`` after a run ends (its copies no longer held by it): a run of a sweep task leaves the cleaning
+    to the task (``sweep_hold``); a run on its own removes its copies unless another run reads them or a running
+    sweep marked them. Return the removed copies' names."""
+    try:
+        root = _end_root()
+    except UserError:
+        return []
+    if root is None or not data.overrides or os.environ.get(SWEEP_ENV):
+        return []
+    removed = []
+    for folder in data.overrides.values():
+        copy = Path(folder)
+        if copy.parent == root and copy.is_dir() and _removable(copy, "", root):
+            with exclusive(root / f".{copy.name}.lock", timeout=60, what=f"the copy {copy.name}"):
+                if _remove_unless_in_use(copy):
+                    removed.append(copy.name)
+    return removed
+
+
+# ---------------------------------------------------------------- measured loads
+
+
+def record_loads(run_dir: Path, data: RunData, loads: Mapping[str, int], attempt: int | None = None) -> dict | None:
+    """Add what this process's file-reading transforms loaded (``hpc_runner.data.reads.snapshot``) to this node's
+    and attempt's entry of ``data_io.json``: a measured count replaces the estimate of a run that reads in place
+    (every file once). Nothing loaded in this process (e.g. loads in torch worker processes): left as it is."""
+    if not loads.get("loads"):
+        return None
+    path = Path(run_dir) / IO_FILE
+    with exclusive(Path(run_dir) / f".{IO_FILE}.lock", what="the data I/O record"):
+        try:
+            previous = read_json_record(path, "data I/O record") or {}
+        except RecordError:
+            previous = {}
+        entries = [e for e in previous.get("tasks", []) if isinstance(e, dict)] if isinstance(previous, dict) else []
+        mine = next((e for e in reversed(entries) if e.get("node") == data.node and e.get("attempt") == attempt), None)
+        if mine is None:
+            mine = {"node": data.node, "attempt": attempt, "staged": bool(data.overrides),
+                    "copied_bytes": 0, "read_from": {s.id: s.read_from for s in data.staged}}
+            entries.append(mine)
+        for key in ("loads", "loaded_bytes", "shared_loads", "shared_load_bytes"):
+            old = mine.get(key)
+            mine[key] = (old if isinstance(old, int) and not isinstance(old, bool) else 0) + int(loads.get(key) or 0)
+        mine["measured"] = True
+        upfront = mine.get("upfront_bytes")
+        if not isinstance(upfront, int) or isinstance(upfront, bool):
+            upfront = sum(s.copied_bytes + s.hashed_bytes for s in data.staged)
+        mine["shared_bytes"] = upfront + mine["shared_load_bytes"]
+        out = {"shared_bytes": sum(int(e.get("shared_bytes") or 0) for e in entries),
+               "measured": all(e.get("measured") for e in entries), "tasks": entries}
+        write_text_atomic(path, dumps_json(out, indent=1) + "\n")
+    return out

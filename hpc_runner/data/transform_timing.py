@@ -11,11 +11,16 @@ PersistentCacheDataset call the chain from transform 0 with ``threading=True`` o
 first random transform. Every other call (the random part after the cache, or a whole chain without a
 cache) is the *every epoch* stage. Transforms that run in torch worker processes (``num_workers > 0``
 without ``use_thread_workers``) are timed in those processes and not reported.
+
+A file-reading transform (``LoadImage(d)``, ``hpc_runner.data.reads.is_reader``) runs through
+``reads.call_reading``: its loads are counted and, from shared storage, bounded by the node's read slots; its
+time (the wait for a slot included) is what the run report shows as the data wait's reading part.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import threading
 import time
@@ -135,6 +140,7 @@ class TimedCompose(Compose):
     """
 
     _labels: tuple[list[Any], list[tuple[str, str]]] | None = None
+    _readers: tuple[list[Any], list[bool]] | None = None
 
     def __init__(self, *args: Any, timer: TransformTimer | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -154,6 +160,17 @@ class TimedCompose(Compose):
         self._labels = (self.transforms, keys)
         return keys
 
+    def _reads(self) -> list[bool]:
+        """Whether each transform reads files (``hpc_runner.data.reads.is_reader``)."""
+        cached = self._readers
+        if cached is not None and cached[0] is self.transforms and len(cached[1]) == len(self.transforms):
+            return cached[1]
+        from hpc_runner.data.reads import is_reader
+
+        flags = [is_reader(t) for t in self.transforms]
+        self._readers = (self.transforms, flags)
+        return flags
+
     def __call__(self, input_: Any, start: int = 0, end: int | None = None, threading: bool = False,
                  lazy: bool | None = None) -> Any:
         """Run transforms ``start``..``end`` as Compose does, timing each one."""
@@ -162,13 +179,20 @@ class TimedCompose(Compose):
         stop = len(self.transforms) if end is None else end
         stage = CACHED if start == 0 and (threading or end is not None) else EVERY_EPOCH
         keys = self._keys()
+        reads = self._reads()
         acc = self.timer.accumulator()
         data = input_
         call = super().__call__
         clock = time.perf_counter_ns
         for i in range(start, stop):
             t0 = clock()
-            data = call(data, start=i, end=i + 1, threading=threading, lazy=lazy)
+            if reads[i]:
+                from hpc_runner.data.reads import call_reading
+
+                one = functools.partial(call, data, start=i, end=i + 1, threading=threading, lazy=lazy)
+                data = call_reading(one, self.transforms[i], data)
+            else:
+                data = call(data, start=i, end=i + 1, threading=threading, lazy=lazy)
             dt = clock() - t0
             label, kind = keys[i]
             entry = acc.get((label, stage, kind))

@@ -15,7 +15,17 @@ from hpc_runner.config.bundle_config import USUAL_ENTRIES, BundleConfig, apply_o
 from hpc_runner.config.display import to_plain
 from hpc_runner.config.ids import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, has_id
 from hpc_runner.config.overrides import Override, suggest_ids
-from hpc_runner.data.staging import RunData, in_use, prepare_run_data, record_io, settings_from_env, staged_config
+from hpc_runner.data import reads
+from hpc_runner.data.staging import (
+    RunData,
+    clean_after_run,
+    in_use,
+    prepare_run_data,
+    record_io,
+    record_loads,
+    settings_from_env,
+    staged_config,
+)
 from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records import environment
 from hpc_runner.records.atomic import write_text_atomic
@@ -302,16 +312,20 @@ def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str |
     try:
         _check_devices(cfg, run_dir, rank)  # then every rank votes: one that refused stops all of them now
         expanded, data = _run_data(run_dir, expanded, rank)  # --stage: the node-local copy, via an id override
-        with in_use(list(data.overrides.values())):  # the node's cleaning leaves the copies this run reads
-            if rank != 0:
-                return _execute_worker(cfg, run_dir, expanded, run_id)
-            # started by prepare_run, or here (a caller that prepared the run itself); not when the bundle makes its own
-            started_group = init_distributed(bundle_config=expanded) or owns_process_group()
-            try:
-                return _execute_main(cfg, run_dir, expanded, run_id)
-            finally:
-                if started_group:
-                    shutdown_distributed()
+        try:
+            with in_use(list(data.overrides.values())):  # the node's cleaning leaves the copies this run reads
+                if rank != 0:
+                    return _execute_worker(cfg, run_dir, expanded, run_id)
+                # started by prepare_run, or here (a caller that prepared the run itself); not when the bundle makes
+                # its own
+                started_group = init_distributed(bundle_config=expanded) or owns_process_group()
+                try:
+                    return _execute_main(cfg, run_dir, expanded, run_id)
+                finally:
+                    if started_group:
+                        shutdown_distributed()
+        finally:
+            _end_run_data(run_dir, data)
     finally:
         if world > 1:
             settle_distributed_threads()
@@ -334,7 +348,24 @@ def _run_data(run_dir: RunDir, expanded: dict, rank: int) -> tuple[dict, RunData
         record_io(run_dir.path, data, attempt=restart_count())
     if rank == 0:
         run_dir.update_record(data=data.record())
+    settings = settings_from_env()
+    reads.configure(reads.policy_for_run(settings, data.root, data.overrides.values()))  # bound and count loads
     return staged_config(expanded, data), data
+
+
+def _end_run_data(run_dir: RunDir, data: RunData) -> None:
+    """When the run ends: add its measured loads to data_io.json; with ``clean: end``, remove the copies it read
+    (a run on its own; a sweep's last task on the node does that for its points: staging.sweep_hold)."""
+    from hpc_runner.scheduler.job_env import restart_count
+
+    loads = reads.snapshot()
+    reads.configure(None)
+    try:
+        record_loads(run_dir.path, data, loads, attempt=restart_count())
+    except (OSError, UserError) as exc:  # a record that cannot be written must not turn a finished run into a failure
+        print(f"hpc-runner: could not add the measured loads to data_io.json: {exc}", file=sys.stderr)
+    for name in clean_after_run(data):
+        print(f"hpc-runner: removed the staged copy {name} (stage clean: end)", file=sys.stderr)
 
 
 def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:

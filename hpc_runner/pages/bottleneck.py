@@ -23,6 +23,29 @@ RESAMPLING = frozenset(
 # stage and kind as hpc_runner.data.transform_timing writes them (not imported: that module imports MONAI)
 CACHED, EVERY_EPOCH = "cached", "every epoch"
 RANDOM, DETERMINISTIC, CALLABLE = "random", "deterministic", "callable"
+# the transforms that read files (their time, a read slot's wait included, is the data wait's reading part);
+# hpc_runner.data.reads.is_reader says which run through the read slots
+READERS = frozenset({"LoadImage", "LoadImaged", "LoadImageD", "LoadImageDict"})
+
+
+def is_reading(name: str) -> bool:
+    """Whether a transform row (by name) reads files: LoadImage(d) and the other ``Load*`` transforms."""
+    base = str(name).split(" #", 1)[0]
+    return base in READERS or base.startswith("Load")
+
+
+def wait_split(wait_s: float, rows: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
+    """Split ``wait_s`` (the steps' data wait) into (reading, transforming) seconds by the share of the file loads in
+    the transforms' time: of the every-epoch transforms (those that run while the steps wait), or of all of them when
+    none runs every epoch. None when no transform was timed. The two parts sum to ``wait_s``."""
+    timed = [r for r in rows if float(r.get("total_s") or 0.0) > 0]
+    epoch = [r for r in timed if r.get("stage") == EVERY_EPOCH]
+    use = epoch or timed
+    total = sum(float(r["total_s"]) for r in use)
+    if total <= 0:
+        return None
+    reading = wait_s * sum(float(r["total_s"]) for r in use if is_reading(str(r.get("name")))) / total
+    return reading, wait_s - reading
 
 
 @dataclass
@@ -37,11 +60,15 @@ class BottleneckReport:
     verdict: str
     advice: list[str]
     slowest_transforms: list[dict[str, Any]] = field(default_factory=list)
+    data_read_s: float | None = None  # the data wait's reading part (file loads), by the transforms' timings
+    data_transform_s: float | None = None  # and its transforming part: the two sum to data_wait_s
 
     def line(self) -> str:
         """Return the one-line report printed at the end of a run."""
+        split = (f": {self.data_read_s:.2f} s reading, {self.data_transform_s:.2f} s transforming"
+                 if self.data_read_s is not None and self.data_transform_s is not None else "")
         return (
-            f"data wait {self.wait_fraction:.1%} of step time ({self.data_wait_s:.2f} s waiting, "
+            f"data wait {self.wait_fraction:.1%} of step time ({self.data_wait_s:.2f} s waiting{split}, "
             f"{self.compute_s:.2f} s computing, first batch {self.first_batch_s * 1000:.0f} ms): {self.verdict}"
         )
 
@@ -98,7 +125,9 @@ def analyse(
         verdict = "compute-bound: data is ready before the step needs it"
     slowest = slowest_transforms(rows)
     advice += transform_advice(slowest, rows, wait_fraction=fraction, step_time_s=total + first, device=device)
-    return BottleneckReport(len(data_s), wait, compute, first, fraction, verdict, advice, slowest)
+    split = wait_split(wait, rows)
+    return BottleneckReport(len(data_s), wait, compute, first, fraction, verdict, advice, slowest,
+                            *(split if split else (None, None)))
 
 
 def slowest_transforms(rows: Sequence[dict[str, Any]], count: int = SLOWEST) -> list[dict[str, Any]]:

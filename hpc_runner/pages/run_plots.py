@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hpc_runner.pages.figures import binned, new_figure, no_data, save_png
 from hpc_runner.pages.rundata import RunData, as_float
@@ -89,9 +90,18 @@ def plot_timeline(run: RunData, path: Path) -> bytes:
     if report:
         title += (
             f"\ndata wait {report.get('wait_fraction', 0):.1%} of step time: "
-            f"{report.get('data_wait_s', 0):.2f} s waiting, {report.get('compute_s', 0):.2f} s computing; "
+            f"{report.get('data_wait_s', 0):.2f} s waiting{_split_text(report)}, "
+            f"{report.get('compute_s', 0):.2f} s computing; "
             f"first batch {1000 * (report.get('first_batch_s') or 0):.0f} ms (pipeline fill, not counted)"
         )
     ax.set_title(title, fontsize="medium")
     fig.suptitle(_title(run))
     return save_png(fig, path)
+
+
+def _split_text(report: dict[str, Any]) -> str:
+    """`` (0.12 s reading, 0.30 s transforming)`` when the report splits the data wait, else empty."""
+    read, rest = report.get("data_read_s"), report.get("data_transform_s")
+    if isinstance(read, (int, float)) and isinstance(rest, (int, float)):
+        return f" ({read:.2f} s reading, {rest:.2f} s transforming)"
+    return ""

@@ -92,8 +92,24 @@ def _bottleneck_html(run: RunData) -> str:
         f"({report.get('data_wait_s', 0):.2f} s waiting, {report.get('compute_s', 0):.2f} s computing over "
         f"{report.get('iterations')} iterations; first batch {1000 * (report.get('first_batch_s') or 0):.0f} ms)."
     )
+    split = wait_parts(run, report)
+    if split is not None:
+        text += (f" Of the data wait, {split[0]:.2f} s reading (file loads) and {split[1]:.2f} s transforming, "
+                 "by the share of the file loads in the transforms' time.")
     advice = "".join(f"<li>{page.esc(a)}</li>" for a in report.get("advice") or [])
     return f"<p>{page.esc(text)}</p>" + (f"<ul>{advice}</ul>" if advice else "")
+
+
+def wait_parts(run: RunData, report: dict[str, Any]) -> tuple[float, float] | None:
+    """The data wait's (reading, transforming) seconds: the report's, or (an older summary) split here by the
+    summary's transform timings; None when no transform was timed."""
+    read, rest = report.get("data_read_s"), report.get("data_transform_s")
+    if isinstance(read, (int, float)) and isinstance(rest, (int, float)):
+        return float(read), float(rest)
+    from hpc_runner.pages.bottleneck import wait_split
+    from hpc_runner.pages.transforms import transform_rows
+
+    return wait_split(float(report.get("data_wait_s") or 0.0), transform_rows(run))
 
 
 def _error_html(run: RunData) -> str:

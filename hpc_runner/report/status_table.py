@@ -96,13 +96,19 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
         lines.append(f"  point {s.index} excludes node {', '.join(s.excluded)} (it failed there twice)")
     failed = [s for s in states if s.failed]
     params = target.param_ids
+    shared = _shared_bytes(states)
+    if shared:
+        total = sum(shared.values())
+        lines.append(f"  read from shared storage: {total / 1e6:.1f} MB over {len(shared)} point(s) (data_io.json)")
     if show_all or len(states) <= MAX_ROWS:
-        rows = [["point", "state", "cause", "job", "node", "requeues", *params, "error"]]
+        shared_head = ["shared MB"] if shared else []
+        rows = [["point", "state", "cause", "job", "node", "requeues", *shared_head, *params, "error"]]
         for s in states:
             eff = {**s.params, **s.extra}
             err = failure_text(s, target.job_logs) if s.failed else ""
+            mb = [f"{shared[s.index] / 1e6:.1f}" if s.index in shared else "-"] if shared else []
             rows.append([str(s.index), s.state, s.cause_kind or "-", s.job_id or "-", s.where(), str(s.requeues),
-                         *(format_cell(eff.get(p)) for p in params), err[:300]])
+                         *mb, *(format_cell(eff.get(p)) for p in params), err[:300]])
         lines.append(_table(rows))
     elif failed:
         lines.append(f"failed points ({len(failed)}; --all lists every point):")
@@ -117,3 +123,18 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
             lines.append(f"  only the timed-out ones, longer: hpc-runner resume {target.path} --cause TIMEOUT "
                          "--slurm time=...")
     return "\n".join(lines)
+
+
+def _shared_bytes(states: list[Any]) -> dict[int, int]:
+    """Each point's bytes read from shared storage (its run dir's data_io.json: data/staging.py), where recorded."""
+    from pathlib import Path
+
+    from hpc_runner.data.staging import shared_bytes_of
+
+    out = {}
+    for s in states:
+        if s.run_dir and Path(s.run_dir).is_dir():
+            value = shared_bytes_of(Path(s.run_dir))
+            if value is not None:
+                out[s.index] = value
+    return out

@@ -93,6 +93,7 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
     if note:
         parts.append(f'<p class="note">{page.esc(note[0].upper() + note[1:])}.</p>')
     parts += right_size_section(sweep)
+    parts += shared_reads_section(sweep)
     files = [sweep.target.record.file, sweep.target.record.base_dir / "config.yaml"]
     files += [sweep.path / name for name in ("results.csv", "results.md")]
     links = [page.link(f, sweep.path, os.path.relpath(f, sweep.path)) for f in files if f.is_file()]
@@ -116,6 +117,19 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
         + "</pre>"
     )
     return page.document(title, parts)
+
+
+def shared_reads_section(sweep: SweepData) -> list[str]:
+    """The bytes the sweep's points read from shared storage (data_io.json of each point: data/staging.py), summed."""
+    from hpc_runner.data.staging import shared_bytes_of
+
+    each = [b for st in sweep.states if st.run_dir.is_dir() and (b := shared_bytes_of(st.run_dir)) is not None]
+    if not each:
+        return []
+    total = sum(each)
+    return [f'<p class="meta" id="shared-reads">Read from shared storage: {total / 1e6:.1f} MB over {len(each)} '
+            f"point(s) ({total / len(each) / 1e6:.1f} MB a point; the results table's shared_mb column has each; "
+            "--stage reads it once per node: docs/data-on-the-cluster.md).</p>"]
 
 
 def _when(at: Any) -> str:

@@ -27,7 +27,7 @@ COMMON_KEYS: dict[str, KeySpec] = {
                       "starts no point it cannot finish before its time limit)"),
     "container": ((dict, type(None)), "a mapping: image, runtime, python, gpu, binds, options (docs/containers.md)"),
     "stage": ((dict, bool, type(None)), "a mapping: where (scratch, $TMPDIR/..., or an absolute path), max_gb, "
-              "node_gb, clean (lru|never), read_slots (docs/data-on-the-cluster.md)"),
+              "node_gb, clean (lru|never|end), read_slots (docs/data-on-the-cluster.md)"),
     "checked": ((dict, type(None)), "what `hpc-runner cluster check` found (written by it; docs/cluster-check.md)"),
 }
 

@@ -3,8 +3,9 @@ NAME`` -> the executor class) and the job side (``JOB_ENVIRONMENTS``: each backe
 whose variables are present chosen at run time by scheduler/job_env.py, else ``NoScheduler``).
 
 Each executor lives in its own folder (``scheduler/slurm/``, ``scheduler/gridengine/``, ``scheduler/local/``,
-``scheduler/memory/``: the in-memory cluster the tests drive) and declares what it needs of a profile: ``kind`` (its name here),
-``profile_keys`` (the keys it understands beyond ``profiles.COMMON_KEYS``) and ``check_profile`` (their values).
+``scheduler/memory/``: the in-memory cluster the tests drive) and declares what it needs of a profile: ``kind``
+(its name here), ``profile_keys`` (the keys it understands beyond ``profiles.COMMON_KEYS``: the fields of its
+settings dataclass, which also make ``--scheduler-option``'s help) and ``check_profile`` (their values).
 Adding a scheduler (Grid Engine, PBS, LSF, Flux) is one new folder and one entry in each tuple below; profiles.py,
 the commands, the job side and the sweep's logic ask this module, never an executor's name.
 """
@@ -34,6 +35,13 @@ def profile_keys() -> dict[str, KeySpec]:
         for key, spec in executor.profile_keys.items():
             keys.setdefault(key, spec)
     return keys
+
+
+def scheduler_option_help() -> str:
+    """The keys ``--scheduler-option`` takes, each executor's from its settings dataclass (``profile_keys``)."""
+    parts = [f"Keys of every profile: {', '.join(COMMON_KEYS)}"]
+    parts += [f"{kind}: {', '.join(cls.profile_keys)}" for kind, cls in EXECUTORS.items() if cls.profile_keys]
+    return "; ".join(parts) + " (docs/schedulers.md)"
 
 
 def executor_for(profile: ClusterProfile) -> Executor:

@@ -52,7 +52,23 @@ def run_sweep_task(
     job_record: dict[str, Any] | None = None,
     parallel: int = 1,
 ) -> dict[str, Any]:
-    """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed."""
+    """Run the points of one task (each ``{"index", "dir", "overrides"}``); raise RunFailed if any failed.
+
+    With ``stage clean: end`` the task holds the sweep's hold on this node while it runs (and tops up) its points;
+    the last task of the sweep to end on the node removes the copies its points read (data/staging.py)."""
+    from hpc_runner.data.staging import sweep_hold
+
+    with sweep_hold(sweep_dir):
+        return _run_task_points(sweep_dir, points, entry, job_record, parallel)
+
+
+def _run_task_points(
+    sweep_dir: str,
+    points: list[dict[str, Any]],
+    entry: str | None,
+    job_record: dict[str, Any] | None,
+    parallel: int,
+) -> dict[str, Any]:
     from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
     from hpc_runner.progress_bars import no_bars_without_a_terminal
     from hpc_runner.quick_exit import freeze_at_exit

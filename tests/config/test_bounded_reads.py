@@ -205,13 +205,13 @@ def test_a_file_over_its_kinds_bound_is_refused_by_its_size_before_a_byte_is_rea
     from hpc_runner.records import read as rr
     from hpc_runner.records.rundir import RunDir
 
+    reads: list[int] = []
+    real_read = os.read
     for size in (600 << 20, 64 << 20):
         path = tmp_path / f"{size}" / "run.yaml"
         path.parent.mkdir()
         with open(path, "wb") as f:
             f.truncate(size)
-        reads: list[int] = []
-        real_read = os.read
         monkeypatch.setattr(rr.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
         with pytest.raises(RecordError, match="larger than 16 MiB") as err:
             RunDir(path.parent).record()

@@ -139,3 +139,24 @@ def test_the_executor_writes_its_dry_run_script_from_the_profile_without_a_grid_
         ex.submit(print, [["x"]], request)
     with pytest.raises(ClusterError, match="unknown Grid Engine setting"):
         GridEngineExecutor.check_profile({"gridengine": {"h_vmen": "2G"}}, "sge.yaml")
+
+
+def test_a_requeued_call_exits_with_the_job_sides_requeue_exit_code_only_where_the_scheduler_wants_one() -> None:
+    from hpc_runner.scheduler.job_call import exit_status
+
+    side = job_env(JOB_ID="12", SGE_TASK_ID="undefined")
+    assert exit_status({"status": "preempted", "requeued": "12"}, side.requeue_exit_code) == 99
+    assert exit_status({"status": "completed"}, side.requeue_exit_code) == 0
+    assert exit_status({"status": "preempted", "requeued": "12"}, None) == 0  # SLURM: scontrol requeue did it
+
+
+def test_max_u_jobs_counts_an_array_as_one_job_so_one_free_job_is_a_whole_array() -> None:
+    from hpc_runner.scheduler.executor import Limit, SubmitLimits
+
+    limits = SubmitLimits(user="u", limits=[Limit("max_u_jobs", "qconf -sconf", 2, queued=1, counts_arrays=True)])
+    assert limits.free_slots is None  # one job free: an array of any size (up to max_array_size)
+    limits.consume(500)
+    assert limits.limits[0].queued == 2 and limits.free_slots == 0
+    tasks = SubmitLimits(user="u", limits=[Limit("MaxSubmitJobs", "QOS q (sacctmgr)", 10, queued=4)])
+    tasks.consume(3)
+    assert tasks.free_slots == 3  # SLURM's limits count each task

@@ -25,7 +25,7 @@ RUNNERS = (MONAI, HPCR)
 HPCR_RECORDS = frozenset({
     "config.yaml", "overrides.yaml", "run.yaml", "log.txt", "summary.json", "metrics.jsonl", "error.txt",
     "tracking.json", "mlflow-run.json", "mlflow-unsent.jsonl", "report.html", "plots", "tb", "mlartifacts",
-    "checkpoints", "profile", ".run.lock",
+    "checkpoints", "profile", ".run.lock", "data_io.json", ".data_io.json.lock",
 })
 _STAMP = re.compile(r"config_\d{8}_\d{6}\.json")
 _RUN_DIR = re.compile(r"^hpc-runner: run dir (.+)$", re.M)

@@ -187,7 +187,8 @@ def test_metadata_or_config_files_that_are_no_mapping_are_refused_before_monai_r
                                                                                          body: bytes) -> None:
     """MONAI fails on them with an AttributeError: read through the bounded readers, a mapping required first."""
     (here / "meta.json").write_bytes(body)
-    msg = refused(capsys, "verify_metadata", "--meta_file", "meta.json", "--schema", str(DATA / "meta_schema_small.json"))
+    schema = str(DATA / "meta_schema_small.json")
+    msg = refused(capsys, "verify_metadata", "--meta_file", "meta.json", "--schema", schema)
     assert "meta.json" in msg and ("not a mapping" in msg or "cannot be read" in msg), msg
     (here / "net.yaml").write_bytes(body)
     msg = refused(capsys, "verify_net_in_out", "--net_id", "network_def", "--meta_file", "data/metadata.json",

@@ -74,6 +74,7 @@ def refused(res: subprocess.CompletedProcess[str], *culprits: str) -> str:
 
 def _cluster(fake, sinfo: bytes, config: bytes = b"MaxArraySize = 1001\nClusterName = c1\n") -> dict[str, str]:
     fake("sacctmgr", b"", 1)  # no accounting: partitions only
+    fake("sbatch", b"", 0)  # a client is here (cluster init asks whether a controller answers first)
     fake("scontrol", config)
     return fake("sinfo", sinfo)
 

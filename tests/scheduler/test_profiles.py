@@ -66,7 +66,7 @@ def test_unknown_profile_lists_the_valid_names(env):
         load_profile("jadee", environ=env)
     text = err.value.paragraph()
     assert "unknown cluster profile 'jadee'" in text
-    assert "jade, local, slurm" in text and "Did you mean: jade" in text
+    assert "jade, local, sge-local, slurm" in text and "Did you mean: jade" in text
 
 
 def test_unknown_key_names_the_file_and_the_valid_keys(env):
@@ -172,3 +172,21 @@ def test_a_recorded_profile_comes_back_as_it_was_recorded(env):
     with pytest.raises(ClusterError, match="unknown key"):
         checked_from_record({"profile": "x", "settings": {"partitoin": "gpu"}}, "sweep.yaml")
     assert ClusterProfile.from_record({"settings": {"partitoin": "gpu"}}).get("partitoin") == "gpu"  # unchecked
+
+
+def test_the_scheduler_option_help_lists_each_backends_keys_from_its_settings_only_when_shown():
+    import subprocess
+    import sys
+
+    from hpc_runner.cli.slurm_options import add_cluster_arguments
+    from hpc_runner.scheduler.select import scheduler_option_help
+
+    text = scheduler_option_help()
+    assert "gridengine: queue, pe, slots, h_rt, h_vmem, project, qsub_options" in text and "slurm: partition" in text
+    parser = __import__("argparse").ArgumentParser(prog="x")
+    add_cluster_arguments(parser)
+    assert "h_vmem" in parser.format_help()
+    code = ("import sys; from hpc_runner.cli import slurm_options; import argparse; "
+            "slurm_options.add_cluster_arguments(argparse.ArgumentParser()); "
+            "print('hpc_runner.scheduler.select' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

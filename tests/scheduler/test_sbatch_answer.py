@@ -35,7 +35,7 @@ def test_an_answer_without_a_job_id_in_ascii_digits_could_not_be_read(tmp_path: 
 
 def test_a_refusal_is_still_named_a_refusal_and_a_plain_answer_is_read(tmp_path: Path, monkeypatch) -> None:
     _sbatch(tmp_path, monkeypatch, "sbatch: error: Batch job submission failed: Invalid account\n", 1)
-    with pytest.raises(ClusterError, match="sbatch refused the submission: .*Invalid account"):
+    with pytest.raises(ClusterError, match=r"sbatch refused the submission: .*Invalid account"):
         submit_command_job(args_file_for(tmp_path / "jobs"), "#!/bin/sh\n", "{}", 1, False)
     (tmp_path / "bin" / "said").write_text("Submitted batch job 4242\n")
     (tmp_path / "bin" / "sbatch").write_text(f"#!/bin/sh\ncat '{tmp_path / 'bin' / 'said'}'\n")

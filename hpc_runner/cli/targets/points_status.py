@@ -68,6 +68,7 @@ def show_points(args: argparse.Namespace, target: Any) -> int:
             break
         time.sleep(args.interval)
         target = target.reload()  # each poll reads the record again: tasks and workers change it
+    from hpc_runner.data.staging import shared_bytes_of
     from hpc_runner.sweep.usage import point_usage
 
     if args.json:
@@ -87,6 +88,7 @@ def show_points(args: argparse.Namespace, target: Any) -> int:
                         "extra": s.extra,
                         "source": s.source,
                         "run_dir": str(s.run_dir),
+                        "shared_bytes": shared_bytes_of(s.run_dir) if s.run_dir else None,  # data_io.json
                         **point_usage(s, answer).to_json(),  # what its job used, from the same sacct call
                         **({"error": s.cause.to_json()} if s.cause is not None else {}),
                     },

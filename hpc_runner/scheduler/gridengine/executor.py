@@ -19,6 +19,7 @@ import getpass
 import re
 import shlex
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -121,15 +122,14 @@ class GridEngineExecutor(Executor):
 
     def check_resources(self, request: JobRequest, count: int, what: str) -> None:
         """``qsub -w v`` of the exact script: ClusterError with Grid Engine's words when no queue could ever run
-        it (a PE with too few slots, more h_vmem than a host has, an unknown queue). Nothing is submitted."""
+        it (a PE with too few slots, more h_vmem than a host has, an unknown queue). Nothing is submitted, and
+        nothing is written where the job will run: the probe script lives in a folder of its own (a sweep's or a
+        pipeline stage's folder must stay empty until it is submitted)."""
         folder = Path(request.folder).expanduser().absolute()
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f"check-{uuid.uuid4().hex[:12]}.sh"
-        write_text_atomic(probe, self._script(request, count, folder / f"array-{SHOWN_ID}.json"))
-        try:
+        with tempfile.TemporaryDirectory(prefix="hpcr-qsub-check-") as probe_dir:
+            probe = Path(probe_dir) / "check.sh"
+            write_text_atomic(probe, self._script(request, count, folder / f"array-{SHOWN_ID}.json"))
             why = commands.verify(probe)
-        finally:
-            probe.unlink(missing_ok=True)
         if why is not None:
             raise ClusterError(f"Grid Engine could never start {what}: {why}",
                                hint="Check gridengine: queue, pe, slots, h_vmem and h_rt against qconf -sq QUEUE")

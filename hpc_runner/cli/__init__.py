@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "pipeline": "hpc_runner.cli.pipeline",
     "tracking": "hpc_runner.tracking.command",
     "cluster": "hpc_runner.cli.cluster",
+    "job": "hpc_runner.cli.job",  # what a job script runs: hpc-runner job FILE
     "completion": "hpc_runner.cli.completion",
     # MONAI's bundle subcommands, same arguments as `python -m monai.bundle NAME` (hpc_runner/monai_cli/spec.py)
     "run_workflow": "hpc_runner.cli.monai_commands:run_workflow",
@@ -57,7 +58,7 @@ COMMANDS: dict[str, str] = {
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "run a bundle here": ("run", "config", "cache", "verify", "rerun"),
     "on a cluster": ("submit", "sweep", "tune", "pipeline", "status", "resume", "collect", "cancel", "report",
-                     "cluster"),
+                     "cluster", "job"),
     "bundles": ("init", "list", "pack", "install"),
     "MONAI's bundle commands (as python -m monai.bundle)": ("run_workflow", "ckpt_export", "onnx_export",
                                                              "verify_metadata", "verify_net_in_out", "init_bundle"),

@@ -54,10 +54,14 @@ def main(args: argparse.Namespace) -> int:
 
 
 def profile_text(name: str, lines: list[tuple[str, Any, str]], command: str) -> str:
-    """Return the YAML of a profile, one key a line, each with where its value came from."""
+    """Return the YAML of a profile, one key a line, each with where its value came from (a line whose key is
+    ``#``: a comment)."""
     out = [f"# {name}: written by `{command}` from what this cluster says; edit freely",
            "# (hpc-runner cluster show " + name + " prints it as it resolves, with your limits now)"]
     for key, value, where in lines:
+        if key == "#":  # a comment line of its own: something to decide before the first submission
+            out.append(f"# {_comment(where)}")
+            continue
         text = json.dumps(value, allow_nan=False)  # YAML 1.2 reads JSON scalars and lists as they are (ASCII)
         out.append(f"{key}: {text}".ljust(40) + f"  # {_comment(where)}")
     return "\n".join(out) + "\n"
@@ -112,6 +116,9 @@ def _init(args: argparse.Namespace) -> int:
 
     write_text_atomic(target, text)
     sys.stdout.write(text)
+    for key, _, where in lines:
+        if key == "#":
+            print(f"hpc-runner: {_comment(where)}", file=sys.stderr)
     print(f"hpc-runner: wrote {target}; use it with --cluster {args.name}", file=sys.stderr)
     return 0
 

@@ -384,12 +384,14 @@ def stage_request(args: argparse.Namespace) -> Iterator[None]:
 
 def apply_profile_stage(profile: Any) -> None:
     """A profile's ``stage:`` becomes HPCR_STAGE for the jobs, unless --stage already set it (the command line wins)."""
-    from hpc_runner.data.staging import ENV, parse_stage_settings
+    from hpc_runner.data.staging import ENV, checked_staging, parse_stage_settings, settings_from_env
 
     raw = profile.get("stage")
-    if raw is None or raw is False or os.environ.get(ENV):
-        return
-    os.environ[ENV] = parse_stage_settings(raw, profile.where).to_env()
+    if raw is not None and raw is not False and not os.environ.get(ENV):
+        os.environ[ENV] = parse_stage_settings(raw, profile.where).to_env()
+    if os.environ.get(ENV) and checked_staging(profile.settings, settings_from_env(),
+                                               partition=profile.get("partition")) is None:
+        os.environ.pop(ENV, None)  # `cluster check` found no scratch: staging off (said once)
 
 
 def check_stage_before_queueing(cfg: Any, where: str = "--stage") -> None:

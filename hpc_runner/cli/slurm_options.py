@@ -26,6 +26,17 @@ class SchedulerOptionAction(argparse._AppendAction):
         self._help = value or ""
 
 
+def shipped_profiles() -> list[str]:
+    """The names of the profiles shipped with hpc-runner (the ``profiles`` folder of its scheduler package, read
+    from disk: the help lists each one, and no package is imported)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("hpc_runner.scheduler")
+    folders = [Path(p) / "profiles" for p in (spec.submodule_search_locations or [])] if spec else []
+    return sorted({f.stem for folder in folders for f in [*folder.glob("*.yaml"), *folder.glob("*.yml")]})
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: bool = True) -> Any:
     """Add --cluster, --scheduler-option KEY=VALUE (alias --slurm), --hold and --dry-run; return their group."""
     g = parser.add_argument_group("cluster")
@@ -36,7 +47,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
         "--cluster",
         metavar="PROFILE",
         default=default,
-        help="cluster profile: a name (jade, slurm, local; yours in ~/.config/hpc-runner/clusters) or a .yaml "
+        help=f"cluster profile: a name ({', '.join(shipped_profiles())}; yours in ~/.config/hpc-runner/clusters) "
+        "or a .yaml "
         "file" + (f"; default $HPCR_CLUSTER, else {DEFAULT_CLUSTER} when it answers (local: jobs run here)"
                   if default_from_env else ""),
     )

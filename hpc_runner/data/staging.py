@@ -126,6 +126,28 @@ def _stage_where(value: Any, where: str) -> str:
     return value
 
 
+def checked_staging(profile_settings: Mapping[str, Any], settings: StageSettings | None, warn: Any = None,
+                    partition: str | None = None) -> StageSettings | None:
+    """``settings``, or None (staging off, said in one warning) when they stage to the node's scratch and the
+    profile's ``cluster check`` found none there (scheduler/site_findings.py ``NO_STAGING``)."""
+    from hpc_runner.scheduler.site_findings import NO_STAGING, uses_workaround
+
+    if settings is None or not (settings.where == "scratch" or settings.where.startswith("$")):
+        return settings
+    if not uses_workaround(profile_settings, NO_STAGING, partition):
+        return settings
+    message = ("hpc-runner: warning: `cluster check` found no node-local scratch on this profile's nodes: staging "
+               "is off, the runs read their data in place (`hpc-runner cluster show NAME`; --stage-dir PATH stages "
+               "to a folder of your choosing)")
+    if warn is None:
+        import sys
+
+        print(message, file=sys.stderr, flush=True)
+    else:
+        warn(message)
+    return None
+
+
 def settings_from_env(environ: Mapping[str, str] | None = None) -> StageSettings | None:
     """The settings ``HPCR_STAGE`` carries; None without it."""
     text = (os.environ if environ is None else environ).get(ENV)

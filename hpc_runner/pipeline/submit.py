@@ -104,6 +104,7 @@ def start_pipeline(
 
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     check_new_dir(directory)
     configs = build_configs(spec, profile, directory)
     order = [configs[s.name] for s in spec.order()]

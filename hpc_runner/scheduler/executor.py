@@ -269,6 +269,12 @@ class Executor(ABC):
         say_before_queueing(self.profile.settings, say or (lambda line: print(line, file=sys.stderr, flush=True)),
                             gpus=self.requested_gpus(), container=container, partition=self.profile.get("partition"))
 
+    def submission_notes(self, settings: Mapping[str, Any] | None = None) -> list[str]:
+        """Lines a dry run prints about what the jobs of ``settings`` (the profile's, with the command line's
+        options, when None) would meet at this scheduler before they run, e.g. an account it requires that
+        they do not name; by default none."""
+        return []
+
     def describe_cluster(self, partition: str | None = None) -> list[tuple[str, Any, str]]:
         """Return the lines of a profile written from what the scheduler says (key, value, where it came from)."""
         raise ClusterError(f"the {self.kind} executor has no scheduler to ask for a profile",

@@ -2,9 +2,10 @@
 
 ``{"function": "module:name", "tasks": [args...]}``: the function by its module and name (one of hpc-runner's job
 entries, scheduler/executor.py ``JOB_ENTRIES``), each task's arguments (one task for a job that is no array), in
-plain JSON. The same file for every backend; the job runs ``python -u -m JOB_CALL_MODULE FILE``
-(scheduler/job_call.py). Apart from the runner so that an executor can write the file without importing the job
-side.
+plain JSON. The same file for every backend; the job runs ``python -u -m hpc_runner job FILE`` (``JOB_COMMAND``:
+cli/job.py, a command a user can read and run by hand; ``python -m JOB_CALL_MODULE FILE``, scheduler/job_call.py,
+what scripts of an earlier version run, stays). Apart from the runner so that an executor can write the file
+without importing the job side.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 from hpc_runner.records.read import RecordError, parse_json_text, read_record_text
 from hpc_runner.scheduler.executor import JOB_ENTRIES, JOB_ENTRY, job_entry_name
 
-JOB_CALL_MODULE = "hpc_runner.scheduler.job_call"  # what every backend's job script runs: python -u -m ... FILE
+JOB_CALL_MODULE = "hpc_runner.scheduler.job_call"  # what job scripts of an earlier version run: python -m ... FILE
+JOB_COMMAND = ("-u", "-m", "hpc_runner", "job")  # what every backend's job script runs after python: ... FILE
 MAX_ARGS_BYTES = 256 << 20  # a 100,000-point sweep's arguments: a few MB
 
 

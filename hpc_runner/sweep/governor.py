@@ -179,6 +179,25 @@ def _wait_for_leaving(
     return reader()
 
 
+def point_span(indices: Sequence[int], limit: int = 60) -> str:
+    """The points ``indices`` in a few words: ``0-3``, ``0-3, 7, 9-11`` (cut at ``limit`` characters)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    return text if len(text) <= limit else f"{text[:limit].rsplit(', ', 1)[0]}, ... ({len(set(indices))} points)"
+
+
+def points_description(sweep_dir: Path | str, indices: Sequence[int], entry: str | None,
+                       bundle: str | None) -> str:
+    """What a sweep's job runs, in words: the script's first comment line."""
+    what = f"; {entry or 'run'} of {bundle}" if bundle else f"; entry {entry or 'run'}"
+    return f"hpc-runner: sweep points {point_span(indices)} of {sweep_dir}{what}"
+
+
 def job_request(record: sr.SweepRecord, hold: bool = False, array_parallelism: int | None = None) -> JobRequest:
     """Return what the sweep's tasks ask for besides the profile: name, log folder, working dir."""
     return JobRequest(
@@ -275,7 +294,10 @@ def send_points(
         ledger.count_submit_call()
         sbatch_calls += 1
         try:
-            jobs = _sbatch(executor_with(executor, key), task_fn, dataclasses.replace(request, exclude=exclude or None),
+            described = points_description(sweep_dir, idx, entry or record.data.get("entry"),
+                                           record.data.get("bundle_dir") or record.data.get("bundle"))
+            jobs = _sbatch(executor_with(executor, key), task_fn,
+                           dataclasses.replace(request, exclude=exclude or None, describe=described),
                            record, batch, sweep_dir, entry, job_record, parallel)
         except BaseException as exc:
             message = exc.message if isinstance(exc, UserError) else str(exc)

@@ -101,6 +101,7 @@ def resume_sweep(
     fixes = {o.spelling(): o.value for o in extra}
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # the recorded base config plus each point's values and fixes, before any sbatch
         from hpc_runner.config.preflight import check_points
         from hpc_runner.config.recorded import load_recorded_config
@@ -189,6 +190,7 @@ def resume_run(
 
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # the recorded config must still start (targets, $ lines, input paths)
         from hpc_runner.config.preflight import check_config
         from hpc_runner.config.recorded import load_recorded_config

@@ -111,7 +111,7 @@ def submit_run(
     from hpc_runner.scheduler.select import executor_for
     from hpc_runner.sweep.job import run_submitted
 
-    check_entry(cfg, entry)
+    run_id = check_entry(cfg, entry)
     executor = executor_for(profile)
     executor.check_time()
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
@@ -135,6 +135,7 @@ def submit_run(
             out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no sbatch script)")
         else:
             out.scripts.append(script)
+            out.notes.extend(dry_run_notes(cfg, run_id, executor))
         _resolved_for_display(cfg, path)  # a config that does not resolve is refused by a dry run too
         # the config is not dumped below the script (hundreds of lines): one command prints it
         out.notes.append(f"# resolved config: not shown; {CONFIG_HINT}; the job reads it from "
@@ -160,6 +161,16 @@ def submit_run(
         out.local_failures = executor.run_pending(log)
         out.ran_here = True
     return out
+
+
+def dry_run_notes(cfg: BundleConfig, run_id: str, executor: Executor) -> list[str]:
+    """The dry run's notes on what the jobs would meet before they run: the scheduler's (an account it requires
+    that they do not name) and a time limit far longer than earlier runs of the bundle's ``run_id`` took."""
+    from hpc_runner.sweep.earlier_runs import time_note
+
+    notes = list(executor.submission_notes())
+    note = time_note(executor.profile, cfg.name, run_id)
+    return [*notes, note] if note else notes
 
 
 def _undo_run_dir(run_dir: RunDir, created: bool, exc: BaseException) -> None:
@@ -301,7 +312,8 @@ def submit_sweep(
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
-        return _dry_run_sweep(cfg, directory, points, executor, hold, array_parallelism, note, pack, limits_reader)
+        return _dry_run_sweep(cfg, directory, points, executor, hold, array_parallelism, note, pack, limits_reader,
+                              entry=entry)
     created = _fresh_dir(directory, "the sweep dir")
     record = new_sweep_record(directory, cfg, entry, spec, points, profile, argv, note)
     if pack > 1 or pack_parallel > 1:
@@ -397,8 +409,11 @@ def _dry_run_sweep(
     note: str,
     pack: int = 1,
     limits_reader: Callable[[Executor], Any] | None = None,
+    entry: str | None = None,
 ) -> Submitted:
-    from hpc_runner.sweep.governor import group_tasks, plan_arrays
+    import dataclasses
+
+    from hpc_runner.sweep.governor import group_tasks, plan_arrays, points_description
     from hpc_runner.sweep.spec import describe_point
 
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
@@ -428,8 +443,14 @@ def _dry_run_sweep(
             start += size
         for size in sorted(set(sizes)):
             covered = [f"{a}-{b}" for n, a, b in arrays if n == size]
-            script = executor.script(request, size)
+            shown = [i for n, a, b in arrays if n == size for i in range(a, b + 1)]
+            bundle = str(cfg.bundle_dir.resolve()) if cfg.bundle_dir else cfg.name
+            described = points_description(Path(directory).resolve(), shown, entry, bundle)
+            script = executor.script(dataclasses.replace(request, describe=described), size)
             out.scripts.append(f"# sbatch script for the array(s) of points {', '.join(covered)}\n{script}")
+        from hpc_runner.engine.runner import check_entry
+
+        out.notes.extend(dry_run_notes(cfg, check_entry(cfg, entry), executor))
     width = len(str(len(points) - 1))
     lines = [f"  {i:>{width}}  {describe_point(p)}" for i, p in enumerate(points[:50])]
     if len(points) > 50:

@@ -52,6 +52,7 @@ def submit_tune(
     workers = check_workers(parallel, settings.trials)
     executor = executor_for(profile)
     executor.check_time()
+    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name, prefix="tune")
     check_folder_path(directory, "the tune dir")
     if dry_run:

@@ -376,6 +376,8 @@ SURFACES: list[Surface] = [
                           str(BUNDLE / "configs/metadata.json"), "--config_file", c.file("net.yaml", v)]),
     Surface("init_bundle", "BUNDLE_DIR", "text", lambda c, v: ["init_bundle", v]),
     Surface("init_bundle", "--metadata_str", "text", lambda c, v: ["init_bundle", "nb", "--metadata_str", v]),
-    # ---- the job side: the arguments file a command job reads
+    # ---- the job side: the arguments file a command job reads (hpc-runner job FILE, as a job script runs it)
+    Surface("job", "ARGS_FILE", "file", lambda c, v: ["job", c.file("jobs/job-1.json", v, {
+        "function": "hpc_runner.sweep.job:run_points", "tasks": []}), "--task", "0"]),
     Surface("(job file)", "job_call's arguments FILE.json", "file", job_file),
 ]

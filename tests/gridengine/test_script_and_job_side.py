@@ -16,8 +16,7 @@ from hpc_runner.scheduler.gridengine.job_side import GridEngineJobEnvironment
 from hpc_runner.scheduler.gridengine.settings import GridEngineSettings
 
 GOLDEN = Path(__file__).resolve().parents[1] / "scheduler" / "golden" / "gridengine"
-COMMAND = ["/opt/venv/bin/python", "-u", "-m", "hpc_runner.scheduler.job_call",
-           "/scratch/sweeps/s1/logs/array-0123456789ab.json"]
+COMMAND = ["/opt/venv/bin/python", "-u", "-m", "hpc_runner", "job", "/scratch/sweeps/s1/logs/array-0123456789ab.json"]
 SETTINGS = GridEngineSettings.from_mapping({"queue": "all.q", "pe": "smp", "slots": 4, "h_rt": "2:00:00",
                                             "h_vmem": "8G", "project": "rad-ai", "options": ["-l", "gpu=1"]})
 
@@ -32,8 +31,9 @@ def same_as_golden(text: str, name: str) -> None:
 def test_an_array_script_asks_its_tasks_at_most_k_at_once_after_its_dependencies() -> None:
     script = job_script(SETTINGS, job_name="hpcr sweep/1", log_folder="/scratch/sweeps/s1/logs", command=COMMAND,
                         workdir="/scratch/sweeps/s1", array_size=4, max_running=2, hold_jids=["12", "13"],
-                        setup=["module load cuda/12.2"], describe="sweep s1: 4 points")
+                        setup=["module load cuda/12.2"], describe="hpc-runner: sweep points 0-3 of /scratch/sweeps/s1")
     same_as_golden(script, "sge_array.sh")
+    assert script.splitlines()[1] == "# hpc-runner: sweep points 0-3 of /scratch/sweeps/s1"  # the first comment
     assert "#$ -t 1-4\n#$ -tc 2\n#$ -hold_jid 12,13\n" in script
     assert "#$ -pe smp 4\n#$ -l h_rt=2:00:00,h_vmem=8G\n#$ -P rad-ai\n#$ -l gpu=1\n" in script
 
@@ -134,7 +134,7 @@ def test_the_executor_writes_its_dry_run_script_from_the_profile_without_a_grid_
     request = JobRequest(job_name="s1", folder=tmp_path / "logs", dependency="afterok:41", array_parallelism=3)
     script = ex.script(request, 4)
     assert "#$ -t 1-4\n#$ -tc 3\n#$ -hold_jid 41\n" in script and "#$ -pe smp 2\n" in script
-    assert "#$ -l h_rt=1800,h_vmem=2G\n" in script and "hpc_runner.scheduler.job_call" in script
+    assert "#$ -l h_rt=1800,h_vmem=2G\n" in script and f" -u -m hpc_runner job {tmp_path}/logs/array-" in script
     with pytest.raises(ClusterError, match="job entries"):
         ex.submit(print, [["x"]], request)
     with pytest.raises(ClusterError, match="unknown Grid Engine setting"):

@@ -32,7 +32,9 @@ def test_sweep_dry_run_prints_scripts_and_points_names_the_config_command_and_wr
     assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
     logs = offline_cli.cwd / "sw" / "slurm"
     # its tasks read their arguments from one JSON file (a command array), not one pickle each
-    assert f"-u -m hpc_runner.scheduler.job_call {logs}/array-ID.json\n" in text
+    assert f"-u -m hpc_runner job {logs}/array-ID.json\n" in text  # hpc-runner job FILE: readable, runnable
+    # each script's first comment says what runs: which points, of which sweep, of which bundle
+    assert f"#!/bin/bash\n# hpc-runner: sweep points 0-5 of {(offline_cli.cwd / 'sw').resolve()}; training of " in text
     # the log folder holds no job id: it exists before sbatch, so a job that starts at once can open its log
     assert f"#SBATCH --output={logs}/%A_%a_0_log.out" in text and f"#SBATCH --error={logs}/%A_%a_0_log.err" in text
     assert "5  learning_rate=0.0001 network_def::channels=[4, 8]" in text
@@ -54,7 +56,9 @@ def test_submit_dry_run_prints_the_sbatch_script_and_where_the_config_will_be(of
     assert "--array" not in out.stdout
     assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'slurm'}/%j_0_log.out" in out.stdout  # no job id folder
     # a readable command: the job's arguments in one JSON file beside its logs, no pickle
-    assert f"-u -m hpc_runner.scheduler.job_call {offline_cli.cwd / 'r1' / 'slurm'}/job-ID.json\n" in out.stdout
+    assert f"-u -m hpc_runner job {offline_cli.cwd / 'r1' / 'slurm'}/job-ID.json\n" in out.stdout
+    run_dir = (offline_cli.cwd / "r1").resolve()
+    assert f"#!/bin/bash\n# hpc-runner: runs entry run of {run_dir}/config.yaml" in out.stdout
     assert "submitit.core._submit" not in out.stdout
     assert "max_epochs: 3" not in out.stdout and f"reads it from {offline_cli.cwd / 'r1'}/config.yaml" in out.stdout
     assert _written(offline_cli.cwd) == []

@@ -19,7 +19,7 @@ from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.scheduler.profiles import load_profile
 from hpc_runner.scheduler.slurm.command_job import args_file_for
 from hpc_runner.scheduler.slurm.executor import sbatch_script, slurm_parameters
-from hpc_runner.scheduler.slurm.job_script import JOB_CALL_MODULE, prove_script, safe_job_name
+from hpc_runner.scheduler.slurm.job_script import prove_script, safe_job_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"
@@ -210,7 +210,7 @@ def test_any_string_in_any_field_is_refused_or_lands_exactly_where_intended(tmp_
     array_options, array_commands = _sbatch_block(array)
     assert array_options["array"] == "0-2%3" and array_commands[:-1] == commands[:-1]
     words = shlex.split(array_commands[-1])
-    assert words[-3:-1] == ["-m", JOB_CALL_MODULE] and Path(words[-1]).parent == folder.absolute()
+    assert words[-4:-1] == ["-m", "hpc_runner", "job"] and Path(words[-1]).parent == folder.absolute()
 
 
 @pytest.mark.slow

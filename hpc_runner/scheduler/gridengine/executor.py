@@ -3,7 +3,7 @@
 
 A group of tasks runs as every backend's does (scheduler/job_call.py): its arguments in one JSON file in the log
 folder (``array-<hex>.json``, ``job-<hex>.json``: the function by its module and name, each task's arguments), and
-a script that runs ``python -u -m hpc_runner.scheduler.job_call FILE``.
+a script that runs ``python -u -m hpc_runner job FILE`` (cli/job.py: ``hpc-runner job FILE`` by hand).
 Only hpc-runner's job entries (``job_entry``) with plain JSON arguments can be submitted: there is no pickle
 fallback. After qsub the script is kept beside the logs as ``<job>_submission.sh``; Grid Engine writes the logs
 as ``<name>.o<job>[.<task>]`` and ``.e`` there.
@@ -45,7 +45,6 @@ from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE, FROM_Q
 from hpc_runner.scheduler.job_status import JobState, JobStatus, Usage
 from hpc_runner.scheduler.profile import ClusterProfile
 
-JOB_CALL = job_arguments.JOB_CALL_MODULE
 WORDS = {FROM_ACCOUNTING: "qacct", FROM_QUEUE: "qstat", FROM_NOWHERE: "nothing"}
 _DEPENDENCY = re.compile(r"(after|afterok|afterany|afternotok|aftercorr):([0-9_]{1,40}(?::[0-9_]{1,40})*)")
 SHOWN_ID = "ID"
@@ -144,7 +143,7 @@ class GridEngineExecutor(Executor):
         folder = str(Path(request.folder).expanduser().absolute())
         parallelism = request.array_parallelism or self.profile.get("array_parallelism")
         return job_script(self.settings, job_name=request.job_name, log_folder=folder,
-                          command=[*self.python_words(), "-u", "-m", JOB_CALL, str(args_file)],
+                          command=[*self.python_words(), *job_arguments.JOB_COMMAND, str(args_file)],
                           workdir=request.chdir, array_size=count if count > 1 else None,
                           max_running=int(parallelism) if parallelism else None,
                           hold_jids=[*hold_ids(request.dependency), *hold_jids], hold=request.hold,

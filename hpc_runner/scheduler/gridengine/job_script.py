@@ -110,9 +110,10 @@ def job_script(settings: GridEngineSettings, *, job_name: str, log_folder: str, 
                                expected="setup lines, a command and a description without control characters")
     if not command:
         raise ClusterError("the job runs no command")
-    lines = ["#!/bin/bash", *(DIRECTIVE + " ".join(shlex.quote(w) for w in words) for words in options)]
-    if describe:
-        lines.append(f"# {describe}")
+    lines = ["#!/bin/bash"]
+    if describe:  # the first comment says what runs (qsub reads the #$ lines past a comment)
+        lines.append(f"# {' '.join(describe.split())}")
+    lines += [DIRECTIVE + " ".join(shlex.quote(w) for w in words) for words in options]
     lines.extend(setup)
     lines.append("exec " + shlex.join(command))
     text = "\n".join(lines) + "\n"
@@ -124,7 +125,10 @@ def prove_script(text: str, options: list[list[str]], command: Sequence[str]) ->
     """ClusterError unless ``text``'s ``#$`` lines hold exactly ``options`` and its last line runs exactly
     ``command``."""
     read: list[list[str]] = []
-    for line in text.splitlines()[1:]:
+    body = text.splitlines()[1:]
+    if body and body[0].startswith("# "):  # the description
+        body = body[1:]
+    for line in body:
         if not line.startswith("#$"):
             break
         read.append(shlex.split(line[2:]))

@@ -195,14 +195,15 @@ def python_command(profile: ClusterProfile) -> str:
 
 def sbatch_script(
     profile: ClusterProfile, folder: Path, parameters: dict[str, Any], map_count: int | None = None,
-    args_file: Path | None = None,
+    args_file: Path | None = None, describe: str | None = None,
 ) -> str:
     """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven; with
-    ``args_file``, the command job's (scheduler/slurm/command_job.py)."""
+    ``args_file``, the command job's (scheduler/slurm/command_job.py); ``describe``: its first comment line."""
     from hpc_runner.scheduler.slurm.job_script import checked_script
 
     try:
-        return checked_script(parameters, folder, python_command(profile), map_count, profile.where, args_file)
+        return checked_script(parameters, folder, python_command(profile), map_count, profile.where, args_file,
+                              describe)
     except (TypeError, ValueError) as exc:
         raise ClusterError(f"the cluster profile gives submitit a bad parameter ({exc})", where=profile.where) from None
 
@@ -305,6 +306,14 @@ class SlurmExecutor(Executor):
 
         return read_cluster(partition)
 
+    def submission_notes(self, settings: Mapping[str, Any] | None = None) -> list[str]:
+        """The dry run's note when the jobs name no account and this SLURM needs one they leave open
+        (scheduler/slurm/accounts.py)."""
+        from hpc_runner.scheduler.slurm.accounts import account_note
+
+        note = account_note(self.profile.settings if settings is None else settings)
+        return [note] if note else []
+
     def limits(self, fresh: bool = False) -> SubmitLimits:
         """Return the user's submit limits and queued jobs (sacctmgr, kept a few minutes unless ``fresh``;
         squeue; scontrol)."""
@@ -329,7 +338,7 @@ class SlurmExecutor(Executor):
         names no partition gets the one that fits the request (said once, on stderr)."""
         params = slurm_parameters(self.profile, job_name=request.job_name, hold=request.hold,
                                   array_parallelism=request.array_parallelism, chdir=request.chdir,
-                                  exclude=request.exclude, dependency=request.dependency, describe=request.describe)
+                                  exclude=request.exclude, dependency=request.dependency)
         if "partition" not in params and (chosen := self._fitting_partition()):
             params["partition"] = chosen
         return params
@@ -356,7 +365,7 @@ class SlurmExecutor(Executor):
     def _script(self, request: JobRequest, count: int, parameters: dict[str, Any]) -> str:
         shown = args_file_for(request.folder, array=count > 1, shown=True) if usable_folder(request.folder) else None
         return sbatch_script(self.profile, request.folder, parameters, map_count=count if count > 1 else None,
-                             args_file=shown)
+                             args_file=shown, describe=request.describe)
 
     def submit(self, fn: Callable[..., Any], argument_lists: Sequence[Sequence[Any]], request: JobRequest) -> list[Job]:
         """One sbatch: a command job (an array for several tasks) when the arguments are plain JSON, else
@@ -381,8 +390,11 @@ class SlurmExecutor(Executor):
         if text is not None:
             array = count > 1
             args_file = args_file_for(request.folder, array=array)
-            script = sbatch_script(self.profile, request.folder, parameters, count if array else None, args_file)
+            script = sbatch_script(self.profile, request.folder, parameters, count if array else None, args_file,
+                                   describe=request.describe)
             return submit_command_job(args_file, script, text, count, array)
+        if request.describe:  # submitit renders this script itself: what runs is the first setup line
+            parameters["setup"] = [f"# {' '.join(request.describe.split())}", *(parameters.get("setup") or [])]
         executor = make_executor(self.profile, request.folder, parameters)
         if count == 1:
             jobs = [submit_one(executor, fn, *(a[0] for a in argument_lists))]

@@ -60,7 +60,8 @@ _NOT_OPTIONS = frozenset({"command", "folder", "map_count", "array_parallelism",
                           "teardown", "signal_delay_s", "stderr_to_stdout", "srun_args", "use_srun"})
 _SUBMIT_MODULE = "submitit.core._submit"
 # what a command job runs: its arguments are one JSON file (scheduler/slurm/command_job.py)
-JOB_CALL_MODULE = job_arguments.JOB_CALL_MODULE  # every backend's job runner (scheduler/job_call.py)
+JOB_CALL_MODULE = job_arguments.JOB_CALL_MODULE  # every backend's job runner (scheduler/job_call.py), the earlier name
+JOB_COMMAND = job_arguments.JOB_COMMAND  # what the script runs: python -u -m hpc_runner job FILE (cli/job.py)
 
 
 def safe_job_name(text: str) -> str:
@@ -179,7 +180,7 @@ def intended_options(parameters: Mapping[str, Any], folder: Path, map_count: int
 def _run_words(folder: Path, args_file: Path | None) -> list[str]:
     """What python runs: submitit's runner of the folder's pickles, or ours of a command job's JSON file."""
     if args_file is not None:
-        return ["-u", "-m", JOB_CALL_MODULE, str(args_file)]
+        return [*JOB_COMMAND, str(args_file)]
     return ["-u", "-m", _SUBMIT_MODULE, str(folder)]
 
 
@@ -215,11 +216,17 @@ def prove_script(
     map_count: int | None = None,
     where: str | None = None,
     args_file: Path | None = None,
+    describe: str | None = None,
 ) -> None:
-    """ClusterError unless ``script`` is exactly: the ``#SBATCH`` block of the intended options, the setup
-    lines, and the srun command with the intended words (see the module doc)."""
+    """ClusterError unless ``script`` is exactly: (``describe``'s comment line,) the ``#SBATCH`` block of the
+    intended options, the setup lines, and the srun command with the intended words (see the module doc)."""
     folder = Path(folder).expanduser().absolute()
     lines = script.split("\n")
+    if describe:  # the first comment line says what runs (generated_script); the rest is submitit's text
+        if lines[1:2] != [description_line(describe)]:
+            raise ClusterError("the generated job script is not the one intended (its first comment is not what "
+                               "runs); nothing was submitted", where=where)
+        lines = [lines[0], *lines[2:]]
 
     def fail(why: str) -> ClusterError:
         return ClusterError(f"the generated job script is not the one intended ({why}); nothing was submitted",
@@ -267,8 +274,13 @@ def prove_script(
         raise fail(f"its command is not the one intended: {tail[0][:200]!r}")
 
 
+def description_line(describe: str) -> str:
+    """The script's first comment: what runs, in words (one line)."""
+    return f"# {' '.join(str(describe).split())}"
+
+
 def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None,
-                     args_file: Path | None = None) -> str:
+                     args_file: Path | None = None, describe: str | None = None) -> str:
     """Return the script submitit writes for these parameters (the same function sbatch's file comes from);
     with ``args_file``, the same script whose job (or tasks) runs a command job's JSON file instead of pickles.
 
@@ -282,20 +294,27 @@ def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, m
 
     folder = Path(folder).expanduser().absolute()  # as SlurmExecutor.__init__ does
     command = " ".join([python, *(shlex.quote(w) for w in _run_words(folder, args_file))])
-    return _make_sbatch_string(command=command, folder=folder, map_count=map_count, **parameters)
+    text = _make_sbatch_string(command=command, folder=folder, map_count=map_count, **parameters)
+    if not describe:
+        return text
+    first, _, rest = text.partition("\n")  # a comment before the #SBATCH block: sbatch reads on past it
+    return f"{first}\n{description_line(describe)}\n{rest}"
 
 
 def checked_script(
     parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None, where: str | None = None,
-    args_file: Path | None = None,
+    args_file: Path | None = None, describe: str | None = None,
 ) -> str:
-    """Check every value, generate the script, prove it, and return it."""
+    """Check every value, generate the script, prove it, and return it (``describe``: its first comment, what
+    runs)."""
     check_parameters(parameters, where)
+    if describe:
+        check_text(describe, "the job's description", where)
     check_path(Path(folder).expanduser().absolute(), "the job's log folder", where)
     if args_file is not None:
         check_path(Path(args_file), "the job's arguments file", where)
     check_python_command(python, where)
-    script = generated_script(parameters, folder, python, map_count, args_file)
-    prove_script(script, parameters, folder, python, map_count, where, args_file)
+    script = generated_script(parameters, folder, python, map_count, args_file, describe)
+    prove_script(script, parameters, folder, python, map_count, where, args_file, describe)
     return script
 

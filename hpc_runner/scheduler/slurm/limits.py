@@ -188,9 +188,13 @@ def read_limits(
 QOS_COMMAND = ["sacctmgr", "-nP", "show", "qos", "format=Name,MaxSubmitPU,MaxJobsPU"]
 
 
-def _assoc_command(user: str) -> list[str]:
+def assoc_command(user: str) -> list[str]:
+    """sacctmgr's command for ``user``'s associations (accounts, default account, QOS, limits), one row each."""
     return ["sacctmgr", "-nP", "show", "user", user, "withassoc",
             "format=User,DefaultAccount,Account,Partition,QOS,DefaultQOS,MaxSubmit,MaxJobs"]
+
+
+_assoc_command = assoc_command
 
 
 def _queue_command(user: str) -> list[str]:

@@ -18,6 +18,7 @@ from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.records.numbers import leading_int
 from hpc_runner.scheduler.profile import parse_time_minutes
+from hpc_runner.scheduler.slurm.accounts import accounts_of, init_note
 from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
 from hpc_runner.scheduler.slurm.limits import current_user, parse_associations, parse_qos
 from hpc_runner.scheduler.units import slurm_time
@@ -82,8 +83,10 @@ def limit_minutes(limit: str) -> int | None:
 
 def profile_lines(partitions: Sequence[Partition], associations: Sequence[dict[str, Any]],
                   qos: dict[str, dict[str, int | None]], array_size: tuple[int, str],
-                  partition: str | None = None, cluster_name: str | None = None) -> list[tuple[str, Any, str]]:
-    """Return the profile's (key, value, where it came from) lines for ``partition`` (default: the cluster's)."""
+                  partition: str | None = None, cluster_name: str | None = None,
+                  enforce: str = "") -> list[tuple[str, Any, str]]:
+    """Return the profile's (key, value, where it came from) lines for ``partition`` (default: the cluster's);
+    a line whose key is ``#`` is a comment (``enforce``: AccountingStorageEnforce, for the account's)."""
     if not partitions:
         raise ClusterError("sinfo lists no partition this user can see", expected="a SLURM account on this cluster")
     names = [p.name for p in partitions]
@@ -118,8 +121,12 @@ def profile_lines(partitions: Sequence[Partition], associations: Sequence[dict[s
     if mine:
         account = mine[0].get("default_account") or mine[0].get("account")
         accounts = sorted({a["account"] for a in mine if a.get("account")})
-        lines.append(("account", account, "sacctmgr: your default account" +
+        lines.append(("account", account, ("sacctmgr: your default account" if mine[0].get("default_account") else
+                                           "sacctmgr: the first account it lists (you have no default account)") +
                       (f" (also: {', '.join(a for a in accounts if a != account)})" if len(accounts) > 1 else "")))
+        note = init_note(accounts_of(mine), enforce, account)
+        if note:
+            lines.append(("#", None, note))
         default_qos = mine[0].get("default_qos")
         allowed = sorted({q for a in mine for q in a.get("qos", [])})
         if default_qos:
@@ -152,5 +159,6 @@ def read_cluster(partition: str | None = None) -> list[tuple[str, Any, str]]:
         qos = parse_qos(_run(QOS_COMMAND))
     except ClusterError:  # no accounting database: partitions only
         associations, qos = [], {}
+    config = scheduler_config()
     return profile_lines(partitions, associations, qos, max_array_size(), partition,
-                         scheduler_config().get("ClusterName") or None)
+                         config.get("ClusterName") or None, config.get("AccountingStorageEnforce", ""))

@@ -1,4 +1,5 @@
 #!/bin/bash
+# hpc-runner: sweep points 0-11 of /scratch/sweeps/s1; training of /scratch/bundles/b
 
 # Parameters
 #SBATCH --account=proj-1
@@ -24,7 +25,6 @@
 #SBATCH --time=1-00:00:00
 
 # setup
-# hpc-runner: each task runs points of /scratch/sweeps/s1 (points/NNNN/config.yaml; sweep.yaml says which)
 module load cuda/12.1
 
 # command

@@ -1,4 +1,5 @@
 #!/bin/bash
+# hpc-runner: sweep points 0-3 of /scratch/sweeps/s1
 #$ -S /bin/bash
 #$ -N hpcr-sweep-1
 #$ -o /scratch/sweeps/s1/logs
@@ -15,6 +16,5 @@
 #$ -l h_rt=2:00:00,h_vmem=8G
 #$ -P rad-ai
 #$ -l gpu=1
-# sweep s1: 4 points
 module load cuda/12.2
-exec /opt/venv/bin/python -u -m hpc_runner.scheduler.job_call /scratch/sweeps/s1/logs/array-0123456789ab.json
+exec /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/logs/array-0123456789ab.json

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hpc_runner.data.prefetch import move_to_device
+from hpc_runner.data.prefetch import DevicePrefetcher, move_to_device
 from hpc_runner.data.transform_timing import merged_rows, timers_in
 from hpc_runner.data.workers import available_cpus
 from hpc_runner.engine import profiler, validation_hooks
@@ -504,8 +504,6 @@ class Trainer:
             skip = 0
         source: Iterable = self.train_loader
         if self.device.type == "cuda" and self.prefetch:
-            from hpc_runner.data import DevicePrefetcher
-
             source = DevicePrefetcher(source, self.device)
         it = iter(source)
         for _ in range(skip):  # any other loader: make the batches again and drop them

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.overrides import Override
-from hpc_runner.config.preflight import check_config, check_points
 from hpc_runner.config.recorded import load_recorded_config
 from hpc_runner.engine.sandbox_job import recorded_safe
 from hpc_runner.errors import ClusterError
@@ -111,9 +111,10 @@ def resume_sweep(
         record = target.record
         base, _ = load_recorded_config(record.base_dir)
         cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
-        check_points(base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]),
-                                                                **fixes}.items()] for i in planned],
-                     cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
+        config_preflight.check_points(
+            base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]), **fixes}.items()]
+                   for i in planned],
+            cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
     with sr.locked(target.path) as ledger:
         record = ledger.record
         target.record, target.points = record, record.points
@@ -187,7 +188,7 @@ def resume_run(
 
         cfg, record = load_recorded_config(target.path)
         cwd = (record.get("command") or {}).get("cwd")  # where the job runs: relative paths start there
-        check_config(cfg, cwd=Path(cwd) if cwd else None, entry=record.get("entry") or "run")
+        config_preflight.check_config(cfg, cwd=Path(cwd) if cwd else None, entry=record.get("entry") or "run")
     rd = RunDir(target.path)
     rec = rd.record()
     old = rec.get("job") or {}

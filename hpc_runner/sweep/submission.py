@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.config.ids import has_id
 from hpc_runner.config.monai_bridge import warn_code_once
 from hpc_runner.config.networks import network_ids, runs_on_cpu
 from hpc_runner.config.overrides import Override
-from hpc_runner.config.preflight import check_config
-from hpc_runner.config.preflight import check_points as preflight_points
 from hpc_runner.engine.runner import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, check_entry, prepare_run
 from hpc_runner.engine.sandbox import Grants
 from hpc_runner.errors import ClusterError, UserError
@@ -122,7 +121,7 @@ def submit_run(
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
 
-        check_config(cfg, entry=entry or "run")
+        config_preflight.check_config(cfg, entry=entry or "run")
     _warn_code_once(cfg)
     warn_no_gpu(cfg, executor)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
@@ -286,7 +285,7 @@ def submit_sweep(
     points = spec.points()
     note = check_points(cfg, points)
     if preflight:
-        note += "; " + preflight_points(cfg, preflight_overrides(points), entry=entry or "run")
+        note += "; " + config_preflight.check_points(cfg, preflight_overrides(points), entry=entry or "run")
     _warn_code_once(cfg)
     warn_no_gpu(cfg, executor)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)

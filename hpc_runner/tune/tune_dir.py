@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.bundle_config import apply_overrides
 from hpc_runner.config.monai_bridge import warn_code_once
 from hpc_runner.config.overrides import Override
-from hpc_runner.config.preflight import check_points as preflight_points
 from hpc_runner.engine.runner import check_entry, prepare_run
 from hpc_runner.errors import UserError
 from hpc_runner.records.rundir import command_line, now_iso
@@ -37,8 +37,8 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry:
     corners = space_corners(space)
     note = f"{len(corners)} corner point(s) of the space: " + check_points(cfg, corners)
     if preflight:
-        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in corners],
-                                        entry=entry or "run")
+        note += "; " + config_preflight.check_points(
+            cfg, [[make_override(k, v) for k, v in p.items()] for p in corners], entry=entry or "run")
 
     warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))  # once for the tune, not in each worker
     return note

@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hpc_runner.cli.pipeline import cancel_main, collect_main, report_main, resume_main, status_main
+from hpc_runner.pages.run_report import report_run
+from hpc_runner.pipeline.record import is_pipeline_dir
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import RecordError
+from hpc_runner.report.sweep_report import report_sweep
+from hpc_runner.sweep.cancel import cancel_target
 from hpc_runner.sweep.submission import top_up as top_up_sweep
 from hpc_runner.sweep.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
+from hpc_runner.tune.summary import render, summarize
 
 
 class CommandTarget(ABC):
@@ -63,8 +69,6 @@ class PointsCommands(CommandTarget):
 
     def cancel(self, args: argparse.Namespace) -> int:
         """Cancel the queued and running jobs of the points (one call to the scheduler)."""
-        from hpc_runner.sweep.cancel import cancel_target
-
         out = cancel_target(self.readable())
         print(f"hpc-runner: {out.message}")
         return 0
@@ -130,8 +134,6 @@ class Run(RunTarget, PointsCommands):
 
     def write_report(self, each_run: bool) -> Any:
         """Write the run's report (its own plots: ``each_run`` is for sweeps)."""
-        from hpc_runner.pages.run_report import report_run
-
         return report_run(self.path)
 
 
@@ -159,8 +161,6 @@ class Sweep(SweepTarget, PointsCommands):
 
     def write_report(self, each_run: bool) -> Any:
         """Write the sweep's report (``each_run``: each point's own report too, linked)."""
-        from hpc_runner.report.sweep_report import report_sweep
-
         return report_sweep(self.path, each_run)
 
     def right_size_again(self) -> str:
@@ -186,8 +186,6 @@ class Tune(TuneTarget, Sweep):
 
     def print_summary(self, as_json: bool) -> None:
         """Print the trials' summary: counts, best so far, rungs, importances."""
-        from hpc_runner.tune.summary import render, summarize
-
         summary = summarize(self.path)
         print(dumps_json({"tune": summary.to_json()}, default=str) if as_json else render(summary))
 
@@ -201,32 +199,22 @@ class Pipeline(CommandTarget):
 
     def status(self, args: argparse.Namespace) -> int:
         """Print every stage's state (``--all``: each search's points too)."""
-        from hpc_runner.cli.pipeline import status_main
-
         return status_main(args)
 
     def resume(self, args: argparse.Namespace) -> int:
         """Queue again only the stages that failed or never ran."""
-        from hpc_runner.cli.pipeline import resume_main
-
         return resume_main(args)
 
     def cancel(self, args: argparse.Namespace) -> int:
         """Cancel every stage still queued or running."""
-        from hpc_runner.cli.pipeline import cancel_main
-
         return cancel_main(args)
 
     def collect(self, args: argparse.Namespace) -> int:
         """Write pipeline.md and pipeline.json (the chain)."""
-        from hpc_runner.cli.pipeline import collect_main
-
         return collect_main(args)
 
     def report(self, args: argparse.Namespace) -> int:
         """Write report.html of the chain, each stage's own report linked."""
-        from hpc_runner.cli.pipeline import report_main
-
         return report_main(args)
 
 
@@ -235,8 +223,6 @@ def open_target(path: str | Path, unknown: Callable[[Path], Exception] | None = 
 
     A dir that is none of these raises sweep/targets.py's NotATarget (exit 2), or ``unknown(path)`` when a
     command names what it expected its own way (``report``)."""
-    from hpc_runner.pipeline.record import is_pipeline_dir
-
     if is_pipeline_dir(path):
         return Pipeline(Path(path))
     try:

@@ -63,7 +63,7 @@ class PointsCommands(CommandTarget):
 
     def status(self, args: argparse.Namespace) -> int:
         """Print the points' states (cli/status.py), topping up the waiting ones unless --no-submit."""
-        from hpc_runner.cli.targets.points_status import show_points
+        from hpc_runner.cli.targets.points_status import show_points  # deferred: cycle (points_* import cli.targets)
 
         return show_points(args, self.readable())
 
@@ -75,6 +75,7 @@ class PointsCommands(CommandTarget):
 
     def collect(self, args: argparse.Namespace) -> int:
         """Write results.csv and results.md (cli/collect.py), then what this kind adds to them."""
+        # deferred: cycle (points_* import cli.targets)
         from hpc_runner.cli.targets.points_collect import collect_points
 
         return self.collect_more(collect_points(args, self.readable()), args.out)
@@ -128,7 +129,7 @@ class Run(RunTarget, PointsCommands):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Resubmit the run when it failed (cli/resume.py)."""
-        from hpc_runner.cli.targets.points_resume import resume_run_dir
+        from hpc_runner.cli.targets.points_resume import resume_run_dir  # deferred: cycle (points_* import cli.targets)
 
         return resume_run_dir(args, self.readable())
 
@@ -146,6 +147,7 @@ class Sweep(SweepTarget, PointsCommands):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Resubmit the failed and missing points (cli/resume.py)."""
+        # deferred: cycle (points_* import cli.targets)
         from hpc_runner.cli.targets.points_resume import resume_sweep_dir
 
         return resume_sweep_dir(args, self)
@@ -154,6 +156,7 @@ class Sweep(SweepTarget, PointsCommands):
         """A sharded sweep merges its shards' cases.csv into one table (1 when a shard has none)."""
         assert self.record is not None  # a sweep dir always has its sweep.yaml
         if self.record.data.get("shards"):
+            # deferred: cycle (points_* import cli.targets)
             from hpc_runner.cli.targets.points_collect import collect_cases
 
             return collect_cases(self, states, out)
@@ -173,13 +176,14 @@ class Tune(TuneTarget, Sweep):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Restart the tune's workers (cli/resume.py)."""
+        # deferred: cycle (points_* import cli.targets)
         from hpc_runner.cli.targets.points_resume import resume_tune_dir
 
         return resume_tune_dir(args, self)
 
     def collect_more(self, states: list[Any], out: str | None) -> int:
         """Write tune.md and tune.json (trials, best, rungs, importances) and print the summary."""
-        from hpc_runner.cli.targets.points_collect import collect_tune
+        from hpc_runner.cli.targets.points_collect import collect_tune  # deferred: cycle (points_* import cli.targets)
 
         collect_tune(self, out)
         return super().collect_more(states, out)

@@ -19,6 +19,9 @@ from hpc_runner import __version__
 from hpc_runner.config.argv import clearly_a_typo, option_typos, split_overrides
 from hpc_runner.control_chars import PrintableStream, printable
 from hpc_runner.errors import UserError
+from hpc_runner.progress_bars import no_bars_without_a_terminal
+from hpc_runner.quick_exit import freeze_at_exit
+from hpc_runner.records.environment import check_settings
 
 # name -> module; each module defines HELP, add_arguments(parser), main(args) -> int,
 # and ACCEPTS_OVERRIDES (unknown --id value pairs become args.override_tokens)
@@ -146,9 +149,6 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 def entry() -> None:
     """The ``hpc-runner`` and ``python -m hpc_runner`` entry point: run ``main`` and exit with its code."""
-    from hpc_runner.progress_bars import no_bars_without_a_terminal
-    from hpc_runner.quick_exit import freeze_at_exit
-
     freeze_at_exit()
     no_bars_without_a_terminal()
     sys.exit(main())
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hpc-runner {name}: error: {typo.paragraph()}", file=sys.stderr)
         return typo.exit_code
     if "--torch-profile" in subparsers[name]._option_string_actions:
-        from hpc_runner.cli.common import cluster_profile_mixup
+        from hpc_runner.cli.common import cluster_profile_mixup  # deferred: cycle (cli.common imports cli)
 
         mixup = cluster_profile_mixup(subparsers[name], rest)
         if mixup is not None:
@@ -239,8 +239,6 @@ def mistyped_option(parser: argparse.ArgumentParser, name: str, overrides: list[
 def _run(name: str, module: Any, args: argparse.Namespace) -> int:
     """Run the command's ``main``: its exit code, or the one its error stands for (printed as one paragraph)."""
     try:
-        from hpc_runner.records.environment import check_settings
-
         check_settings()  # a misspelt HPCR_* setting (HPCR_LOCK=flock) is refused before the command writes anything
         return int(module.main(args) or 0)
     except UserError as exc:

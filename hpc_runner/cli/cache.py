@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 from hpc_runner.cli.common import add_bundle_arguments, add_writable_argument, load_config_from_args
+from hpc_runner.cli.sandbox_run import cache_in_sandbox
+from hpc_runner.config.sandbox_marks import inside_sandbox
+from hpc_runner.data.cache_plan import fill_caches
+from hpc_runner.errors import UserError
 from hpc_runner.records.json_out import dumps_json
 
 HELP = "precompute the deterministic transforms of the bundle's datasets into a persistent cache folder"
@@ -54,18 +58,12 @@ def main(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import asdict
 
-    from hpc_runner.config.sandbox_marks import inside_sandbox
-
     if args.safe and not inside_sandbox():  # the bundle's initialize and transforms run only inside the sandbox
-        from hpc_runner.cli.sandbox_run import cache_in_sandbox
 
         return cache_in_sandbox(args)
     if (args.writable or args.readable) and not args.safe:
-        from hpc_runner.errors import UserError
-
         raise UserError("--writable and --readable name what the --safe sandbox may write and read; without --safe "
                         "every folder is", expected="--safe --writable DIR, or neither")
-    from hpc_runner.data.cache_plan import fill_caches
 
     cfg = load_config_from_args(args)
     # what initialize and the datasets print goes beside the progress bars, so stdout is only the result

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.cli.targets import open_target
+
 HELP = "cancel the queued and running jobs of a sweep (or of one submitted run)"
 DESCRIPTION = """Cancel every job of a sweep dir (or of one run dir) that is still queued or running,
 with one scancel call. Completed points keep their results; `hpc-runner resume DIR` later
@@ -19,6 +21,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.targets import open_target
-
     return open_target(args.dir).cancel(args)  # a pipeline dir: every stage still queued or running

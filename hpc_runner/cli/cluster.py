@@ -10,8 +10,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.errors import UserError
+from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.read import read_record_text
+from hpc_runner.records.user_cache import user_cache_dir
+from hpc_runner.scheduler import cluster_check as cc
+from hpc_runner.scheduler.profiles import (
+    BUILTIN_DIR,
+    MAX_PROFILE_BYTES,
+    available_profiles,
+    check_new_profile,
+    load_profile,
+    search_path,
+)
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.scheduler.site_findings import checked_lines, checked_of
 
 HELP = "write a cluster profile from what the scheduler says (init), or show a profile and your limits now (show)"
 DESCRIPTION = """\
@@ -77,17 +91,12 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}")
 
 
 def _target(name: str) -> Path:
-    from hpc_runner.scheduler.profiles import search_path
-
     if not _NAME.fullmatch(name):  # ASCII only, and no trailing newline (`$` would let one through)
         raise UserError(f"profile name {name!r} cannot be a file name", expected="letters, digits, - and _")
     return search_path(os.environ)[0] / f"{name}.yaml"
 
 
 def _init(args: argparse.Namespace) -> int:
-    from hpc_runner.scheduler.profiles import check_new_profile, load_profile
-    from hpc_runner.scheduler.select import executor_for
-
     target = _target(args.name)
     if target.exists() and not args.force:
         raise UserError(f"{target} exists; nothing was written", where=str(target),
@@ -98,8 +107,6 @@ def _init(args: argparse.Namespace) -> int:
     executor = executor_for(load_profile("slurm"))
     problem = executor.unreachable(timeout=5.0)
     if problem:
-        from hpc_runner.scheduler.profiles import BUILTIN_DIR
-
         shipped = ", ".join(sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml")))
         raise UserError(
             f"cluster init reads the partitions, accounts and limits from the scheduler, and none answers here "
@@ -112,7 +119,6 @@ def _init(args: argparse.Namespace) -> int:
     # what would be written is read back and checked as a profile first: a scheduler answer the checks refuse
     # leaves nothing behind (no file, no folder), and the file appears whole or not at all
     check_new_profile(args.name, text, target, os.environ)
-    from hpc_runner.records.atomic import write_text_atomic
 
     write_text_atomic(target, text)
     sys.stdout.write(text)
@@ -125,10 +131,6 @@ def _init(args: argparse.Namespace) -> int:
 
 def _init_from_shipped(name: str, source: str, target: Path) -> int:
     """``cluster init NAME --from jade``: the shipped profile, copied whole to edit (no scheduler is asked)."""
-    from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.records.read import read_record_text
-    from hpc_runner.scheduler.profiles import BUILTIN_DIR, check_new_profile
-
     shipped = {p.stem: p for p in BUILTIN_DIR.glob("*.yaml")}
     if source not in shipped:
         raise UserError(f"--from {source}: no shipped profile of that name; nothing was written",
@@ -145,9 +147,6 @@ def _init_from_shipped(name: str, source: str, target: Path) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from hpc_runner.scheduler.profiles import load_profile
-    from hpc_runner.scheduler.select import executor_for
-
     profile = load_profile(args.name)
     executor = executor_for(profile)
     limits = None
@@ -169,7 +168,6 @@ def _show(args: argparse.Namespace) -> int:
     for key, value in sorted(profile.settings.items()):
         if key != "checked":  # printed below, one finding a line
             print(f"{key}: {dumps_json(value, default=str)}")
-    from hpc_runner.scheduler.site_findings import checked_lines, checked_of
 
     for line in checked_lines(checked_of(profile.settings, profile.where)):
         print(line)
@@ -194,9 +192,6 @@ def _one_partition(args: argparse.Namespace) -> str | None:
 def _profile_file(name: str) -> tuple[Path, str, str]:
     """The file ``cluster check NAME`` writes its findings into, its text now, and the profile's name: the
     profile's own file; for a profile shipped with hpc-runner, a new file of the user's that extends it."""
-    from hpc_runner.records.read import read_record_text
-    from hpc_runner.scheduler.profiles import BUILTIN_DIR, MAX_PROFILE_BYTES, available_profiles
-
     if name.endswith((".yaml", ".yml")) or os.sep in name:
         path = Path(name).expanduser()
     else:
@@ -216,13 +211,6 @@ def _check(args: argparse.Namespace) -> int:
     """Queue the check jobs, wait for them (bounded), write their findings into the profile."""
     import math
     import time
-
-    from hpc_runner.errors import ClusterError
-    from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.records.user_cache import user_cache_dir
-    from hpc_runner.scheduler import cluster_check as cc
-    from hpc_runner.scheduler.profiles import check_new_profile, load_profile
-    from hpc_runner.scheduler.select import executor_for
 
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UserError(f"--timeout {args.timeout} is not a positive number of seconds", expected="e.g. --timeout 900")
@@ -262,8 +250,6 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps_json({"profile": str(target), "checked": site.to_record()}, indent=1))
     else:
-        from hpc_runner.scheduler.site_findings import checked_lines
-
         for line in checked_lines(site):
             print(line.removeprefix("# "))
     say(f"hpc-runner: wrote the findings into {target} ({len(failed)} check(s) failed"

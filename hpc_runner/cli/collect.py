@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.cli.targets import open_target
+
 HELP = "write results.csv and results.md: one row per point (params, state, cause, metrics, time, job id)"
 DESCRIPTION = """Collect every point of a sweep dir (or one run dir) into results.csv and results.md
 (a Markdown table): the swept parameters, the state and, for failed points, the cause (one sacct
@@ -28,8 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.targets import open_target
-
     return open_target(args.dir).collect(args)  # a pipeline dir: its chain (cli/pipeline.py); else collect_points
 
 

@@ -8,7 +8,19 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from hpc_runner.config.bundle_config import load_bundle_config
+from hpc_runner.config.overrides import load_args_file, parse_cli_overrides
+from hpc_runner.config.safe_mode import check_safe
+from hpc_runner.config.sandbox_marks import static_check_skipped
+from hpc_runner.data.staging import check_fits_before_queueing, parse_stage_settings, settings_from_env
+from hpc_runner.engine.profiler import DEFAULT_STEPS, ENV
+from hpc_runner.engine.sandbox import checked_grant
+from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission
 from hpc_runner.errors import UserError
+from hpc_runner.registry.search import resolve_bundle
+from hpc_runner.registry.trust import check_trust
+from hpc_runner.scheduler.profiles import available_profiles
+from hpc_runner.tracking.settings import parse_tracking_option
 
 # commands whose overrides must name ids the config has: a typo in a swept or tuned id stops them before
 # anything is queued (run, config and submit add unknown ids as MONAI's runner does, unless --strict-ids)
@@ -143,7 +155,6 @@ def cluster_profile_mixup(parser: argparse.ArgumentParser, tokens: list[str]) ->
         word = value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
         if not word or word.startswith("-"):
             continue
-        from hpc_runner.scheduler.profiles import available_profiles
 
         try:
             known = word in available_profiles()
@@ -178,7 +189,6 @@ def profile_request(args: argparse.Namespace) -> Iterator[None]:
     if not getattr(args, "profile", False) and steps is None:
         yield
         return
-    from hpc_runner.engine.profiler import DEFAULT_STEPS, ENV
 
     with environment_setting(ENV, str(steps or DEFAULT_STEPS)):
         yield
@@ -204,11 +214,6 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
     A bundle whose files differ from its MANIFEST is refused unless ``--trust``; with ``--safe``
     the loaded config must be declarative and allow-listed.
     """
-    from hpc_runner.config.bundle_config import load_bundle_config
-    from hpc_runner.config.overrides import parse_cli_overrides
-    from hpc_runner.registry.search import resolve_bundle
-    from hpc_runner.registry.trust import check_trust
-
     _check_monai_flags(args)
     if (getattr(args, "writable", None) or getattr(args, "readable", None)) and not getattr(args, "safe", False):
         raise UserError("--writable and --readable name what the --safe sandbox may write and read; without --safe "
@@ -244,10 +249,8 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         raise
     cfg.init_id = getattr(args, "init_id", None) or cfg.init_id
     cfg.final_id = getattr(args, "final_id", None) or cfg.final_id
-    from hpc_runner.config.sandbox_marks import static_check_skipped
 
     if getattr(args, "safe", False) and not static_check_skipped():  # the switch is test-only, sandbox-only
-        from hpc_runner.config.safe_mode import check_safe
 
         check_safe(cfg)
     cfg.trusted = bool(getattr(args, "trust", False))
@@ -256,7 +259,6 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
         cfg.sandbox_writable = tuple(named_writable(args))
         cfg.sandbox_readable = tuple(named_readable_grants(args))
         if getattr(args, "command", None) in ("submit", "sweep"):  # a path its jobs' sandbox hides: before queueing
-            from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission
 
             refuse_hidden_at_submission(cfg)
     cfg.tracking = getattr(args, "tracking_settings", None)  # recorded in the run dir by prepare_run
@@ -273,16 +275,12 @@ def tracking_settings(args: argparse.Namespace, options: dict[str, Any] | None =
         value, where = options["tracking"], str(args.args_file)  # type: ignore[index]
     if value is None:
         return None
-    from hpc_runner.tracking.settings import parse_tracking_option
 
     return parse_tracking_option(value, where)
 
 
 def _check_monai_flags(args: argparse.Namespace) -> None:
     """Take MONAI's run options from an args file as MONAI does (the command line wins); map --run_id to ENTRY."""
-    from hpc_runner.config.overrides import load_args_file
-    from hpc_runner.errors import UserError
-
     options: dict[str, Any] = {}
     if getattr(args, "args_file", None):
         options = load_args_file(args.args_file)[1]  # MONAI's args_file may set these too
@@ -305,15 +303,11 @@ def _check_monai_flags(args: argparse.Namespace) -> None:
 
 def cli_values(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """The (id, value) of every override on the command line."""
-    from hpc_runner.config.overrides import parse_cli_overrides
-
     return [(o.id, o.value) for o in parse_cli_overrides(getattr(args, "override_tokens", []))]
 
 
 def named_writable(args: argparse.Namespace) -> list[str]:
     """The folders the user named for writing: ``--cache_dir DIR`` (an override) and every ``--writable DIR``."""
-    from hpc_runner.engine.sandbox import checked_grant
-
     found = [("--cache_dir", str(v)) for k, v in cli_values(args) if k == "cache_dir" and isinstance(v, str) and v]
     found += [("--writable", p) for p in getattr(args, "writable", None) or []]
     return [checked_grant(p, option) for option, p in found]
@@ -321,8 +315,6 @@ def named_writable(args: argparse.Namespace) -> list[str]:
 
 def named_readable_grants(args: argparse.Namespace) -> list[str]:
     """The folders the user named for reading under the sandbox's hidden ones: every ``--readable DIR``."""
-    from hpc_runner.engine.sandbox import checked_grant
-
     return [checked_grant(p, "--readable") for p in getattr(args, "readable", None) or []]
 
 
@@ -349,8 +341,6 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
 
 def stage_settings_from_args(args: argparse.Namespace) -> Any:
     """The StageSettings that --stage and its options state (None without --stage); exit 2 on a bad value."""
-    from hpc_runner.data.staging import parse_stage_settings
-
     given = {k: getattr(args, a, None) for k, a in (("where", "stage_dir"), ("max_gb", "stage_max_gb"),
                                                      ("clean", "stage_clean"), ("read_slots", "read_slots"))}
     if not getattr(args, "stage", False):
@@ -396,8 +386,6 @@ def apply_profile_stage(profile: Any) -> None:
 
 def check_stage_before_queueing(cfg: Any, where: str = "--stage") -> None:
     """Exit 2 before anything is queued when the data cannot fit on a node whose scratch size the settings state."""
-    from hpc_runner.data.staging import check_fits_before_queueing, settings_from_env
-
     settings = settings_from_env()
     if settings is not None:
         check_fits_before_queueing(cfg.expanded(), settings, where)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 
 from hpc_runner.cli.common import add_bundle_arguments, load_config_from_args
+from hpc_runner.config.display import describe_unevaluated, resolve_with_notes, to_plain
+from hpc_runner.config.ids import get_by_id, iter_ids
+from hpc_runner.config.values import format_value
+from hpc_runner.data.cache_plan import cache_plan
+from hpc_runner.errors import ConfigError
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.rundir import dump_yaml
 
 HELP = "print the merged config after overrides (--resolve, --sources)"
 DESCRIPTION = """Print the bundle's config as it would run: files merged in order, then the args
@@ -47,7 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _sources_table(cfg) -> str:
     rows = [("ID", "VALUE", "SOURCE", "FROM", "REPLACES")]
-    from hpc_runner.config.values import format_value
 
     for ov in cfg.overrides:
         try:
@@ -72,8 +77,6 @@ def _short(text: str, limit: int = 40) -> str:
 def _print_cache_plan(cfg, fmt: str) -> int:
     import sys
 
-    from hpc_runner.data.cache_plan import cache_plan
-
     print("measuring the cache plan: running each dataset's transforms on the data (a few seconds)...",
           file=sys.stderr, flush=True)
     plan = cache_plan(cfg)
@@ -83,11 +86,6 @@ def _print_cache_plan(cfg, fmt: str) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.config.display import describe_unevaluated, resolve_with_notes, to_plain
-    from hpc_runner.config.ids import get_by_id
-    from hpc_runner.errors import ConfigError
-    from hpc_runner.records.rundir import dump_yaml
-
     cfg = load_config_from_args(args)
     if args.cache_plan:
         return _print_cache_plan(cfg, args.format)
@@ -96,8 +94,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     data = cfg.expanded()
     if args.ids:
-        from hpc_runner.config.ids import iter_ids
-
         # bounded: a completion must answer at once, even for a bundle of 100,000 ids
         for n, (id_path, _) in enumerate(iter_ids(data)):
             if n == MAX_IDS_LISTED:

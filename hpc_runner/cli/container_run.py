@@ -15,8 +15,10 @@ import os
 import sys
 from typing import Any
 
+import hpc_runner
 from hpc_runner.cli.common import load_config_from_args
 from hpc_runner.cli.inner_run import inner_run, make_folders, remove_made, requeue_after_stop
+from hpc_runner.cli.sandbox_run import named_readable
 from hpc_runner.engine.container import (
     RUNTIMES,
     ContainerSpec,
@@ -28,9 +30,12 @@ from hpc_runner.engine.container import (
     container_env,
     container_spec,
     image_cache_dir,
+    spec_from_record,
     starter_env,
 )
+from hpc_runner.engine.sandbox import FRESH_ENV, python_paths, run_sandboxed
 from hpc_runner.errors import UserError
+from hpc_runner.records.rundir import RunDir
 
 
 def add_container_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,8 +70,6 @@ def runtime_line(record: dict[str, Any] | None) -> str | None:
         return None
     import shlex
 
-    from hpc_runner.engine.container import spec_from_record
-
     spec = spec_from_record({"container": record}, "the container")
     argv = container_argv(spec, Mounts(paths=(), cwd=os.getcwd()), [spec.python, "-m", "hpc_runner", "..."])
     where = (" (on the compute node: container.on is compute; the image is checked there)" if spec.on == "compute"
@@ -96,10 +99,6 @@ def checked_record(spec: ContainerSpec, cfg: Any, always: list[str]) -> dict[str
 
 def run_in_container(args: argparse.Namespace, spec: ContainerSpec) -> int:
     """Run ``args`` (a parsed `run --container`) inside the image; return its exit code."""
-    from hpc_runner.cli.sandbox_run import named_readable
-    from hpc_runner.engine.sandbox import FRESH_ENV, run_sandboxed
-    from hpc_runner.records.rundir import RunDir
-
     run = inner_run(args, _load_outside_the_image)
     argv, run_dir, cfg = run.argv, run.run_dir, run.cfg
     # the run dir, the working folder, the bundle and the files named on the command line (not this Python's own)
@@ -136,7 +135,4 @@ def _load_outside_the_image(args: argparse.Namespace) -> Any:
 
 def _python_path(path: str) -> bool:
     """Whether ``path`` is this Python's or hpc-runner's own (the image has its own: not bound)."""
-    import hpc_runner
-    from hpc_runner.engine.sandbox import python_paths
-
     return path in python_paths() or path == os.path.dirname(os.path.dirname(os.path.abspath(hpc_runner.__file__)))

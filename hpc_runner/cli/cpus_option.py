@@ -6,7 +6,9 @@ import argparse
 from typing import Any
 
 from hpc_runner.cli.slurm_options import positive_int
+from hpc_runner.errors import UserError
 from hpc_runner.resources.cpus import CLI_FLAG, ENV_CPUS, decide_cpus, set_explicit_cpus
+from hpc_runner.scheduler.select import executor_for
 
 LOCAL_ORIGIN = "cpus_per_task of the local profile"
 
@@ -35,8 +37,6 @@ def cpus_into_profile_settings(args: argparse.Namespace) -> None:
     if getattr(args, "cpus", None):
         said = [s for s in getattr(args, "slurm", None) or [] if s.replace("-", "_").startswith("cpus_per_task=")]
         if said and said[-1].split("=", 1)[1].strip() != str(args.cpus):
-            from hpc_runner.errors import UserError
-
             raise UserError(f"--cpus {args.cpus} and --slurm {said[-1]} ask for different CPUs per task; nothing was "
                             "submitted", expected="one of them")
         args.slurm = [*(getattr(args, "slurm", None) or []), f"cpus_per_task={args.cpus}"]
@@ -44,8 +44,6 @@ def cpus_into_profile_settings(args: argparse.Namespace) -> None:
 
 def apply_local_profile_cpus(profile: Any, args: argparse.Namespace | None = None) -> None:
     """A local profile runs its jobs in this process: its cpus_per_task (if any) becomes their explicit setting."""
-    from hpc_runner.scheduler.select import executor_for
-
     if executor_for(profile).runs_here and profile.get("cpus_per_task"):
         origin = CLI_FLAG if getattr(args, "cpus", None) else LOCAL_ORIGIN
         set_explicit_cpus(int(profile.get("cpus_per_task")), origin)

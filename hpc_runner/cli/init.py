@@ -6,6 +6,12 @@ import argparse
 import getpass
 from pathlib import Path
 
+from hpc_runner.errors import BundleError, UserError
+from hpc_runner.registry.decathlon_bundle import ROI_SIZE, init_decathlon_bundle, roi_size
+from hpc_runner.registry.decathlon_folder import check_decathlon_folder
+from hpc_runner.registry.scaffold import check_name, init_bundle
+from hpc_runner.registry.search import resolve_bundle
+
 DECATHLON = "decathlon"  # the source kind of --from decathlon DIR
 
 HELP = "create a new bundle from a template or for your Decathlon-style data (passes verify, runs as is)"
@@ -42,9 +48,6 @@ def main(args: argparse.Namespace) -> int:
     """Run the command."""
     # imported here, as by every command module: `hpc-runner --help` loads each command's module, and these
     # bring jsonschema (0.1-0.7 s)
-    from hpc_runner.errors import BundleError
-    from hpc_runner.registry.scaffold import init_bundle
-    from hpc_runner.registry.search import resolve_bundle
 
     source = list(args.template or [])
     args.name, source = _name_and_source(args.name, source)
@@ -65,8 +68,6 @@ def main(args: argparse.Namespace) -> int:
 def _name_and_source(name: str | None, source: list[str]) -> tuple[str, list[str]]:
     """Return NAME and the --from words, NAME taken from after them when it came last (`--from decathlon DIR
     NAME`, `--from TEMPLATE NAME`: --from takes every word up to the next option)."""
-    from hpc_runner.errors import UserError
-
     size = 2 if source[:1] == [DECATHLON] else 1
     if name is None and len(source) == size + 1:
         return source[-1], source[:size]
@@ -77,10 +78,6 @@ def _name_and_source(name: str | None, source: list[str]) -> tuple[str, list[str
 
 
 def _init_decathlon(name: str, dest: Path, folder: str, author: str | None) -> int:
-    from hpc_runner.registry.decathlon_bundle import init_decathlon_bundle
-    from hpc_runner.registry.decathlon_folder import check_decathlon_folder
-    from hpc_runner.registry.scaffold import check_name
-
     check_name(name)  # the cheap mistake first, before the folder's headers are read
     checked = check_decathlon_folder(folder)
     init_decathlon_bundle(name, dest, checked, author=author or getpass.getuser())
@@ -88,7 +85,6 @@ def _init_decathlon(name: str, dest: Path, folder: str, author: str | None) -> i
              "validation split from the training list")
     print(f"created bundle {name} in {dest}: {checked.num_training} training volumes, {split}, "
           f"{len(checked.modality)} input channel(s), {len(checked.labels)} classes, voxel size {checked.spacing}")
-    from hpc_runner.registry.decathlon_bundle import ROI_SIZE, roi_size
 
     if roi_size(checked) != ROI_SIZE:
         print(f"note: the crop (roi_size) is {roi_size(checked)}, not {ROI_SIZE}: the smallest volume is "

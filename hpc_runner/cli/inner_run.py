@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.overrides import parse_cli_overrides
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.records.rundir import check_folder_path, default_run_dir
+from hpc_runner.scheduler.job_env import own_job_id, requeue_exit_code, requeue_job
+
 
 @dataclass
 class InnerRun:
@@ -28,10 +33,6 @@ class InnerRun:
 def inner_run(args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Any]) -> InnerRun:
     """Choose the run dir of ``args`` (a parsed `run`): bad input (not a run dir, a config that does not load, a
     folder that cannot be written) is refused here, before anything is made or started."""
-    from hpc_runner.config.overrides import parse_cli_overrides
-    from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.records.rundir import check_folder_path, default_run_dir
-
     argv = list(getattr(args, "_argv", None) or sys.argv[1:])
     if args.resume:
         cfg = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))[0]
@@ -68,8 +69,6 @@ def remove_made(made: list[str]) -> None:
 def requeue_after_stop(run_dir: str) -> int | None:
     """Ask the scheduler to requeue this job (the run inside checkpointed and stopped); say what happened. Return
     the exit status the job must end with for its scheduler to run it again (Grid Engine: 99), else None."""
-    from hpc_runner.scheduler.job_env import own_job_id, requeue_exit_code, requeue_job
-
     if not own_job_id():
         return None
     job = requeue_job()

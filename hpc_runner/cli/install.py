@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hpc_runner.registry.install import install_archive
+from hpc_runner.registry.search import default_install_dir
+
 HELP = "install a packed bundle into a search-path directory (default: first of $HPCR_BUNDLE_PATH)"
 DESCRIPTION = """Install NAME-VERSION.tar.gz (from `hpc-runner pack`) as DIR/NAME-VERSION/, so several
 versions sit side by side. DIR defaults to the first directory of $HPCR_BUNDLE_PATH, else ./bundles.
@@ -24,9 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.registry.install import install_archive
-    from hpc_runner.registry.search import default_install_dir
-
     dest = Path(args.to) if args.to else default_install_dir()
     result = install_archive(Path(args.archive), dest)
     if result.status == "unchanged":

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.errors import BundleError
+from hpc_runner.registry.search import PATH_VAR, explain_choice, list_bundles, search_path, split_spec
+from hpc_runner.registry.trust import manifest_status
+
 HELP = "list the bundles on the search path ($HPCR_BUNDLE_PATH, then ./bundles)"
 DESCRIPTION = """List the bundles found on the search path: every directory of $HPCR_BUNDLE_PATH
 (colon-separated), then ./bundles. `--bundle NAME` picks the bundle marked `*`: the first directory
@@ -24,8 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _state(path) -> str:
-    from hpc_runner.registry.trust import manifest_status
-
     try:
         diff = manifest_status(path)
     except Exception as exc:  # a broken MANIFEST should not hide the rest of the list
@@ -35,9 +37,6 @@ def _state(path) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.errors import BundleError
-    from hpc_runner.registry.search import PATH_VAR, explain_choice, list_bundles, search_path, split_spec
-
     dirs = search_path()
     print("search path: " + ", ".join(str(d) + ("" if d.is_dir() else " (missing)") for d in dirs)
           + f"   (${PATH_VAR}, then ./bundles)")

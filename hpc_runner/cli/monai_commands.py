@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.monai_cli.commands import main_for
 from hpc_runner.monai_cli.spec import SPECS, CommandSpec, epilog_of
 from hpc_runner.monai_cli.spec import add_arguments as add_monai_arguments
 
@@ -26,8 +27,6 @@ class MonaiCommand:
 
     def main(self, args: argparse.Namespace) -> int:
         """Run the command here; 0 when done (bad input raises UserError: exit 2)."""
-        from hpc_runner.monai_cli.commands import main_for
-
         return main_for(self.spec.name, args)
 
 

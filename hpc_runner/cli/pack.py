@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hpc_runner.config.verify import check_packable
+from hpc_runner.registry.archive import pack_bundle
+from hpc_runner.registry.search import resolve_bundle
+
 HELP = "pack a bundle into NAME-VERSION.tar.gz with a MANIFEST, to install elsewhere"
 DESCRIPTION = """Pack a bundle into NAME-VERSION.tar.gz (name and version from configs/metadata.json),
 with a MANIFEST holding the sha256 of every file (sha256sum format). Left out: __pycache__ and other
@@ -23,10 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.config.verify import check_packable
-    from hpc_runner.registry.archive import pack_bundle
-    from hpc_runner.registry.search import resolve_bundle
-
     result = pack_bundle(resolve_bundle(args.bundle), Path(args.out), check=check_packable)
     print(f"packed {result.name} {result.version} ({result.files} files) into {result.archive}")
     return 0

@@ -12,8 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.cli.common import add_preflight_argument, add_stage_arguments, stage_request
+from hpc_runner.cli.container_run import refuse_container
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args
+from hpc_runner.errors import UserError
+from hpc_runner.pipeline.cancel import cancel_pipeline
+from hpc_runner.pipeline.propagate import cancel_never_satisfied
+from hpc_runner.pipeline.record import PipelineRecord
+from hpc_runner.pipeline.resume import KEEP, recorded_profile, resume_pipeline
+from hpc_runner.pipeline.spec import load_spec
+from hpc_runner.pipeline.submit import start_pipeline
+from hpc_runner.pipeline.summary import write_chain, write_report
+from hpc_runner.pipeline.view import COMPLETED, render, view
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.report.status_table import render as render_points
+from hpc_runner.scheduler.profiles import check_settings, load_profile, parse_setting_overrides
+from hpc_runner.sweep.submission import default_sweep_dir
+from hpc_runner.sweep.submission import top_up as top_up_sweep
+from hpc_runner.sweep.targets import SweepTarget
 
 HELP = "queue a study's stages at once: search, select the best point, evaluate, export, sharded inference"
 DESCRIPTION = """Read PIPELINE.yaml (docs/pipelines.md), check every stage (names, kinds, `from`, no cycle; each
@@ -65,17 +80,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from hpc_runner.errors import UserError
-    from hpc_runner.pipeline.spec import load_spec
-    from hpc_runner.pipeline.submit import start_pipeline
-    from hpc_runner.sweep.submission import default_sweep_dir
-
     if args.hold:
         raise UserError("pipeline --hold is not supported", expected="the stages queued at once (they wait on their "
                         "inputs); `hpc-runner cancel DIR` stops them")
     spec = load_spec(args.file)
     profile = load_profile_from_args(args)
-    from hpc_runner.cli.container_run import refuse_container
 
     refuse_container(profile, "pipeline")
     directory = Path(args.output_dir) if args.output_dir else default_sweep_dir(Path(spec.bundle).name,
@@ -94,8 +103,6 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     d = shlex.quote(str(res.directory))
     if res.ran_here:
-        from hpc_runner.pipeline.view import COMPLETED, render, view
-
         record, views = view(res.directory)
         print(render(record, views))
         bad = [v.name for v in views if v.state != COMPLETED]
@@ -117,9 +124,6 @@ def _main(args: argparse.Namespace) -> int:
 
 def _top_up(views: Any, quiet: bool) -> int:
     """The governor's top-up step for each sweep stage that has points waiting (as `status` does for a sweep)."""
-    from hpc_runner.sweep.submission import top_up as top_up_sweep
-    from hpc_runner.sweep.targets import SweepTarget
-
     sent = 0
     for v in views:
         if isinstance(v.target, SweepTarget):  # a run stage has no point waiting: it has no top-up
@@ -133,10 +137,6 @@ def _top_up(views: Any, quiet: bool) -> int:
 
 def status_main(args: argparse.Namespace) -> int:
     """``status DIR`` of a pipeline dir: every stage's state (``--all``: each search's points)."""
-    from hpc_runner.pipeline.propagate import cancel_never_satisfied
-    from hpc_runner.pipeline.view import COMPLETED, render, view
-    from hpc_runner.report.status_table import render as render_points
-
     started = time.monotonic()
     while True:
         if not args.no_submit:
@@ -170,8 +170,6 @@ def status_main(args: argparse.Namespace) -> int:
 
 def collect_main(args: argparse.Namespace) -> int:
     """``collect DIR`` of a pipeline dir: pipeline.md and pipeline.json (the chain)."""
-    from hpc_runner.pipeline.summary import write_chain
-
     text, md, js = write_chain(args.dir, args.out)
     if not args.quiet:
         print(text)
@@ -181,8 +179,6 @@ def collect_main(args: argparse.Namespace) -> int:
 
 def report_main(args: argparse.Namespace) -> int:
     """``report DIR`` of a pipeline dir: report.html (the chain), each stage's own report linked."""
-    from hpc_runner.pipeline.summary import write_report
-
     page, linked = write_report(args.dir)
     print(f"hpc-runner: wrote the pipeline report {page} ({len(linked)} stage report(s) linked)")
     print(f"  open: file://{page.resolve()}")
@@ -191,11 +187,6 @@ def report_main(args: argparse.Namespace) -> int:
 
 def resume_main(args: argparse.Namespace) -> int:
     """``resume DIR`` of a pipeline dir: queue again only what failed or never ran."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.pipeline.resume import KEEP, recorded_profile, resume_pipeline
-    from hpc_runner.pipeline.view import render, view
-    from hpc_runner.scheduler.profiles import check_settings, load_profile, parse_setting_overrides
-
     if args.points or args.cause or args.override_tokens:
         raise UserError(f"{args.dir} is a pipeline dir: resume queues again its stages that failed or never ran; "
                         "--points, --cause and overrides are for a sweep dir (one of its stages' folders)",
@@ -205,8 +196,6 @@ def resume_main(args: argparse.Namespace) -> int:
     if args.cluster:
         profile = load_profile(args.cluster, changes)
     else:
-        from hpc_runner.pipeline.record import PipelineRecord
-
         profile = recorded_profile(PipelineRecord.load(directory))
         if changes:
             check_settings(changes, "--slurm")
@@ -230,8 +219,6 @@ def resume_main(args: argparse.Namespace) -> int:
 
 def cancel_main(args: argparse.Namespace) -> int:
     """``cancel DIR`` of a pipeline dir."""
-    from hpc_runner.pipeline.cancel import cancel_pipeline
-
     stages, jobs = cancel_pipeline(Path(args.dir), log=lambda m: print(m, flush=True))
     if not stages:
         print("hpc-runner: nothing to cancel: no stage is queued or running")

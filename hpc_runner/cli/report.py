@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.cli.targets import open_target
+from hpc_runner.report.build import not_a_report_dir
+
 HELP = "plot a run or a sweep (PNGs) and write one self-contained report.html into its dir"
 DESCRIPTION = """Write PNG plots into DIR/plots/ and one self-contained page DIR/report.html (plots
 embedded, no external assets), for a run dir or a sweep dir.
@@ -34,9 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.targets import open_target
-    from hpc_runner.report.build import not_a_report_dir
-
     # a pipeline dir: its chain, the stages' reports linked (cli/pipeline.py); a dir that is none of these
     # is named as report always named it
     return open_target(args.dir, unknown=not_a_report_dir).report(args)

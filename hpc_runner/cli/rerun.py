@@ -8,6 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.cli.common import add_writable_argument, named_readable_grants, named_writable
+from hpc_runner.cli.container_run import checked_record, container_for
+from hpc_runner.cli.run import EXIT_FAILED, EXIT_PREEMPTED, execute_and_report
+from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
+from hpc_runner.engine.container import check_unchanged
+from hpc_runner.engine.sandbox import Grants
+from hpc_runner.engine.sandbox_job import run_recorded_in_container, run_recorded_in_sandbox
+from hpc_runner.engine.stop import install_stop_handlers
+from hpc_runner.report.rerun import plan_rerun, start_rerun
+
 HELP = "run a recorded run again exactly (its config.yaml and entry) in a new run dir"
 DESCRIPTION = """Run the run recorded in RUN_DIR again, from its config.yaml: the config that ran, with
 its overrides and ${env:} values already applied and macros expanded, so neither today's
@@ -44,15 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--container", metavar="IMAGE",
                         help="a run made in a container image: re-run it in IMAGE (default: the recorded image, "
                         "refused if it changed since)")
-    from hpc_runner.cli.common import add_writable_argument
 
     add_writable_argument(parser)  # a --safe run's re-run may write and read only what this command line names
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.report.rerun import plan_rerun
-
     plan = plan_rerun(args.run_dir, args.output_dir, args.override_tokens, args.entry, args.trust)
     if plan.cfg.container or args.container:  # before the new run dir is made: a refused image leaves nothing
         _choose_image(plan, args.container)
@@ -65,16 +72,10 @@ def main(args: argparse.Namespace) -> int:
               f"hpc-runner: {len(plan.differences)} difference(s) from the record")
         return 0
 
-    from hpc_runner.cli.run import execute_and_report
-    from hpc_runner.report.rerun import start_rerun
-
     run_dir, expanded = start_rerun(plan, sys.argv)
     print(f"hpc-runner: re-running {plan.source} in {run_dir.path}", flush=True)
-    from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
 
     if plan.cfg.safe and not inside_sandbox():  # a run made with --safe is re-run in its sandbox, as its jobs are
-        from hpc_runner.cli.common import named_readable_grants, named_writable
-        from hpc_runner.engine.sandbox import Grants
 
         # grants from this command line only: the received run dir's mark and record grant nothing
         return _rerun_inside(run_dir.path, plan.entry, None,
@@ -87,10 +88,6 @@ def main(args: argparse.Namespace) -> int:
 def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | None, grants: Any = None) -> int:
     """Run the prepared re-run inside the --safe sandbox (or its container image, given its record); print how
     it ended; return the exit code."""
-    from hpc_runner.cli.run import EXIT_FAILED, EXIT_PREEMPTED
-    from hpc_runner.engine.sandbox_job import run_recorded_in_container, run_recorded_in_sandbox
-    from hpc_runner.engine.stop import install_stop_handlers
-
     restore = install_stop_handlers()
     try:
         outcome = (run_recorded_in_container(run_dir, entry, container_record) if container_record else
@@ -107,11 +104,8 @@ def _rerun_inside(run_dir: Path, entry: str | None, container_record: dict | Non
 def _choose_image(plan: Any, image: str | None) -> None:
     """The image the re-run goes in: ``image`` (checked as --container is), else the recorded one, unchanged."""
     if image is None:
-        from hpc_runner.engine.container import check_unchanged
-
         check_unchanged(plan.cfg.container, str(Path(plan.source) / "run.yaml"))
         return
-    from hpc_runner.cli.container_run import checked_record, container_for
 
     spec = container_for(argparse.Namespace(container=image, container_runtime=None, safe=False))
     plan.cfg.container = checked_record(spec, plan.cfg, [os.getcwd(), str(plan.cfg.bundle_dir or "")])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from hpc_runner.cli.common import add_preflight_argument, add_writable_argument
+from hpc_runner.cli.common import add_preflight_argument, add_writable_argument, named_readable_grants
 from hpc_runner.cli.slurm_options import add_cluster_arguments, nonnegative_int, positive_int
 from hpc_runner.cli.sweep import add_right_size_arguments
+from hpc_runner.cli.targets import open_target
+from hpc_runner.engine.sandbox import Grants, checked_grant, granted_on_command_line
 
 HELP = "resubmit the failed or missing points of a sweep as a new array (never a completed one)"
 DESCRIPTION = """Ask the scheduler once where every point stands, then resubmit the points that failed,
@@ -85,10 +87,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.common import named_readable_grants
-    from hpc_runner.cli.targets import open_target
-    from hpc_runner.engine.sandbox import Grants, checked_grant, granted_on_command_line
-
     given = None  # the --safe jobs submitted again get these instead of their records' (checked as on submit)
     if getattr(args, "writable", None) or getattr(args, "readable", None):
         given = Grants(tuple(checked_grant(p, "--writable") for p in args.writable or []),

@@ -19,9 +19,26 @@ from hpc_runner.cli.common import (
     load_config_from_args,
     profile_request,
     stage_request,
+    tracking_settings,
 )
-from hpc_runner.cli.container_run import add_container_arguments
+from hpc_runner.cli.container_run import add_container_arguments, container_for, run_in_container
 from hpc_runner.cli.cpus_option import add_cpus_argument, apply_run_cpus
+from hpc_runner.cli.sandbox_run import run_in_sandbox
+from hpc_runner.config.monai_bridge import warn_code_once
+from hpc_runner.config.overrides import parse_cli_overrides
+from hpc_runner.config.preflight import check_config
+from hpc_runner.config.recorded import check_recorded_bundle, load_recorded_config
+from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox, scheduler_outside
+from hpc_runner.engine.container import check_unchanged
+from hpc_runner.engine.distributed import launched_world
+from hpc_runner.engine.runner import bad_input_in, describe_failure, execute_run, prepare_run
+from hpc_runner.engine.sandbox import FRESH_ENV
+from hpc_runner.engine.stop import install_stop_handlers
+from hpc_runner.engine.trainer_args import GPU_TRANSFORMS_ENV
+from hpc_runner.errors import UserError
+from hpc_runner.records.rundir import CHECKPOINT_DIR, RunDir, check_folder_path, default_run_dir
+from hpc_runner.records.safe_mark import read_mark
+from hpc_runner.scheduler.job_env import own_job_id, requeue_exit_code, requeue_job
 
 HELP = "run a bundle entry here (initialize, ENTRY, finalize) in a recorded run dir"
 DESCRIPTION = """Run a bundle entry on this machine.
@@ -80,38 +97,27 @@ def main(args: argparse.Namespace) -> int:
     limit, a requeue); USR2's default action would kill the job without a checkpoint or a requeue. Taken
     as a stop request instead, the trainer checkpoints after its first step and the job is requeued.
     """
-    from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
-    from hpc_runner.engine.stop import install_stop_handlers
-    from hpc_runner.records.safe_mark import read_mark
-
     if args.resume and not args.safe and not inside_sandbox() and read_mark(args.resume) is not None:
         args.safe = True  # a run made with --safe stays in its sandbox (records/safe_mark.py)
         print("hpc-runner: this run was made with --safe: it goes on inside the sandbox", file=sys.stderr, flush=True)
     if args.resume and not args.container and not inside_container():  # a run made in an image goes on in it
         recorded, runtime = _recorded_image(args.resume)
         if recorded:
-            from hpc_runner.engine.container import check_unchanged
-            from hpc_runner.records.rundir import RunDir
-
             check_unchanged(RunDir(args.resume).record()["container"], os.path.join(args.resume, "run.yaml"))
             args.container, args.container_runtime = recorded, args.container_runtime or runtime
             print(f"hpc-runner: this run was made in the container image {recorded}: it goes on inside it",
                   file=sys.stderr, flush=True)
     if args.container is not None and not inside_container():  # the image runs the bundle ('' is refused there)
-        from hpc_runner.cli.container_run import container_for, run_in_container
 
         spec = container_for(args)
         if spec is not None:
             with profile_request(args), gpu_transforms_request(args), stage_request(args):
                 return run_in_container(args, spec)
     if args.safe and not inside_sandbox():  # the bundle's code runs only inside the sandbox (docs/security.md)
-        from hpc_runner.cli.sandbox_run import run_in_sandbox
 
         with profile_request(args), gpu_transforms_request(args), stage_request(args):
             return run_in_sandbox(args)
     if (args.writable or args.readable) and not args.safe:
-        from hpc_runner.errors import UserError
-
         raise UserError("--writable and --readable name what the --safe sandbox may write and read; without --safe "
                         "every folder is", expected="--safe --writable DIR, or neither")
     restore = install_stop_handlers()
@@ -128,7 +134,6 @@ def gpu_transforms_request(args: argparse.Namespace) -> Iterator[None]:
     if not getattr(args, "gpu_transforms", False):
         yield
         return
-    from hpc_runner.engine.trainer_args import GPU_TRANSFORMS_ENV
 
     with environment_setting(GPU_TRANSFORMS_ENV, "1"):
         yield
@@ -136,8 +141,6 @@ def gpu_transforms_request(args: argparse.Namespace) -> Iterator[None]:
 
 def _recorded_image(run_dir: str) -> tuple[str | None, str | None]:
     """The container image and runtime a run dir's record names (None without one, or without a record)."""
-    from hpc_runner.records.rundir import RunDir
-
     try:
         found = RunDir(run_dir).record().get("container")
     except Exception:  # a damaged record is reported, naming it, where the resume reads it
@@ -156,49 +159,35 @@ def _run(args: argparse.Namespace) -> int:
     """
     apply_run_cpus(args)
     if args.resume:
-        from hpc_runner.config.overrides import parse_cli_overrides
-        from hpc_runner.config.recorded import check_recorded_bundle, load_recorded_config
-
         cfg, record = load_recorded_config(args.resume, parse_cli_overrides(args.override_tokens))
         entry = args.entry or record.get("entry")
         output_dir = args.resume
         check_recorded_bundle(cfg, record, trust=args.trust, safe=args.safe)
-        from hpc_runner.cli.common import tracking_settings
 
         cfg.tracking = tracking_settings(args)  # --resume DIR --tracking mlflow: track from here on
     else:
         if args.restart:
-            from hpc_runner.errors import UserError
-
             raise UserError("--restart starts a recorded run over", expected="--resume RUN_DIR --restart")
         cfg = load_config_from_args(args)
         entry, output_dir = args.entry, args.output_dir
         if output_dir:  # a file in the way is bad input: refuse it before the seconds of importing torch
-            from hpc_runner.records.rundir import check_folder_path
 
             check_folder_path(output_dir)
 
     if not args.no_preflight:  # before the run dir exists: a config that cannot start leaves nothing behind
-        from hpc_runner.config.preflight import check_config
 
         check_config(cfg, entry=entry or "run")
     if args.resume:
         prepare_checkpoints(args.resume, restart=args.restart)
-    from hpc_runner.engine.runner import prepare_run
-    from hpc_runner.records.rundir import default_run_dir
 
     if output_dir is None:
         output_dir = str(default_run_dir(cfg.name))
     fresh = not args.resume and not os.path.exists(output_dir)  # made by this command: removed if input is bad
-    from hpc_runner.config.sandbox_marks import inside_container
 
     if (args.safe or inside_container()) and not args.resume:
-        from hpc_runner.engine.sandbox import FRESH_ENV
-
         fresh = fresh or os.environ.get(FRESH_ENV) == "1"  # made outside the sandbox, for this run
     run_dir, expanded = prepare_run(cfg, entry, output_dir, sys.argv)
     if not args.resume:  # MONAI's warning that a config runs code: once per run started here, unless --trust
-        from hpc_runner.config.monai_bridge import warn_code_once
 
         warn_code_once(cfg, trusted=args.trust)
     print(f"hpc-runner: run dir {run_dir.path}", flush=True)
@@ -210,13 +199,10 @@ def prepare_checkpoints(run_dir: str, *, restart: bool) -> None:
     """Refuse a resume whose checkpoints none load; with ``restart`` move them and metrics.jsonl aside."""
     from pathlib import Path
 
-    from hpc_runner.engine.checkpoint import check_resumable, set_aside_for_restart
-    from hpc_runner.records.rundir import CHECKPOINT_DIR
-
+    from hpc_runner.engine.checkpoint import check_resumable, set_aside_for_restart  # deferred: imports torch
     if not restart:
         check_resumable(Path(run_dir) / CHECKPOINT_DIR)
         return
-    from hpc_runner.engine.distributed import launched_world
 
     if launched_world()[0] != 0:  # rank 0 owns the run dir; the others start from step 0 as well
         return
@@ -234,9 +220,6 @@ def execute_and_report(
     A run that fails on bad input before it trained anything (a UserError from a component: a refused
     checkpoint, a logging file that does not load, a Trainer argument that makes no sense) is bad input:
     exit 2 with its paragraph, and the run dir goes again when this command made it (``fresh``)."""
-    from hpc_runner.engine.runner import describe_failure, execute_run
-    from hpc_runner.engine.stop import install_stop_handlers
-
     restore = install_stop_handlers()
     try:
         outcome = execute_run(cfg, run_dir, expanded, entry)
@@ -246,21 +229,16 @@ def execute_and_report(
         print(f"hpc-runner: done; results in {run_dir.path}", flush=True)
         return 0
     if outcome.status == "preempted":
-        from hpc_runner.engine.distributed import launched_world
-        from hpc_runner.scheduler.job_env import own_job_id, requeue_job
-
         rank = launched_world()[0]
         if rank != 0:  # rank 0 writes the checkpoint and speaks for the job
             print(f"hpc-runner: rank {rank} stopped by {outcome.error.reason}; checkpoint written by rank 0",
                   file=sys.stderr)
             return EXIT_PREEMPTED
-        from hpc_runner.config.sandbox_marks import scheduler_outside
 
         if requeue and own_job_id() and scheduler_outside():  # no network in the sandbox, no SLURM in an image
             print(f"hpc-runner: stopped by {outcome.error.reason}; checkpoint written; the requeue is asked from "
                   "outside", file=sys.stderr)
             return EXIT_PREEMPTED
-        from hpc_runner.scheduler.job_env import requeue_exit_code
 
         job = requeue_job() if requeue else None
         if job:
@@ -279,7 +257,6 @@ def execute_and_report(
     if outcome.status == "interrupted":
         print(f"hpc-runner {command}: interrupted; run dir {run_dir.path}", file=sys.stderr)
         return 130
-    from hpc_runner.engine.runner import bad_input_in
 
     bad = bad_input_in(outcome)
     if bad is not None:
@@ -298,8 +275,6 @@ def execute_and_report(
 def _remove_if_untouched(path: Any) -> str:
     """Remove a run dir this command made that holds no result; say what happened to it."""
     import shutil
-
-    from hpc_runner.records.rundir import CHECKPOINT_DIR
 
     if any((path / CHECKPOINT_DIR).glob("*")) or (path / "model.pt").exists():
         return f"; run dir {path} kept (it holds checkpoints)"

@@ -14,28 +14,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.cli.common import cli_values, named_readable_grants, named_writable
+import hpc_runner
+from hpc_runner.cli.common import cli_values, load_config_from_args, named_readable_grants, named_writable
 from hpc_runner.cli.inner_run import inner_run, make_folders, remove_made, requeue_after_stop
+from hpc_runner.engine.distributed import launched_world
+from hpc_runner.engine.sandbox import (
+    FRESH_ENV,
+    Needs,
+    bwrap_argv,
+    checked_grant,
+    find_bwrap,
+    gpu_devices,
+    hidden_folders,
+    python_paths,
+    refuse_hidden,
+    run_sandboxed,
+    sandbox_env,
+)
 from hpc_runner.errors import UserError
 from hpc_runner.records.safe_mark import SAFE_MARK, read_mark, write_mark
+from hpc_runner.registry.user_config import user_config_path
 
 
 def run_in_sandbox(args: argparse.Namespace) -> int:
     """Run ``args`` (a parsed `run --safe`) inside the sandbox; return its exit code (2 if none can be made)."""
-    from hpc_runner.engine.distributed import launched_world
-    from hpc_runner.engine.sandbox import (
-        FRESH_ENV,
-        Needs,
-        bwrap_argv,
-        checked_grant,
-        find_bwrap,
-        gpu_devices,
-        hidden_folders,
-        refuse_hidden,
-        run_sandboxed,
-        sandbox_env,
-    )
-
     bwrap = find_bwrap()
     if launched_world()[1] > 1:
         raise UserError("--safe runs the bundle in a sandbox without network, and this is one process of a "
@@ -90,8 +92,6 @@ def run_in_sandbox(args: argparse.Namespace) -> int:
 
 def _load_without_allow_list(args: argparse.Namespace) -> Any:
     """Load the config as the run will (bad input is refused here, at once), without the allow-list's imports."""
-    from hpc_runner.cli.common import load_config_from_args
-
     plain = argparse.Namespace(**vars(args))
     plain.safe, plain.writable, plain.readable = False, None, None  # (--writable/--readable: this side's to bind)
     return load_config_from_args(plain)
@@ -100,9 +100,6 @@ def _load_without_allow_list(args: argparse.Namespace) -> Any:
 def named_readable(args: argparse.Namespace, cfg: Any, user_config: str | None) -> list[str]:
     """What the run reads that a tmpfs may hide: Python and its packages, the bundle, the current folder,
     the files named on the command line (and the existing paths among the override values)."""
-    import hpc_runner
-    from hpc_runner.engine.sandbox import python_paths
-
     paths = [*python_paths(), os.path.dirname(os.path.dirname(os.path.abspath(hpc_runner.__file__))), os.getcwd()]
     if cfg is not None and getattr(cfg, "bundle_dir", None):
         paths.append(str(cfg.bundle_dir))
@@ -120,8 +117,6 @@ def named_readable(args: argparse.Namespace, cfg: Any, user_config: str | None) 
 
 def _user_config(environ: dict[str, str]) -> str | None:
     """hpc-runner's own config file (its safe_targets are needed inside), when there is one."""
-    from hpc_runner.registry.user_config import user_config_path
-
     path = user_config_path(environ)
     return str(path.resolve()) if path.is_file() else None
 
@@ -129,17 +124,6 @@ def _user_config(environ: dict[str, str]) -> str | None:
 def cache_in_sandbox(args: argparse.Namespace) -> int:
     """Run ``args`` (a parsed `cache --safe`) inside the sandbox: the bundle's initialize and transforms run there,
     writing only the --cache_dir and --writable folders it names; exit 2 without bwrap (no weaker mode)."""
-    from hpc_runner.engine.sandbox import (
-        Needs,
-        bwrap_argv,
-        find_bwrap,
-        gpu_devices,
-        hidden_folders,
-        refuse_hidden,
-        run_sandboxed,
-        sandbox_env,
-    )
-
     bwrap = find_bwrap()  # before anything else: no sandbox, no bundle code
     writable = named_writable(args)
     if not writable:

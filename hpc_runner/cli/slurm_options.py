@@ -7,6 +7,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from hpc_runner.cli.common import apply_profile_stage
+from hpc_runner.errors import UserError
+from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
+from hpc_runner.scheduler.select import executor_for, scheduler_option_help
+
 DEFAULT_CLUSTER = "slurm"
 
 
@@ -17,8 +22,6 @@ class SchedulerOptionAction(argparse._AppendAction):
 
     @property  # type: ignore[override]
     def help(self) -> str:
-        from hpc_runner.scheduler.select import scheduler_option_help
-
         return f"{self._help}. {scheduler_option_help()}".replace("%", "%%")
 
     @help.setter
@@ -82,10 +85,6 @@ def load_profile_from_args(args: argparse.Namespace, name: str | None = None) ->
     """Return the ClusterProfile that --cluster and --slurm describe. With neither --cluster nor $HPCR_CLUSTER,
     the default profile, once its scheduler answers from here (within 2 s; a dry run does not ask): else a
     UserError naming --cluster local, before any config is read or anything queued."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
-    from hpc_runner.scheduler.select import executor_for
-
     chosen = name or args.cluster
     profile = load_profile(chosen or DEFAULT_CLUSTER, parse_setting_overrides(args.slurm))
     if chosen is None and not getattr(args, "dry_run", False):
@@ -96,7 +95,6 @@ def load_profile_from_args(args: argparse.Namespace, name: str | None = None) ->
                 f"machine: {problem}; nothing was run or queued",
                 expected="--cluster local to run the jobs here, one after another, or --cluster NAME for your "
                 "cluster's profile ($HPCR_CLUSTER=NAME makes it the default)")
-    from hpc_runner.cli.common import apply_profile_stage
 
     apply_profile_stage(profile)  # stage: in the profile -> HPCR_STAGE for its jobs (restored by stage_request)
     return profile

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.cli.targets import open_target
+
 HELP = "show the state of a sweep's points or of a submitted run (one sacct call)"
 DESCRIPTION = """Show the state of every job of a sweep dir (or of one run dir) with one `sacct` call
 (`squeue` when sacct does not answer), the counts per state and per cause, and one line per failed
@@ -43,8 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.cli.targets import open_target
-
     return open_target(args.dir).status(args)  # a pipeline dir: its stages (cli/pipeline.py); else show_points
 
 

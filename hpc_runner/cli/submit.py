@@ -16,7 +16,17 @@ from hpc_runner.cli.container_run import checked_record, container_for, refuse_c
 from hpc_runner.cli.cpus_option import apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import load_profile_from_args, positive_int
 from hpc_runner.cli.submission_options import add_submission_arguments
+from hpc_runner.cli.sweep import report_submitted
+from hpc_runner.errors import UserError
+from hpc_runner.monai_cli.commands import command_parser
+from hpc_runner.monai_cli.spec import SPECS
+from hpc_runner.monai_cli.submit import command_argv, submit_command
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.rundir import RunDir
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.shards import check_shardable, shard_overrides
+from hpc_runner.sweep.spec import build_spec
+from hpc_runner.sweep.submission import default_sweep_dir, submit_run, submit_sweep
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit
@@ -70,11 +80,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from hpc_runner.monai_cli.spec import SPECS
-    from hpc_runner.sweep.submission import submit_run
-
     if args.json and args.wait:  # before anything is loaded or queued
-        from hpc_runner.errors import UserError
 
         raise UserError("--json prints what was submitted at once; --wait follows the job's log",
                         expected="one of them")
@@ -83,24 +89,18 @@ def _main(args: argparse.Namespace) -> int:
     apply_local_profile_cpus(profile, args)
     if args.entry in SPECS:
         if getattr(args, "container", None):
-            from hpc_runner.errors import UserError
-
             raise UserError(f"submit {args.entry} does not run in a container yet; nothing was queued",
                             expected=f"submit {args.entry} without --container")
         refuse_container(profile, f"submit {args.entry}")
         return _submit_monai_command(args, profile)
     extra = [*(args.command_args or []), *(f"-{k[-1]}" for k in ("monai_short_n", "monai_short_p") if getattr(args, k))]
     if extra or args.job_dir:
-        from hpc_runner.errors import UserError
-
         raise UserError(f"submit {args.entry or ''}: unexpected {' '.join(extra) or '--job-dir'}",
                         expected="ENTRY (an id of the config) and options; positional arguments and --job-dir only "
                         "follow a MONAI bundle command such as ckpt_export")
     image = container_for(args, profile)
     cfg = load_config_from_args(args)
     if image is not None and args.shards:
-        from hpc_runner.errors import UserError
-
         raise UserError("submit --shards in a container is not supported yet; nothing was queued",
                         expected="submit --shards without --container (and no container: block in the profile)")
     if image is not None:  # the image starts and imports, every path of the config is under a bind: else exit 2
@@ -126,7 +126,6 @@ def _main(args: argparse.Namespace) -> int:
     if res.ran_here:
         print(f"hpc-runner: {'failed' if res.local_failures else 'done'}; run dir {res.directory}")
         return 1 if res.local_failures else 0
-    from hpc_runner.records.rundir import RunDir
 
     job = res.logs[0]
     print(f"hpc-runner: submitted job {job_id} (profile {profile.name}{', held' if args.hold else ''})")
@@ -139,8 +138,6 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     from pathlib import Path
 
-    from hpc_runner.scheduler.select import executor_for
-
     state = executor_for(profile).follow(job_id, Path(job["stdout"]), Path(job["stderr"]), since=None)
     status = RunDir(res.directory).record().get("status")
     print(f"hpc-runner: job {job_id} ended: {state}; run status {status}; run dir {res.directory}")
@@ -150,11 +147,6 @@ def _main(args: argparse.Namespace) -> int:
 def _submit_shards(args: argparse.Namespace, cfg, profile) -> int:
     """Submit the run as ``--shards N`` array tasks (a sweep over shard_index); print what to do next."""
     from pathlib import Path
-
-    from hpc_runner.cli.sweep import report_submitted
-    from hpc_runner.sweep.shards import check_shardable, shard_overrides
-    from hpc_runner.sweep.spec import build_spec
-    from hpc_runner.sweep.submission import default_sweep_dir, submit_sweep
 
     if args.wait:
         print("hpc-runner: --wait follows one job; with --shards use `hpc-runner status DIR --watch`", file=sys.stderr)
@@ -182,10 +174,6 @@ def _submit_monai_command(args: argparse.Namespace, profile) -> int:
     """``submit NAME ARGS...`` for MONAI's bundle commands: pre-flight, one job, print where it is."""
     from pathlib import Path
 
-    from hpc_runner.errors import UserError
-    from hpc_runner.monai_cli.commands import command_parser
-    from hpc_runner.monai_cli.submit import command_argv, submit_command
-
     name = args.entry
     if args.shards:
         raise UserError(f"submit {name} runs one job; --shards splits the inputs of a bundle run")
@@ -210,7 +198,6 @@ def _submit_monai_command(args: argparse.Namespace, profile) -> int:
     sys.stdout.flush()
     if not args.wait:
         return 0
-    from hpc_runner.scheduler.select import executor_for
 
     state = executor_for(profile).follow(res.job_id, Path(res.stdout), Path(res.stderr), since=None)
     print(f"hpc-runner: job {res.job_id} ended: {state}; job folder {res.folder}")

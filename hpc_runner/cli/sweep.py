@@ -21,8 +21,14 @@ from hpc_runner.cli.slurm_options import (
     positive_int,
 )
 from hpc_runner.cli.submission_options import add_submission_arguments
+from hpc_runner.config.ids import has_id
 from hpc_runner.errors import UserError
 from hpc_runner.records.json_out import print_json, prose_to_stderr
+from hpc_runner.scheduler.profiles import parse_setting_overrides
+from hpc_runner.sweep.retry import parse_rules
+from hpc_runner.sweep.right_size import apply_to_profile
+from hpc_runner.sweep.spec import build_spec
+from hpc_runner.sweep.submission import submit_sweep
 
 HELP = "submit a parameter sweep (grid, --zip, range(), --sweep-file) as job arrays"
 DESCRIPTION = """Check every point against the config (ids exist, values type, references resolve), then write
@@ -105,9 +111,6 @@ def add_right_size_arguments(g: Any) -> None:
 def apply_right_size(profile: Any, args: argparse.Namespace) -> None:
     """``--right-size DIR``: DIR's suggestion on the profile, under the explicit --slurm/--cpus settings."""
     if getattr(args, "right_size", None):
-        from hpc_runner.scheduler.profiles import parse_setting_overrides
-        from hpc_runner.sweep.right_size import apply_to_profile
-
         apply_to_profile(profile, args.right_size, parse_setting_overrides(args.slurm))
 
 
@@ -127,9 +130,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _main(args: argparse.Namespace) -> tuple[Any, Any]:
     """Check the sweep and submit it; return what the submission did and the profile."""
-    from hpc_runner.sweep.retry import parse_rules
-    from hpc_runner.sweep.spec import build_spec
-
     spec = build_spec(args.sweep, args.zip, args.sweep_file)
     rules = parse_rules(args.retry)
     cpus_into_profile_settings(args)
@@ -147,8 +147,6 @@ def _main(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _submit(args: argparse.Namespace, cfg: Any, spec: Any, profile: Any, rules: Any) -> Any:
-    from hpc_runner.sweep.submission import submit_sweep
-
     return submit_sweep(
         cfg,
         args.entry,
@@ -212,8 +210,6 @@ def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, 
 
 def _check_space_separated(args: argparse.Namespace, cfg: Any) -> None:
     """`--sweep lr=1e-3 2e-3` makes 2e-3 the ENTRY: say that a sweep's values are separated by commas."""
-    from hpc_runner.config.ids import has_id
-
     if args.entry and args.sweep and not has_id(cfg.config, args.entry) and "=" in args.sweep[-1]:
         last = args.sweep[-1]
         raise UserError(f"{args.entry!r} follows --sweep {last!r} but is not an id of the config (nor an entry): "

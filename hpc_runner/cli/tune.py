@@ -12,9 +12,15 @@ from hpc_runner.cli.common import (
     profile_request,
     stage_request,
 )
+from hpc_runner.cli.container_run import refuse_container
 from hpc_runner.cli.cpus_option import apply_local_profile_cpus, cpus_into_profile_settings
 from hpc_runner.cli.slurm_options import load_profile_from_args, positive_int
 from hpc_runner.cli.submission_options import add_submission_arguments
+from hpc_runner.config.values import parse_value
+from hpc_runner.errors import UserError
+from hpc_runner.records.json_out import print_json, prose_to_stderr
+from hpc_runner.tune.settings import TuneSettings
+from hpc_runner.tune.submit import submit_tune
 
 HELP = "search hyper-parameters with Optuna (TPE + ASHA pruning) in K worker array tasks"
 DESCRIPTION = """Check the space (each bound and choice against the config's ids and types, and the
@@ -76,20 +82,15 @@ def _main(args: argparse.Namespace) -> int:
     import importlib.util
 
     if importlib.util.find_spec("optuna") is None:
-        from hpc_runner.errors import UserError
-
         raise UserError("hpc-runner tune needs Optuna, which is not installed in this environment",
                         expected="pip install 'hpc-bundle-runner[tune]' (Optuna >= 4)")
     if args.safe:  # the pruner listens to the trial in its own process: not through a sandbox yet
-        from hpc_runner.errors import UserError
 
         raise UserError("tune --safe is refused: --safe runs a bundle's code only inside a sandbox, and a tune's "
                         "trials report each validation to the pruner in the worker's own process, which the "
                         "sandbox would cut off; nothing was submitted",
                         expected="sweep --safe over the same values (each point runs in the sandbox), or tune "
                         "without --safe on a bundle you trust")
-    from hpc_runner.tune.settings import TuneSettings
-    from hpc_runner.tune.submit import submit_tune
 
     settings = TuneSettings(space=list(args.space), trials=args.trials, metric=args.metric,
                             direction=args.direction, pruner=args.pruner, sampler=args.sampler, seed=args.sampler_seed,
@@ -97,12 +98,10 @@ def _main(args: argparse.Namespace) -> int:
                             sampler_options=key_values(args.sampler_option, "--sampler-option", "n_startup_trials=4"))
     cpus_into_profile_settings(args)
     profile = load_profile_from_args(args)
-    from hpc_runner.cli.container_run import refuse_container
 
     refuse_container(profile, "tune")  # its pruner listens inside each trial's process
     apply_local_profile_cpus(profile, args)
     cfg = load_config_from_args(args)
-    from hpc_runner.records.json_out import print_json, prose_to_stderr
 
     with prose_to_stderr(args.json):  # --json: stdout holds the one JSON document, the rest goes to stderr
         res = submit_tune(cfg, args.entry, settings, profile, args.output_dir, parallel=args.parallel, argv=sys.argv,
@@ -117,9 +116,6 @@ def _main(args: argparse.Namespace) -> int:
 def key_values(pairs: list[str], flag: str, example: str) -> dict[str, Any]:
     """Return ``KEY=VALUE`` pairs as keyword arguments, each value typed like every other value a user types
     (YAML 1.2, config/values.py: ``1e3`` is a number, ``on`` stays text)."""
-    from hpc_runner.config.values import parse_value
-    from hpc_runner.errors import UserError
-
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

@@ -7,6 +7,10 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from hpc_runner.config.verify import verify_bundle
+from hpc_runner.errors import UserError
+from hpc_runner.registry.search import resolve_bundle
+
 HELP = "check a bundle without running it: metadata, configs, imports, MANIFEST, --net shapes"
 DESCRIPTION = """Check a bundle without training anything, offline, and report every problem at once
 (file:line, id, what is wrong), exit code 2 if there is any:
@@ -48,11 +52,7 @@ def progress_printer(stream: TextIO) -> Callable[[str], None] | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.config.verify import verify_bundle
-    from hpc_runner.registry.search import resolve_bundle
-
     if args.safe and args.net:  # --net builds the network: bundle code, which --safe runs only in its sandbox
-        from hpc_runner.errors import UserError
 
         raise UserError("verify --safe --net would build the bundle's network here, outside the --safe sandbox "
                         "(--safe runs a bundle's code only inside it); nothing was run",

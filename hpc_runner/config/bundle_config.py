@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.env import expand_env_refs, has_env_refs
-from hpc_runner.config.ids import has_id, iter_ids, set_by_id
+from hpc_runner.config.ids import get_by_id, has_id, iter_ids, set_by_id
 from hpc_runner.config.loader import LoadedFile, load_file
 from hpc_runner.config.merge import locate, merge_files
 from hpc_runner.config.overrides import (
@@ -370,8 +370,6 @@ def load_bundle_config(
 
 def config_value(cfg: BundleConfig, id_path: str, default: Any = None) -> Any:
     """Return the raw (unresolved) value at ``id_path`` or ``default``."""
-    from hpc_runner.config.ids import get_by_id
-
     try:
         return get_by_id(cfg.config, id_path)
     except (KeyError, IndexError, TypeError):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.errors import UserError
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import parse_json_text, read_record_bytes, read_record_text
 from hpc_runner.records.user_cache import user_cache_dir
 
@@ -56,8 +57,6 @@ def warned_before(cfg: BundleConfig) -> bool:
 
 def remember(cfg: BundleConfig) -> None:
     """Note that the warning was shown for these config files (a full or read-only cache: not noted)."""
-    from hpc_runner.records.atomic import write_text_atomic
-
     key = bundle_key(cfg)
     if key is None:
         return

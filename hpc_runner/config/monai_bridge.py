@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
 from hpc_runner.config.code_warnings import remember, warned_before
+from hpc_runner.errors import ConfigError
 
 if TYPE_CHECKING:  # importing monai costs seconds; only the run path pays it
     from monai.bundle import ConfigParser
@@ -188,7 +189,6 @@ def apply_logging_file(path: Path | None) -> None:
             return
         _apply_logging_file(str(path))
     except Exception as exc:  # refused (code in it) or malformed: bad input, named, before anything is built
-        from hpc_runner.errors import ConfigError
 
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ConfigError(f"the logging file cannot be applied ({type(exc).__name__}: {message[:300]})",

@@ -11,8 +11,10 @@ from typing import Any
 
 from hpc_runner.config.env import env_override_vars, env_var_to_id
 from hpc_runner.config.ids import get_by_id, has_empty_key, has_id, iter_ids, normalize_id, set_by_id
+from hpc_runner.config.loader import record_lines, report_duplicates
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.read import RecordError, read_record_text
 from hpc_runner.records.shape import compose_checked
 
 ADD_PREFIX = "+"
@@ -91,8 +93,6 @@ def parse_env_overrides(environ: Mapping[str, str]) -> list[Override]:
 
 def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
     """Load an args file (YAML/JSON mapping of id to value); return its overrides and file options."""
-    from hpc_runner.records.read import RecordError, read_record_text
-
     path = Path(path)
     try:  # bounded, and never a device: --args_file /dev/zero must not read forever
         text = read_record_text(path, "args file", ARGS_FILE_MAX_BYTES, pipe=True)
@@ -104,7 +104,6 @@ def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
     # control character included, is a ConfigError naming the file and line
     node, data = compose_checked(Yaml12Loader, text, path, what="args file")
     if node is not None:  # MONAI loads an args file with its duplicate-key check, like any config file
-        from hpc_runner.config.loader import record_lines, report_duplicates
 
         duplicates: list = []
         record_lines(node, "", {}, duplicates)

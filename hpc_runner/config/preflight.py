@@ -38,13 +38,17 @@ from typing import Any
 
 from hpc_runner.config.bundle_config import META_KEY, USUAL_ENTRIES, BundleConfig
 from hpc_runner.config.ids import get_by_id, has_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.input_paths import input_paths
 from hpc_runner.config.monai_bridge import bundle_on_sys_path
 from hpc_runner.config.monai_names import MonaiNames
 from hpc_runner.config.overrides import Override
 from hpc_runner.config.static_targets import static_verdict
 from hpc_runner.config.target_verdicts import TargetVerdicts
+from hpc_runner.config.values import format_value
 from hpc_runner.errors import ClusterError, ConfigError, UserError
+from hpc_runner.records.read import parse_json_text, read_record_text
 from hpc_runner.registry.problems import Problem
+from hpc_runner.registry.targets import TargetError, locate_target
 
 FILE_SUFFIXES = (".json", ".yaml", ".yml", ".csv")
 PRODUCER_ID = "initialize"
@@ -80,7 +84,6 @@ def _target_problem(target: str, bundle_dir: Path | None, cache: PreflightCache)
     key = (str(bundle_dir) if bundle_dir else None, target)
     if key in cache.targets:
         return cache.targets[key]
-    from hpc_runner.registry.targets import TargetError, locate_target
 
     problem = None
     with bundle_on_sys_path(bundle_dir):
@@ -252,8 +255,6 @@ def _input_problem(kind: str, path: str, cwd: Path | None) -> str | None:
 def path_problems(cfg: BundleConfig, expanded: dict, cwd: Path | None = None, entry: str | None = None
                   ) -> list[Problem]:
     """Return a problem for each input path the run reads that does not exist (``config/input_paths.py``)."""
-    from hpc_runner.config.input_paths import input_paths
-
     body = {k: v for k, v in expanded.items() if k != META_KEY}
     bundle_root = None
     if cfg.bundle_dir is not None and not cfg.recorded and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides):
@@ -307,7 +308,6 @@ def datalist_problems(body: dict, id_path: str, path: str, cwd: Path | None,
     if (path, list_key) in seen:
         return []
     seen.add((path, list_key))
-    from hpc_runner.records.read import parse_json_text, read_record_text
 
     file = Path(path).expanduser()
     if cwd is not None and not file.is_absolute():
@@ -434,8 +434,6 @@ def _matters(spelled_id: str, value: Any) -> bool:
 
 
 def _label(overrides: Sequence[Override]) -> str:
-    from hpc_runner.config.values import format_value
-
     def cell(v: Any) -> str:
         try:
             return format_value(v)

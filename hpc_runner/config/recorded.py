@@ -12,6 +12,7 @@ from hpc_runner.config.bundle_config import (
     BundleConfig,
     apply_overrides,
 )
+from hpc_runner.config.ids import OUTPUT_DIR_ID
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
 from hpc_runner.config.safe_mode import check_safe
@@ -75,8 +76,6 @@ def _follow_moved_run_dir(config: dict, run_dir: Path) -> bool:
     resume compared it with the new one and refused a "different config" (or would have written to
     the old folder). The run dir is where it is now.
     """
-    from hpc_runner.config.ids import OUTPUT_DIR_ID
-
     recorded = config.get(OUTPUT_DIR_ID)
     now = str(run_dir.resolve())
     if isinstance(recorded, str) and recorded != now:

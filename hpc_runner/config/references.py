@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.ids import LEGACY_SEP, SEP, get_by_id, has_id, iter_ids, join_id, normalize_id
+from hpc_runner.config.loader import load_file
 from hpc_runner.config.merge import locate
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.shape import MAX_DEPTH
 
 REF_KEY = "@"
 MACRO_KEY = "%"
@@ -68,8 +70,6 @@ def expand_macros(
 
 
 def _too_deep(doing: str) -> ConfigError:
-    from hpc_runner.records.shape import MAX_DEPTH
-
     return ConfigError(
         f"the config is nested too deeply for {doing} (an override value nested hundreds of levels deep?)",
         expected=f"at most {MAX_DEPTH} levels of nesting",
@@ -182,8 +182,6 @@ def load_macro_file(path: str, base: Path | None = None) -> Any:
 
     Its content may be any JSON/YAML value (``"Dataset"``, a list), as MONAI's ``%file`` takes it.
     """
-    from hpc_runner.config.loader import load_file
-
     p = Path(path)
     if not p.is_absolute() and base is not None and not p.exists():
         p = base / p

@@ -47,7 +47,8 @@ from hpc_runner.registry.safe_policy import (
     not_safe_reason,
     under,
 )
-from hpc_runner.registry.targets import import_statement_modules
+from hpc_runner.registry.targets import TargetError, import_statement_modules, locate_target, target_path
+from hpc_runner.registry.user_config import safe_targets, user_config_path
 
 TRUSTED_PACKAGES = ("monai", "torch", "hpc_runner")  # importing their modules runs only their own code
 EXPECTED = (
@@ -82,8 +83,6 @@ class SafePolicy:
 
 def policy_for_user(environ: Mapping[str, str] | None = None) -> SafePolicy:
     """Return the policy: the categories plus the user's ``safe_targets``."""
-    from hpc_runner.registry.user_config import safe_targets
-
     return SafePolicy(safe_targets(environ))
 
 
@@ -135,8 +134,6 @@ class _Checker:
 
     def _judge_name(self, name: str, what: str) -> tuple[str | None, str | None]:
         """Return (real path, None) when ``name`` is allowed, else (None, why it is refused)."""
-        from hpc_runner.registry.targets import TargetError, locate_target, target_path
-
         path = target_path(name)
         if "." not in path:
             return None, (f"{what} '{name}' is not a MONAI component; MONAI would import it as a top-level "
@@ -360,8 +357,6 @@ def bundle_problems(cfg: Any, policy: SafePolicy, bundle_dir: Path | None = None
 
 def check_safe(cfg: Any, environ: Mapping[str, str] | None = None) -> None:
     """Raise BundleError listing everything ``--safe`` refuses in a BundleConfig (all at once)."""
-    from hpc_runner.registry.user_config import user_config_path
-
     problems = bundle_problems(cfg, policy_for_user(environ), cfg.bundle_dir)
     if problems:
         raise problems_error(

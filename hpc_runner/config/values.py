@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.shape import check_yaml_shape
 
 PASS_THROUGH_PREFIXES = ("$", "@", "%")
 
@@ -82,7 +83,6 @@ def parse_value(text: str, *, what: str = "value") -> Any:
         return text
     try:
         if stripped[0] in "[{&*":  # a flow collection: bound its depth and aliases before building it
-            from hpc_runner.records.shape import check_yaml_shape
 
             check_yaml_shape(Yaml12Loader(stripped), what)
         value = yaml.load(stripped, Loader=Yaml12Loader)

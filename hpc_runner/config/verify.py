@@ -15,9 +15,12 @@ from pathlib import Path
 
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.merge import locate
+from hpc_runner.config.safe_mode import bundle_problems, policy_for_user
+from hpc_runner.config.verify_configs import check_configs
+from hpc_runner.config.verify_net import net_problems
 from hpc_runner.errors import UserError
 from hpc_runner.records.read import not_regular
-from hpc_runner.registry.manifest import MANIFEST_NAME, read_manifest
+from hpc_runner.registry.manifest import MANIFEST_NAME, diff_manifest, read_manifest
 from hpc_runner.registry.metadata import STRICT_LABEL, metadata_problems
 from hpc_runner.registry.problems import Problem, problems_error
 from hpc_runner.registry.search import META_RELPATH
@@ -43,8 +46,6 @@ class VerifyReport:
 
 def manifest_problems(bundle_dir: Path) -> tuple[list[Problem], str | None]:
     """Return one problem per file that differs from the MANIFEST, and a note (None without a MANIFEST)."""
-    from hpc_runner.registry.manifest import diff_manifest
-
     try:
         manifest = read_manifest(bundle_dir)
     except UserError as err:
@@ -98,8 +99,6 @@ def verify_bundle(
 ) -> VerifyReport:
     """Check a bundle without running it and return every problem found (``progress``: told each step as it
     starts; the CLI shows them on a terminal, since importing the targets and --net take seconds)."""
-    from hpc_runner.config.verify_configs import check_configs
-
     step = progress or (lambda _: None)
     bundle_dir = Path(bundle_dir)
     env = verify_environ(environ)
@@ -142,8 +141,6 @@ def verify_bundle(
     if unsafe and net:
         report.notes.append("--net skipped: building the network would run what --safe refuses")
     elif net and sets and sets[0].cfg is not None:
-        from hpc_runner.config.verify_net import net_problems
-
         step(f"the network {net_id} on a dummy input (--net)")
         found, note = net_problems(sets[0].cfg, net_id)
         report.problems += found
@@ -155,8 +152,6 @@ def verify_bundle(
 
 
 def _safe_problems(cfgs: list, bundle_dir: Path, environ: Mapping[str, str]) -> list[Problem]:
-    from hpc_runner.config.safe_mode import bundle_problems, policy_for_user
-
     try:
         policy = policy_for_user(environ)
     except UserError as err:

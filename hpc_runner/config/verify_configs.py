@@ -22,10 +22,12 @@ from hpc_runner.config.env import expand_env_refs, has_env_refs
 from hpc_runner.config.ids import has_id, iter_ids, join_id, set_by_id
 from hpc_runner.config.loader import SUFFIXES, load_file
 from hpc_runner.config.merge import merge_files
+from hpc_runner.config.monai_bridge import bundle_on_sys_path
 from hpc_runner.config.overrides import suggest_ids
 from hpc_runner.config.references import check_references, refs_in_string
 from hpc_runner.errors import UserError
 from hpc_runner.registry.problems import Problem
+from hpc_runner.registry.targets import TargetError, import_statement_modules, locate_target
 
 MAIN_STEMS = ("train", "inference")
 ENTRY_IDS = ("run", "training")  # `run` (MONAI's default) or the legacy `training`
@@ -194,9 +196,6 @@ def _unknown_args(obj: Any, node: Mapping[str, Any]) -> list[str]:
 
 def target_problems(cfg: BundleConfig, seen: set[tuple[str | None, str]]) -> tuple[list[Problem], int]:
     """Return problems of ``_target_`` imports and arguments, ``$import`` modules; and how many targets were checked."""
-    from hpc_runner.config.monai_bridge import bundle_on_sys_path
-    from hpc_runner.registry.targets import TargetError, locate_target
-
     problems: list[Problem] = []
     checked = 0
     try:
@@ -232,8 +231,6 @@ def target_problems(cfg: BundleConfig, seen: set[tuple[str | None, str]]) -> tup
 
 
 def _import_problems(cfg: BundleConfig, id_path: str, value: str, seen: set) -> list[Problem]:
-    from hpc_runner.registry.targets import import_statement_modules
-
     modules = import_statement_modules(value[1:]) or []
     problems = []
     for module in modules:

@@ -19,6 +19,7 @@ from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.config.ids import has_id
+from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, failing_id
 from hpc_runner.errors import ConfigError
 from hpc_runner.records.shape import parse_expression
 from hpc_runner.registry.problems import Problem
@@ -102,8 +103,6 @@ def net_problems(cfg: BundleConfig, net_id: str = "network_def") -> tuple[list[P
     import torch
     from monai.utils import get_equivalent_dtype
 
-    from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, failing_id
-
     net_where = cfg.locate(net_id)
     try:
         in_dtype = get_equivalent_dtype(inp.get("dtype", "float32"), torch.Tensor)
@@ -166,8 +165,6 @@ NDF_PREFIX = "_meta_#network_data_format"
 
 def fake_spatial_shape(shape: Sequence[int | str], p: int = 1, n: int = 1, any: int = 1) -> tuple[int, ...]:
     """Return the spatial shape of MONAI's dummy input: ints as given, ``"*"`` -> ``any``, patterns in p and n."""
-    from hpc_runner.errors import ConfigError
-
     out = []
     for item in shape:
         if isinstance(item, bool) or not isinstance(item, int | str):
@@ -191,8 +188,6 @@ def net_io_info(parser: Any, prefix: str = NDF_PREFIX) -> tuple[Any, tuple, Any,
     """
     import torch
     from monai.utils import get_equivalent_dtype
-
-    from hpc_runner.errors import ConfigError
 
     def get(key: str, required: bool = True) -> Any:
         value = parser.get(f"{prefix}#{key}")

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.bundle_config import META_KEY, BundleConfig
+from hpc_runner.config.ids import get_by_id
+from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path, run_expr
+from hpc_runner.data.cache_key import cache_split, item_key, stop_reason, transform_key, transform_name
 from hpc_runner.errors import ConfigError
 
 INIT_ID = "initialize"
@@ -290,7 +293,7 @@ def _dataset_class(parser: Any, ds_id: str) -> type | None:
 def _kind(cls: type, cache_dir: Any) -> str:
     from monai.data import CacheDataset, PersistentDataset
 
-    from hpc_runner.data.cached import CachedDataset, PersistentCacheDataset
+    from hpc_runner.data.cached import CachedDataset, PersistentCacheDataset  # deferred: imports torch
 
     if issubclass(cls, CachedDataset):
         return "memory" if cache_dir is None or str(cache_dir).strip() in ("", "null", "None") else "persistent"
@@ -311,8 +314,6 @@ def _arg(parser: Any, ds_id: str, node: dict, name: str, default: Any = None) ->
 
 @contextlib.contextmanager
 def _parser_for(cfg: BundleConfig, expanded: dict | None = None):
-    from hpc_runner.config.monai_bridge import build_parser, bundle_on_sys_path
-
     with bundle_on_sys_path(cfg.bundle_dir):
         parser = build_parser(cfg, expanded)
         parser.parse(reset=True)
@@ -324,8 +325,6 @@ def _parser_for(cfg: BundleConfig, expanded: dict | None = None):
 
 def _static_steps(compose: Any, split: int) -> list[TransformStep]:
     from monai.transforms import RandomizableTrait
-
-    from hpc_runner.data.cache_key import transform_name
 
     return [
         TransformStep(transform_name(t), cached=i < split, random=isinstance(t, RandomizableTrait))
@@ -367,7 +366,7 @@ def _run_timed(compose: Any, data: Any, start: int, end: int, times: list[float]
 def _measure(plan: DatasetPlan, compose: Any, split: int, data: Any, max_items: int, copy_cache: bool) -> None:
     import torch
 
-    from hpc_runner.data.cached import nbytes
+    from hpc_runner.data.cached import nbytes  # deferred: imports torch
 
     n = len(data)
     plan.items = n
@@ -496,8 +495,6 @@ def _memory_available() -> int | None:
 def _plan_dataset(parser: Any, ds_id: str, node: dict, *, measure: bool, max_items: int) -> DatasetPlan:
     from monai.transforms import Compose
 
-    from hpc_runner.data.cache_key import cache_split, stop_reason
-
     plan = DatasetPlan(id=ds_id, target=str(node.get("_target_")), kind="none")
     cls = _dataset_class(parser, ds_id)
     if cls is None:
@@ -519,8 +516,6 @@ def _plan_dataset(parser: Any, ds_id: str, node: dict, *, measure: bool, max_ite
             f"cache_n_trans is {n_trans}")
     plan.steps = _static_steps(compose, split)
     if plan.kind == "persistent":
-        from hpc_runner.data.cache_key import transform_key
-
         track_meta = bool(_arg(parser, ds_id, node, "track_meta", False))
         key = transform_key(compose.transforms[:split], extra={"track_meta": track_meta})
         plan.folder = str(Path(str(cache_dir)).expanduser() / key[:16])
@@ -545,8 +540,6 @@ def _plan_dataset(parser: Any, ds_id: str, node: dict, *, measure: bool, max_ite
         measure_split = split if plan.kind != "none" else cache_split(compose)
         _measure(plan, compose, measure_split, data, max_items, bool(_arg(parser, ds_id, node, "copy_cache", True)))
         if plan.kind == "persistent" and plan.folder:
-            from hpc_runner.data.cache_key import item_key
-
             hash_files = bool(_arg(parser, ds_id, node, "hash_files", True))
             folder = Path(plan.folder)
             plan.present = sum(
@@ -568,8 +561,6 @@ def cache_plan(cfg: BundleConfig, *, measure: bool = True, max_items: int = DEFA
     ``initialize`` is False, then resolves each dataset's ``data`` and ``transform`` (the dataset itself
     is never built, so no cache is filled).
     """
-    from hpc_runner.config.monai_bridge import run_expr
-
     start = time.perf_counter()
     data = expanded if expanded is not None else cfg.expanded()
     ids = dataset_ids({k: v for k, v in data.items() if k != META_KEY})
@@ -592,8 +583,6 @@ def cache_plan(cfg: BundleConfig, *, measure: bool = True, max_items: int = DEFA
 
 
 def _node(config: dict, ds_id: str) -> dict:
-    from hpc_runner.config.ids import get_by_id
-
     return get_by_id(config, ds_id)
 
 
@@ -653,8 +642,7 @@ def fill_caches(cfg: BundleConfig, *, only: list[str] | None = None, initialize:
     Raises ConfigError when no dataset has a persistent cache (``cache_dir`` unset) or ``only`` names
     an id that is not a dataset.
     """
-    from hpc_runner.config.monai_bridge import run_expr
-    from hpc_runner.data.cached import CachedDataset, PersistentCacheDataset
+    from hpc_runner.data.cached import CachedDataset, PersistentCacheDataset  # deferred: imports torch
 
     data = cfg.expanded()
     ids = dataset_ids({k: v for k, v in data.items() if k != META_KEY})

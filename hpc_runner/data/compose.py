@@ -14,7 +14,7 @@ def chain(parts: Sequence[Sequence[Callable] | Callable]) -> object:
     """
     from monai.transforms import Compose
 
-    from hpc_runner.data.transform_timing import timed
+    from hpc_runner.data.transform_timing import timed  # deferred: imports monai
 
     transforms: list[Callable] = []
     for part in parts:

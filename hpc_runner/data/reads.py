@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.data.staging import read_slot
 from hpc_runner.records.numbers import require_int
 
 SLOTS_ENV = "HPCR_READ_SLOTS"
@@ -169,8 +170,6 @@ def call_reading(call: Callable[[], Any], transform: Any, data: Any) -> Any:
     else:
         shared = sizes
     if policy is not None and policy.slots and policy.root is not None and shared:
-        from hpc_runner.data.staging import read_slot
-
         try:
             with read_slot(policy.root, policy.slots):
                 out = call()

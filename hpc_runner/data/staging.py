@@ -43,12 +43,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.ids import get_by_id, set_by_id
 from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.file_lock import exclusive
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.numbers import require_decimal, require_int
 from hpc_runner.records.read import RecordError, open_regular, parse_json_text, read_json_record
+from hpc_runner.scheduler.job_env import node_name as scheduler_node
+from hpc_runner.scheduler.job_env import scratch_dir
 
 ENV = "HPCR_STAGE"  # the settings as JSON: set by --stage (or a profile's stage:), inherited by jobs
 STAGE_IDS = ("dataset_dir", "cache_dir")  # the ids whose folders are staged, when the config has them
@@ -226,8 +229,6 @@ def _small_content(path: Path) -> bytes:
 
 def node_name(environ: Mapping[str, str] | None = None) -> str:
     """This node's name (the scheduler's word for it, else the host name)."""
-    from hpc_runner.scheduler.job_env import node_name as scheduler_node
-
     return scheduler_node(environ) or socket.gethostname().split(".")[0] or "node"
 
 
@@ -236,8 +237,6 @@ def stage_root(settings: StageSettings, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     where = settings.where
     if where == "scratch":
-        from hpc_runner.scheduler.job_env import scratch_dir
-
         base = scratch_dir(env) or env.get("TMPDIR")
         if not base:
             return None
@@ -500,8 +499,6 @@ class RunData:
 
 def data_folders(expanded: Mapping[str, Any], ids: tuple[str, ...]) -> list[tuple[str, Path]]:
     """The (id, folder) of each of ``ids`` the config sets to an existing folder."""
-    from hpc_runner.config.ids import get_by_id
-
     found = []
     for id_path in ids:
         try:
@@ -546,8 +543,6 @@ def staged_config(expanded: dict, data: RunData) -> dict:
     if not data.overrides:
         return expanded
     import copy
-
-    from hpc_runner.config.ids import set_by_id
 
     out = copy.deepcopy(expanded)
     for id_path, path in data.overrides.items():

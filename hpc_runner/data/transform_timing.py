@@ -31,6 +31,7 @@ from monai.transforms import Compose
 from monai.transforms.traits import RandomizableTrait
 from monai.transforms.transform import Transform
 
+from hpc_runner.data.reads import call_reading, is_reader
 from hpc_runner.records.environment import switch
 
 ENV = "HPCR_TRANSFORM_TIMING"
@@ -165,7 +166,6 @@ class TimedCompose(Compose):
         cached = self._readers
         if cached is not None and cached[0] is self.transforms and len(cached[1]) == len(self.transforms):
             return cached[1]
-        from hpc_runner.data.reads import is_reader
 
         flags = [is_reader(t) for t in self.transforms]
         self._readers = (self.transforms, flags)
@@ -187,8 +187,6 @@ class TimedCompose(Compose):
         for i in range(start, stop):
             t0 = clock()
             if reads[i]:
-                from hpc_runner.data.reads import call_reading
-
                 one = functools.partial(call, data, start=i, end=i + 1, threading=threading, lazy=lazy)
                 data = call_reading(one, self.transforms[i], data)
             else:

@@ -13,7 +13,7 @@ __all__ = ["Trainer", "fit"]
 def __getattr__(name: str) -> Any:
     # bundles say `_target_: hpc_runner.engine.Trainer`; importing torch waits until they do
     if name in __all__:
-        from hpc_runner.engine import trainer
+        from hpc_runner.engine import trainer  # deferred: imports torch
 
         return getattr(trainer, name)
     raise AttributeError(name)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.ids import iter_ids
 from hpc_runner.config.sandbox_marks import INSIDE_CONTAINER_ENV
 from hpc_runner.engine.sandbox import checked_grant
 from hpc_runner.errors import UserError
@@ -231,8 +232,6 @@ def config_binds(config: Any, always: Sequence[str], where: str = "the config") 
     path among its values that exists, and for one that does not yet (a folder the run makes) its nearest
     existing parent. A path whose nearest existing parent is ``/`` or a top-level folder cannot be bound
     without binding the host's system: bad input naming the id, before anything is queued."""
-    from hpc_runner.config.ids import iter_ids
-
     paths = [p for p in always if p]
     for id_path, value in iter_ids(config):
         if not isinstance(value, str) or not value.startswith("/") or "\n" in value or len(value) > 4096:

@@ -17,8 +17,18 @@ from hpc_runner.engine.launch_env import (  # noqa: F401
     srun_without_torchrun,
     visible_gpu_count,
 )
-from hpc_runner.engine.rendezvous import master_port, rendezvous_env, rendezvous_plan  # noqa: F401
-from hpc_runner.errors import ClusterError
+from hpc_runner.engine.rendezvous import (  # noqa: F401
+    choose_gloo_interface,
+    connect_store,
+    master_port,
+    rendezvous_env,
+    rendezvous_plan,
+    rendezvous_wait,
+    resolve_host,
+    this_node,
+)
+from hpc_runner.engine.stop import stop_requested
+from hpc_runner.errors import ClusterError, UserError
 
 log = logging.getLogger("hpc_runner.distributed")
 
@@ -156,9 +166,6 @@ def init_distributed(backend: str | None = None, bundle_config: Any = None) -> b
     import torch
     import torch.distributed as dist
 
-    from hpc_runner.engine.rendezvous import choose_gloo_interface, connect_store, rendezvous_wait
-    from hpc_runner.engine.stop import stop_requested
-
     values, notes = rendezvous_plan()
     launched = dict(os.environ)  # as the launcher left it: a stale environment is judged and named by it
     os.environ.update(values)
@@ -247,8 +254,6 @@ def start_together(refusal: BaseException | None = None) -> None:
 
 def _refusal_line(exc: BaseException) -> str:
     """Return a refusal as one line: a UserError's paragraph, else the exception's type and its start."""
-    from hpc_runner.errors import UserError
-
     text = exc.paragraph() if isinstance(exc, UserError) else f"{type(exc).__name__}: {str(exc).strip()[:400]}"
     return " ".join(text.split())
 
@@ -265,8 +270,6 @@ def rank_record(backend: str, environ: Mapping[str, str] | None = None) -> dict[
     import socket
 
     import torch
-
-    from hpc_runner.engine.rendezvous import resolve_host, this_node
 
     environ = os.environ if environ is None else environ
     rank = launched_world(environ)[0]

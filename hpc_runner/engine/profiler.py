@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.atomic import write_text_atomic
 
 ENV = "HPCR_PROFILE"
 PROFILE_DIR = "profile"
@@ -132,8 +133,6 @@ class StepProfiler:
         return self._result
 
     def _write(self, prof: Any) -> None:
-        from hpc_runner.records.atomic import write_text_atomic
-
         self.folder.mkdir(parents=True, exist_ok=True)
         trace = self.folder / f"rank{self.rank}.pt.trace.json"
         tmp = trace.with_name(f".{trace.name}.tmp")

@@ -14,8 +14,19 @@ from typing import Any
 from hpc_runner.config.bundle_config import USUAL_ENTRIES, BundleConfig, apply_overrides
 from hpc_runner.config.display import to_plain
 from hpc_runner.config.ids import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, has_id
+from hpc_runner.config.monai_bridge import (
+    apply_logging_file,
+    build_parser,
+    bundle_on_sys_path,
+    failing_id,
+    run_expr,
+    silence_monai_code_warning,
+)
 from hpc_runner.config.overrides import Override, suggest_ids
+from hpc_runner.config.recorded import check_recorded_bundle, load_recorded_config
+from hpc_runner.config.sandbox_marks import inside_sandbox
 from hpc_runner.data import reads
+from hpc_runner.data.cache_plan import log_cache_summary
 from hpc_runner.data.staging import (
     RunData,
     clean_after_run,
@@ -26,11 +37,25 @@ from hpc_runner.data.staging import (
     settings_from_env,
     staged_config,
 )
+from hpc_runner.engine.assigned_gpus import check_assigned_gpus
+from hpc_runner.engine.cuda_arch import check_cuda_arch
+from hpc_runner.engine.distributed import (
+    init_distributed,
+    launched_world,
+    owns_process_group,
+    rank_records,
+    settle_distributed_threads,
+    shutdown_distributed,
+    start_together,
+)
+from hpc_runner.engine.launch_env import check_launch_env
+from hpc_runner.engine.stop import Preempted, Pruned, install_stop_handlers
 from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.quick_exit import flush_open_files
 from hpc_runner.records import environment
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import tee_to_log
-from hpc_runner.records.read import read_record_text
+from hpc_runner.records.read import parse_yaml_record, read_record_text
 from hpc_runner.records.rundir import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -43,8 +68,11 @@ from hpc_runner.records.rundir import (
     dump_yaml,
     now_iso,
 )
+from hpc_runner.records.safe_mark import write_mark
 from hpc_runner.registry.trust import manifest_record
-from hpc_runner.scheduler.job_env import job_record
+from hpc_runner.resources.threads import use_cpu_budget
+from hpc_runner.scheduler.job_env import job_id, job_record, local_rank, restart_count
+from hpc_runner.tracking.session import finish_tracking, patch_monai_workflow, record_for_run, start_tracking
 
 INIT_ID, RUN_ID, FINAL_ID = "initialize", "run", "finalize"
 log = logging.getLogger("hpc_runner.runner")
@@ -62,15 +90,11 @@ class RunOutcome:
 
 def _preemption_in(exc: BaseException) -> BaseException | None:
     """Return the Preempted inside ``exc``: MONAI wraps what an expression raises in a RuntimeError."""
-    from hpc_runner.engine.stop import Preempted
-
     return _found_in(exc, Preempted)
 
 
 def _pruning_in(exc: BaseException) -> BaseException | None:
     """Return the Pruned inside ``exc`` (a validation listener stopped the run early)."""
-    from hpc_runner.engine.stop import Pruned
-
     return _found_in(exc, Pruned)
 
 
@@ -128,8 +152,6 @@ def prepare_run(
     call made is removed again and the UserError names it. Rank 0 refusing once the group exists (another
     config in the run dir, a write) tells the other ranks at once (distributed.start_together), as they
     wait to vote in :func:`execute_run`."""
-    from hpc_runner.engine.distributed import start_together
-
     target = Path(output_dir) if output_dir is not None else None
     made = target is not None and not target.exists()
     try:
@@ -154,10 +176,6 @@ def _prepare_run(
     output_dir: str | Path | None = None,
     argv: Sequence[str] | None = None,
 ) -> tuple[RunDir, dict]:
-    from hpc_runner.engine.distributed import init_distributed
-    from hpc_runner.engine.launch_env import check_launch_env
-    from hpc_runner.scheduler.job_env import job_id
-
     run_id = check_entry(cfg, entry)
     rank, world = check_launch_env()  # a variable that is not an integer: one paragraph, exit 2
     if output_dir is None and world > 1:
@@ -206,7 +224,6 @@ def _prepare_run(
         kept = run_dir.read_yaml(OVERRIDES_FILE) or []
         entries = kept + [e for e in entries if e not in kept and e["source"] != "hpc-runner"]
     run_dir.write_yaml(OVERRIDES_FILE, entries)
-    from hpc_runner.tracking.session import record_for_run
 
     record_for_run(run_dir.path, cfg)  # --tracking: kept in the run dir for jobs, requeues and resumes
     run_dir.change_record(lambda previous: {
@@ -235,10 +252,8 @@ def _prepare_run(
             "created": previous.get("created", now_iso()),
             **({"deterministic": determinism} if determinism else {}),
     })
-    from hpc_runner.config.sandbox_marks import inside_sandbox
 
     if cfg.safe and not inside_sandbox():  # outside: the mark its sandbox binds read-only (records/safe_mark.py)
-        from hpc_runner.records.safe_mark import write_mark
 
         write_mark(run_dir.path, cfg.sandbox_writable)
     return run_dir, expanded
@@ -257,7 +272,7 @@ def _deterministic_env(expanded: dict) -> dict[str, Any] | None:
     """Set CUBLAS_WORKSPACE_CONFIG for a deterministic run (unless set) and say so; return run.yaml's record."""
     if not wants_determinism(expanded):
         return None
-    from hpc_runner.engine.seeding import CUBLAS_VARIABLE, apply_cublas_workspace
+    from hpc_runner.engine.seeding import CUBLAS_VARIABLE, apply_cublas_workspace  # deferred: imports torch
 
     line = apply_cublas_workspace(True)
     if line:
@@ -278,8 +293,6 @@ def _init_final_record(cfg: BundleConfig) -> dict[str, str]:
 def _moved_copy_of(existing: Path, recorded_text: str, config_text: str) -> bool:
     """Whether ``existing`` config.yaml (``recorded_text``) is ``config_text`` but for ``output_dir``: the run
     dir was moved."""
-    from hpc_runner.records.read import parse_yaml_record
-
     recorded = parse_yaml_record(recorded_text, existing, "run config") or {}
     now = parse_yaml_record(config_text, existing, "run config") or {}
     if not isinstance(recorded, dict) or not isinstance(now, dict):
@@ -292,21 +305,13 @@ def _seed_before_build(config: dict) -> None:
     """Seed before any object is built, so weights are initialised the same way each time."""
     seed = config.get("seed")
     if isinstance(seed, int) and not isinstance(seed, bool):
-        from hpc_runner.engine.seeding import seed_everything
+        from hpc_runner.engine.seeding import seed_everything  # deferred: imports torch
 
         seed_everything(seed, bool(config.get("deterministic", False)))
 
 
 def execute_run(cfg: BundleConfig, run_dir: RunDir, expanded: dict, entry: str | None) -> RunOutcome:
     """Run initialize, the entry and (always) finalize inside ``run_dir``; record how it ended."""
-    from hpc_runner.engine.distributed import (
-        init_distributed,
-        launched_world,
-        owns_process_group,
-        settle_distributed_threads,
-        shutdown_distributed,
-    )
-
     run_id = entry or RUN_ID
     rank, world = launched_world()
     try:
@@ -336,8 +341,6 @@ def _run_data(run_dir: RunDir, expanded: dict, rank: int) -> tuple[dict, RunData
     copy and where the data is read from. Rank 0 records that in run.yaml ``data:``; each node's first task adds
     what it read from shared storage to data_io.json. A stage folder that is a link, or a source that changed
     during the copy, is bad input: run.yaml says so, exit 2, and nothing half-copied is read."""
-    from hpc_runner.scheduler.job_env import local_rank, restart_count
-
     try:
         data = prepare_run_data(expanded, settings_from_env(), warn=lambda line: print(line, file=sys.stderr))
     except UserError as exc:
@@ -356,8 +359,6 @@ def _run_data(run_dir: RunDir, expanded: dict, rank: int) -> tuple[dict, RunData
 def _end_run_data(run_dir: RunDir, data: RunData) -> None:
     """When the run ends: add its measured loads to data_io.json; with ``clean: end``, remove the copies it read
     (a run on its own; a sweep's last task on the node does that for its points: staging.sweep_hold)."""
-    from hpc_runner.scheduler.job_env import restart_count
-
     loads = reads.snapshot()
     reads.configure(None)
     try:
@@ -376,11 +377,6 @@ def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:
     timeout. Rank 0 records the refusal (its own or another rank's) in run.yaml (``status: failed``,
     ``user_error``) before it is raised.
     """
-    from hpc_runner.engine.assigned_gpus import check_assigned_gpus
-    from hpc_runner.engine.cuda_arch import check_cuda_arch
-    from hpc_runner.engine.distributed import start_together
-    from hpc_runner.errors import UserError
-
     try:
         try:
             check_assigned_gpus()
@@ -396,19 +392,10 @@ def _check_devices(cfg: BundleConfig, run_dir: RunDir, rank: int) -> None:
 
 
 def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
-    from hpc_runner.config.monai_bridge import (
-        apply_logging_file,
-        build_parser,
-        bundle_on_sys_path,
-        run_expr,
-        silence_monai_code_warning,
-    )
-
     silence_monai_code_warning()  # said once where the run was submitted (or started), not in every task
     apply_logging_file(cfg.logging_file)  # inside the log tee, so a handler on stdout also reaches log.txt
     with bundle_on_sys_path(cfg.code_dir):
         parser = build_parser(cfg, expanded)
-        from hpc_runner.tracking.session import patch_monai_workflow
 
         patch_monai_workflow(parser)  # --tracking on an ignite bundle: MONAI's MLFlowHandler, into our run
         _seed_before_build(expanded)
@@ -422,10 +409,6 @@ def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
 
 def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
     """Ranks other than 0 run the same ids but write no record (rank 0 owns the run dir)."""
-    from hpc_runner.config.monai_bridge import failing_id
-    from hpc_runner.engine.distributed import init_distributed, owns_process_group, shutdown_distributed
-    from hpc_runner.resources.threads import use_cpu_budget
-
     use_cpu_budget()  # before torch does parallel work: this rank's threads and variables
     started_group = init_distributed(bundle_config=expanded) or owns_process_group()
     try:
@@ -444,10 +427,6 @@ def _execute_worker(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: 
 
 
 def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: str) -> RunOutcome:
-    from hpc_runner.config.monai_bridge import failing_id
-    from hpc_runner.engine.distributed import rank_records
-    from hpc_runner.resources.threads import use_cpu_budget
-
     rec = run_dir.record()
     ranks = rank_records()  # where every rank of a multi-process run is: node, host, address, device
     run_dir.update_record(
@@ -467,10 +446,8 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
     with tee_to_log(run_dir.file(LOG_FILE)) as logger:
         logger.info("run %s of %s in %s", run_id, cfg.name, run_dir.path)
         # one line: what each dataset caches and where, plus warnings about orders that waste the cache
-        from hpc_runner.data.cache_plan import log_cache_summary
 
         log_cache_summary(cfg, expanded, logger)
-        from hpc_runner.tracking.session import finish_tracking, start_tracking
 
         tracked = start_tracking(cfg, run_dir.path)  # None unless --tracking; never waits for the server
         try:
@@ -492,7 +469,6 @@ def _execute_main(cfg: BundleConfig, run_dir: RunDir, expanded: dict, run_id: st
         if outcome.error is not None:
             # while the bundle's frames still hold its files: once dropped, a file in a reference cycle
             # may be collected raw-file-first before exit and its buffered bytes lost (quick_exit.py)
-            from hpc_runner.quick_exit import flush_open_files
 
             flush_open_files()
         finish_tracking(tracked, outcome.status)  # artefacts, status; at most a bounded wait for the server
@@ -568,8 +544,6 @@ def failure_record(exc: BaseException, failing: str | None, cfg: BundleConfig | 
     input: ``status`` calls that BAD_INPUT); ``config_file`` is where the failing id (or the
     UserError) was set, when that is known.
     """
-    from hpc_runner.errors import UserError
-
     chain = _chain(exc)
     root = chain[-1]
     user = next((e for e in chain if isinstance(e, UserError)), None)
@@ -614,8 +588,6 @@ def bad_input_in(outcome: RunOutcome) -> Any:
     refused = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # the filesystem, not the run, said no
     full = next((e for e in chain if isinstance(e, OSError) and e.errno in refused), None)
     if full is not None:
-        from hpc_runner.config.sandbox_marks import inside_sandbox
-
         if full.errno == errno.EROFS and inside_sandbox():  # run --safe: only the folders the user named are writable
             return UserError(f"the run's filesystem refused a write ({full.strerror}): inside --safe's sandbox only "
                              "the run dir, --cache_dir and the --writable folders may be written",
@@ -649,9 +621,6 @@ def run_recorded(run_dir: str | Path, entry: str | None = None, argv: Sequence[s
 
     SIGUSR2/SIGTERM are turned into a checkpoint-and-stop for the duration.
     """
-    from hpc_runner.config.recorded import check_recorded_bundle, load_recorded_config
-    from hpc_runner.engine.stop import install_stop_handlers
-
     cfg, record = load_recorded_config(run_dir)
     # the job imports the bundle's scripts/ now, not when it was submitted: check the files (and
     # --safe, if the run was submitted with it) again

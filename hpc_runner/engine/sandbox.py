@@ -40,6 +40,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hpc_runner.config.ids import iter_ids
 from hpc_runner.config.sandbox_marks import INSIDE_ENV, INSIDE_FILE
 from hpc_runner.errors import UserError
 from hpc_runner.records.command_output import run_command
@@ -352,8 +353,6 @@ def ungranted_paths(config: object, granted: Iterable[str], hidden: Iterable[str
     """Return (id, path) for each existing absolute path among the config's values that the sandbox hides (under a
     hidden folder) and that nothing granted shows: the run would not find it inside. (A path that does not exist
     yet is the run's to make; inside, it lands in the hidden tmpfs and is gone with it.)"""
-    from hpc_runner.config.ids import iter_ids
-
     granted, hidden = [os.path.normpath(g) for g in granted], [os.path.normpath(h) for h in hidden]
     found = []
     for id_path, value in iter_ids(config):

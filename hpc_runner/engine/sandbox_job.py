@@ -27,7 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.engine.runner import RunOutcome
+import hpc_runner
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.engine.container import (
+    Mounts,
+    bind_list,
+    config_binds,
+    container_argv,
+    container_env,
+    image_fingerprint,
+    spec_from_record,
+    starter_env,
+)
+from hpc_runner.engine.runner import RunOutcome, describe_failure, run_recorded
 from hpc_runner.engine.sandbox import (
     Grants,
     Needs,
@@ -43,10 +55,14 @@ from hpc_runner.engine.sandbox import (
     sandbox_env,
     visible_paths,
 )
+from hpc_runner.engine.stop import stop_requested
+from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import read_json_record
 from hpc_runner.records.rundir import RunDir
 from hpc_runner.records.safe_mark import mark_path, read_mark, write_mark
+from hpc_runner.registry.user_config import user_config_path
+from hpc_runner.resources.threads import use_cpu_budget
 
 OUTCOME_FILE = ".sandbox-outcome.json"  # written inside, read and removed outside
 
@@ -83,8 +99,6 @@ def job_grants(job_record: Mapping[str, Any] | None, run_dir: str | os.PathLike)
     if found is not None:
         return Grants.from_record(found)
     if recorded_safe(run_dir):
-        from hpc_runner.errors import UserError
-
         raise UserError(f"the run dir {run_dir} says it was made with --safe, and this job was not submitted with "
                         "--safe (a job submitted by an older hpc-runner, or a run dir that was changed); it was not "
                         "run outside the sandbox", where=str(run_dir),
@@ -107,9 +121,6 @@ def job_plan(run_dir: str, grants: Grants, bundle_dir: str | None) -> JobPlan:
 def job_needs(run_dir: str, environ: Mapping[str, str], plan: JobPlan, cwd: str,
               protected: Sequence[str] = ()) -> Needs:
     """The sandbox of one job: ``plan``'s folders, Python and hpc-runner, the working folder, the user config."""
-    import hpc_runner
-    from hpc_runner.registry.user_config import user_config_path
-
     user = user_config_path(environ)
     user_config = str(user.resolve()) if user.is_file() else None
     home = environ.get("HOME") or str(Path.home())
@@ -149,9 +160,6 @@ def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, grant
     ``grants``: what the job's submission (or the command's own line) lets it write and read besides its run dir.
     ``protect``: names inside the run dir that the job's outside trusts later (the scheduler's job folder, whose
     pickles a requeue loads): bound read-only inside."""
-    from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.engine.stop import stop_requested
-
     bwrap = find_bwrap()  # no sandbox: refused, as `run --safe` is (a UserError, the job fails saying why)
     cfg, _ = load_recorded_config(run_dir)  # reads config.yaml and run.yaml; runs nothing of the bundle
     rd = RunDir(run_dir)
@@ -173,19 +181,6 @@ def run_recorded_in_sandbox(run_dir: str | os.PathLike, entry: str | None, grant
 def run_recorded_in_container(run_dir: str | os.PathLike, entry: str | None, record: Mapping[str, Any]) -> RunOutcome:
     """Run the recorded run in ``run_dir`` inside its container image (run.yaml's ``container:``); the scheduler
     (signals, requeue) stays with this process, on the host. Return how the run ended (read back from inside)."""
-    from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.engine.container import (
-        Mounts,
-        bind_list,
-        config_binds,
-        container_argv,
-        container_env,
-        image_fingerprint,
-        spec_from_record,
-        starter_env,
-    )
-    from hpc_runner.engine.stop import stop_requested
-
     spec = spec_from_record(record, str(Path(run_dir) / "run.yaml"))
     recorded = (record.get("container") or {}).get("fingerprint")
     now = image_fingerprint(spec.image)
@@ -234,8 +229,6 @@ def write_outcome(outcome: RunOutcome) -> None:
     """Inside: write how the run ended for the outside to read."""
     import json
 
-    from hpc_runner.engine.runner import describe_failure
-
     exc = outcome.error
     found: dict[str, Any] = {"status": outcome.status}
     if outcome.status == "failed":
@@ -248,10 +241,6 @@ def write_outcome(outcome: RunOutcome) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Inside the sandbox: run the recorded run (the allow-list is checked again first), write its outcome."""
-    from hpc_runner.engine.runner import run_recorded
-    from hpc_runner.errors import UserError
-    from hpc_runner.resources.threads import use_cpu_budget
-
     run_dir, entry = (argv if argv is not None else sys.argv[1:])[:2]
     use_cpu_budget()
     try:

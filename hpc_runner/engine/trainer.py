@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
-from hpc_runner.data.prefetch import move_to_device
+from hpc_runner.data.prefetch import DevicePrefetcher, move_to_device
+from hpc_runner.data.transform_timing import merged_rows, timers_in
+from hpc_runner.data.workers import available_cpus
 from hpc_runner.engine import profiler, validation_hooks
 from hpc_runner.engine.checkpoint import (
     CheckpointError,
@@ -50,6 +52,9 @@ from hpc_runner.records.atomic import save_atomic, write_text_atomic
 from hpc_runner.records.json_out import dumps_json, json_copy
 from hpc_runner.records.metrics_log import MetricsLog, truncate_after_step
 from hpc_runner.records.rundir import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
+from hpc_runner.scheduler.job_clock import CheckpointTimer
+from hpc_runner.scheduler.job_env import job_end_time
+from hpc_runner.tracking.sinks import open_sinks
 
 log = logging.getLogger("hpc_runner.trainer")
 
@@ -111,8 +116,6 @@ DDP_OPTIONS = frozenset({
 
 def ddp_options(ddp: dict[str, Any] | None) -> dict[str, Any]:
     """Return the bundle's DDP options checked against what the Trainer passes on; ConfigError for others."""
-    from hpc_runner.errors import ConfigError
-
     options = dict(ddp or {})
     unknown = sorted(set(options) - DDP_OPTIONS)
     if unknown:
@@ -501,8 +504,6 @@ class Trainer:
             skip = 0
         source: Iterable = self.train_loader
         if self.device.type == "cuda" and self.prefetch:
-            from hpc_runner.data import DevicePrefetcher
-
             source = DevicePrefetcher(source, self.device)
         it = iter(source)
         for _ in range(skip):  # any other loader: make the batches again and drop them
@@ -669,14 +670,10 @@ class Trainer:
         rng_after_skip, resumed_from = self._resume()
         self._wrap_distributed()
         if self._ckpt_dir is not None:
-            from hpc_runner.scheduler.job_clock import CheckpointTimer
-            from hpc_runner.scheduler.job_env import job_end_time
-
             self._timer = CheckpointTimer(job_end_time())  # None outside a job: no timed checkpoint
         metrics_path = self.output_dir / METRICS_FILE if self.output_dir and self.main else None
         if metrics_path is not None and resumed_from:
             truncate_after_step(metrics_path, self.step)
-        from hpc_runner.tracking.sinks import open_sinks
 
         metrics = MetricsLog(metrics_path, sinks=open_sinks(self))  # TensorBoard, MLflow: rank 0 only
         self._profiler = profiler.for_run(self.output_dir, self.main, cuda=self.device.type == "cuda")
@@ -799,8 +796,6 @@ class Trainer:
 
     def _transform_times(self) -> list[dict[str, Any]]:
         """Return the per-transform times of this trainer's datasets (hpc_runner.data.transform_timing)."""
-        from hpc_runner.data.transform_timing import merged_rows, timers_in
-
         return merged_rows(timers_in(self.train_loader, self.val_loader))
 
 
@@ -828,7 +823,6 @@ def _gather_rng(group: Any) -> list[dict[str, Any]]:
 
 def _cpu_budget() -> int | None:
     with contextlib.suppress(Exception):  # advice only: a CPU count that cannot be read leaves it generic
-        from hpc_runner.data.workers import available_cpus
 
         return available_cpus()
     return None

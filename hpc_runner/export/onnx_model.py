@@ -13,6 +13,7 @@ from typing import Any
 
 from hpc_runner.errors import UserError
 from hpc_runner.export.plan import ExportPlan, conversion_error, load_plan_weights, plan_onnx_export
+from hpc_runner.monai_cli.arguments import get_logger, merge_args, output_beside
 
 TAG = "onnx_export"
 INSTALL_HINT = "Install the ONNX exporter's packages: pip install 'hpc-bundle-runner[onnx]' (onnx and onnxscript)"
@@ -42,8 +43,6 @@ def prepare_onnx_export(
     **override: Any,
 ) -> ExportPlan:
     """Merge the arguments as MONAI does and check them (the network is built); write nothing."""
-    from hpc_runner.monai_cli.arguments import merge_args
-
     check_onnx_installed()
     args = merge_args(TAG, args_file, net_id=net_id, filepath=filepath, meta_file=meta_file, config_file=config_file,
                       ckpt_file=ckpt_file, key_in_ckpt=key_in_ckpt, use_trace=use_trace, input_shape=input_shape,
@@ -56,8 +55,6 @@ def write_onnx(plan: ExportPlan) -> Path:
     import onnx
     import torch
     from monai.networks import convert_to_onnx
-
-    from hpc_runner.monai_cli.arguments import get_logger, output_beside
 
     net = load_plan_weights(plan)
     kwargs = {**plan.converter_kwargs, "inputs": [torch.rand(plan.input_shape)], "use_trace": plan.use_trace}

@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.verify_net import fake_input_shape
 from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.export.weights import load_weights, resolve_ckpt
+from hpc_runner.monai_cli.arguments import (
+    check_writable_file,
+    config_paths,
+    load_config_parser,
+    load_file,
+    parsed_content,
+    require,
+)
 
 
 @dataclass
@@ -32,8 +42,6 @@ class ExportPlan:
 
 
 def _config_names(config_file: Any) -> list[str]:
-    from hpc_runner.monai_cli.arguments import config_paths
-
     names = config_paths(config_file)
     seen: set[str] = set()
     for name in names:
@@ -47,15 +55,11 @@ def _config_names(config_file: Any) -> list[str]:
 
 def config_extra_files(config_files: list[str]) -> dict[str, bytes]:
     """Return each config file as ``<name>.json`` (JSON whatever its format), as MONAI stores them."""
-    from hpc_runner.monai_cli.arguments import load_file
-
     return {os.path.splitext(os.path.basename(f))[0] + ".json": json.dumps(load_file(f, "the config file")).encode()
             for f in config_files}
 
 
 def _input_shape(parser: Any, input_shape: Any) -> list[int]:
-    from hpc_runner.config.verify_net import fake_input_shape
-
     shape = list(input_shape) if input_shape else list(fake_input_shape(parser))
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
         raise ConfigError(f"the input shape {shape} is not a list of positive whole numbers",
@@ -65,9 +69,6 @@ def _input_shape(parser: Any, input_shape: Any) -> list[int]:
 
 def plan_ckpt_export(args: dict) -> ExportPlan:
     """Check MONAI's ckpt_export arguments (after the args_file merge) and build the network."""
-    from hpc_runner.export.weights import resolve_ckpt
-    from hpc_runner.monai_cli.arguments import check_writable_file, load_config_parser, parsed_content, require
-
     tag = "ckpt_export"
     args = dict(args)
     config_file = require(args, "config_file", tag, "the config file(s) that define the network, e.g. "
@@ -82,7 +83,6 @@ def plan_ckpt_export(args: dict) -> ExportPlan:
     bundle_root = args.get("bundle_root", os.getcwd())  # an override too, as in MONAI
     names = _config_names(config_file)
     meta = os.path.join(str(bundle_root), "configs", "metadata.json") if meta_file is None else meta_file
-    from hpc_runner.monai_cli.arguments import config_paths
 
     has_meta = all(os.path.exists(m) for m in config_paths(meta))  # MONAI reads it only when it exists
     parser = load_config_parser(config_file, meta if has_meta else None, args)
@@ -101,9 +101,6 @@ def plan_ckpt_export(args: dict) -> ExportPlan:
 
 def plan_onnx_export(args: dict) -> ExportPlan:
     """Check MONAI's onnx_export arguments (after the args_file merge) and build the network."""
-    from hpc_runner.export.weights import resolve_ckpt
-    from hpc_runner.monai_cli.arguments import check_writable_file, load_config_parser, parsed_content, require
-
     tag = "onnx_export"
     args = dict(args)
     filepath = require(args, "filepath", tag, "the ONNX file to write, e.g. --filepath models/model.onnx")
@@ -130,8 +127,6 @@ def plan_onnx_export(args: dict) -> ExportPlan:
 def load_plan_weights(plan: ExportPlan) -> Any:
     """Load the plan's weights into its network (MONAI's rules, on the CPU); return the network."""
     import torch
-
-    from hpc_runner.export.weights import load_weights
 
     if not isinstance(plan.network, torch.nn.Module):
         raise ConfigError(f"'{plan.net_id}' builds a {type(plan.network).__name__}, not a torch.nn.Module",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.export.plan import ExportPlan, config_extra_files, conversion_error, load_plan_weights, plan_ckpt_export
+from hpc_runner.monai_cli.arguments import get_logger, merge_args, output_beside
 
 TAG = "ckpt_export"
 
@@ -31,8 +32,6 @@ def prepare_ckpt_export(
     **override: Any,
 ) -> ExportPlan:
     """Merge the arguments as MONAI does and check them (the network is built); write nothing."""
-    from hpc_runner.monai_cli.arguments import merge_args
-
     args = merge_args(TAG, args_file, net_id=net_id, filepath=filepath, meta_file=meta_file, config_file=config_file,
                       ckpt_file=ckpt_file, key_in_ckpt=key_in_ckpt, use_trace=use_trace, input_shape=input_shape,
                       converter_kwargs=converter_kwargs, **override)
@@ -44,8 +43,6 @@ def write_torchscript(plan: ExportPlan) -> Path:
     import torch
     from monai.data import save_net_with_metadata
     from monai.networks import convert_to_torchscript
-
-    from hpc_runner.monai_cli.arguments import get_logger, output_beside
 
     net = load_plan_weights(plan)
     inputs = [torch.rand(plan.input_shape)] if plan.input_shape else None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.rundir import CHECKPOINT_DIR
 
 MODEL_FILE = "model.pt"  # what hpc-runner's Trainer writes at the end of a run (a state dict)
 CHECKPOINT_KEY = "network"  # where the network's weights sit in hpc-runner's trainer checkpoints
@@ -20,9 +21,7 @@ CHECKPOINT_KEY = "network"  # where the network's weights sit in hpc-runner's tr
 
 def resolve_ckpt(ckpt_file: str | Path, key_in_ckpt: str) -> tuple[Path, str]:
     """Return the weights file ``ckpt_file`` names (a run dir: its model.pt or newest checkpoint) and its key."""
-    from hpc_runner.engine.checkpoint import list_checkpoints
-    from hpc_runner.records.rundir import CHECKPOINT_DIR
-
+    from hpc_runner.engine.checkpoint import list_checkpoints  # deferred: imports torch
     path = Path(ckpt_file).expanduser()
     if path.is_file():
         return path, key_in_ckpt

@@ -13,7 +13,7 @@ __all__ = ["Predictor", "evaluate", "infer"]
 def __getattr__(name: str) -> Any:
     # bundles say `_target_: hpc_runner.inference.infer`; importing torch waits until they do
     if name in __all__:
-        from hpc_runner.inference import predictor
+        from hpc_runner.inference import predictor  # deferred: imports torch
 
         return getattr(predictor, name)
     raise AttributeError(name)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.records.read import DATALIST_MAX_BYTES, parse_json_text, read_record_text
 
 DATALIST_KEYS = ("testing", "test", "validation", "val", "inference")
 _EXTENSIONS = (".nii.gz", ".nii", ".mha", ".nrrd", ".gz")
@@ -29,8 +30,6 @@ def case_name(path: str | os.PathLike) -> str:
 
 
 def _read_datalist(path: Path, key: str | None, id_path: str) -> list[Any]:
-    from hpc_runner.records.read import DATALIST_MAX_BYTES, parse_json_text, read_record_text
-
     expected = "a JSON list of files or of {'image': ...} items, or a MONAI datalist"
     try:  # the one bounded reader: a regular file of sensible size, its nesting bounded before it is parsed
         text = read_record_text(path, "datalist", DATALIST_MAX_BYTES, error=UserError)

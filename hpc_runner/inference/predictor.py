@@ -22,12 +22,14 @@ import numpy as np
 import torch
 
 from hpc_runner.engine.stop import Preempted, stop_requested
+from hpc_runner.errors import ConfigError
 from hpc_runner.inference.case_metrics import METRICS, case_metrics, summarize
 from hpc_runner.inference.manifest import ManifestEntry, OutputManifest
 from hpc_runner.inference.weights import load_weights
 from hpc_runner.inference.writer import ResultWriter
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.resources.threads import use_cpu_budget
 
 log = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
@@ -138,8 +140,6 @@ class Predictor:
 
     def run(self) -> dict[str, Any]:
         """Infer (and score) every case of the shard not yet done; return the summary."""
-        from hpc_runner.resources.threads import use_cpu_budget
-
         cpus = use_cpu_budget()  # torch threads = the job's CPUs, as for training (also under MONAI's runner)
         t0 = time.perf_counter()
         weights = load_weights(self.network, self.ckpt, map_location=self.device) if self.ckpt else None
@@ -273,8 +273,6 @@ def infer(predictor: Predictor) -> dict[str, Any]:
 def evaluate(predictor: Predictor) -> dict[str, Any]:
     """Run evaluation (``label_key`` must be set) and return the summary with per-metric means."""
     if not predictor.label_key:
-        from hpc_runner.errors import ConfigError
-
         raise ConfigError("evaluation needs labels, but the predictor has no label_key", id_path="predictor",
                           expected="label_key: label (and `labels` or a datalist holding labels)")
     return predictor.run()

@@ -21,6 +21,7 @@ import numpy as np
 from hpc_runner.inference.manifest import ManifestEntry, OutputManifest
 from hpc_runner.inference.nifti import encode_nifti
 from hpc_runner.records.atomic import atomic_open, remove_stale_temp_files
+from hpc_runner.resources.cpus import decide_cpus
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,6 @@ class WriteError(RuntimeError):
 
 def default_threads() -> int:
     """Return min(2, the job's CPU budget): writing must not take CPUs the job was not given."""
-    from hpc_runner.resources.cpus import decide_cpus
-
     return max(1, min(2, decide_cpus().count))
 
 

@@ -17,7 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.loader import MAX_CONFIG_BYTES
 from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.records.read import not_regular, read_record_text
+from hpc_runner.records.shape import MAX_CONFIG_NODES, check_json_depth, check_yaml_shape
 
 LOGGER_NAME = "hpc_runner.monai_cli"
 MONAI_FORMAT = "%(asctime)s - %(levelname)s - %(message)s"  # monai.apps.utils.DEFAULT_FMT
@@ -103,10 +106,6 @@ def _check_readable(path: str, what: str) -> None:
 
     import yaml
 
-    from hpc_runner.config.loader import MAX_CONFIG_BYTES
-    from hpc_runner.records.read import read_record_text
-    from hpc_runner.records.shape import MAX_CONFIG_NODES, check_json_depth, check_yaml_shape
-
     text = read_record_text(path, what, MAX_CONFIG_BYTES, error=ConfigError) or ""
     if path.lower().endswith(".json"):
         check_json_depth(text, path)
@@ -122,8 +121,6 @@ def load_file(path: str, what: str, *, mapping: bool = True) -> Any:
 
     Read through the bounded readers first (``_check_readable``): a regular file, of sensible size and shape."""
     from monai.bundle import ConfigParser
-
-    from hpc_runner.records.read import not_regular
 
     kind = not_regular(path)  # a named pipe, a folder, a dangling link: named as what it is, not "does not exist"
     if kind is not None:

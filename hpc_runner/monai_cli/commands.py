@@ -8,8 +8,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hpc_runner.config.argv import split_overrides
-from hpc_runner.errors import UserError
+from hpc_runner.config.verify_net import net_io_info
+from hpc_runner.errors import BundleError, UserError
+from hpc_runner.monai_cli.arguments import check_files, load_config_parser, load_file, merge_args, require
 from hpc_runner.monai_cli.spec import SPECS, CommandSpec, add_arguments, extra_options, options_from_args
+from hpc_runner.registry.scaffold import _init_weights
 
 # name -> "module:function" checking everything a run needs and returning the plan, without doing the work
 # (the pre-flight of `hpc-runner submit NAME ...`)
@@ -74,8 +77,6 @@ def prepare_parsed(name: str, args: argparse.Namespace) -> Any:
 
 
 def _preflight_verify_metadata(kwargs: dict) -> None:
-    from hpc_runner.monai_cli.arguments import check_files, load_file, merge_args, require
-
     schema = kwargs.pop("schema", None)
     args = merge_args("verify_metadata", kwargs.pop("args_file", None), **kwargs)
     check_files(require(args, "meta_file", "verify_metadata", "the metadata file to verify"), "the metadata file")
@@ -86,9 +87,6 @@ def _preflight_verify_metadata(kwargs: dict) -> None:
 
 
 def _preflight_verify_net(kwargs: dict) -> None:
-    from hpc_runner.config.verify_net import net_io_info
-    from hpc_runner.monai_cli.arguments import load_config_parser, merge_args, require
-
     args = merge_args("verify_net_in_out", kwargs.pop("args_file", None), **kwargs)
     config_file = require(args, "config_file", "verify_net_in_out", "the config file(s) that define the network")
     meta_file = require(args, "meta_file", "verify_net_in_out", "the metadata file with network_data_format")
@@ -99,9 +97,6 @@ def _preflight_verify_net(kwargs: dict) -> None:
 
 def _preflight_init_bundle(kwargs: dict) -> None:
     from pathlib import Path
-
-    from hpc_runner.errors import BundleError
-    from hpc_runner.registry.scaffold import _init_weights
 
     bundle = Path(str(kwargs.get("bundle_dir", ""))).absolute()
     if not kwargs.get("bundle_dir"):

@@ -10,8 +10,12 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from hpc_runner.config.monai_bridge import silence_monai_code_warning
+from hpc_runner.errors import UserError
+from hpc_runner.monai_cli.commands import parse_argv, run_parsed
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
+from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import job_entry
 
 
@@ -22,11 +26,6 @@ class CommandFailed(RuntimeError):
 @job_entry
 def run_monai_command(name: str, argv: Sequence[str]) -> dict[str, Any]:
     """Run MONAI bundle command ``name`` with ``argv`` (as after ``hpc-runner NAME``); raise unless it succeeds."""
-    from hpc_runner.config.monai_bridge import silence_monai_code_warning
-    from hpc_runner.errors import UserError
-    from hpc_runner.monai_cli.commands import parse_argv, run_parsed
-    from hpc_runner.resources.threads import use_cpu_budget
-
     freeze_at_exit()
     no_bars_without_a_terminal()
     use_cpu_budget()

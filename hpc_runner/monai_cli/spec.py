@@ -17,6 +17,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from hpc_runner.config.values import parse_value
 from hpc_runner.errors import UserError
 
 # how an option's text becomes a value
@@ -260,8 +261,6 @@ def _literal(text: str) -> Any:
 
 def type_value(spec: CommandSpec, param: Param, value: Any) -> Any:
     """Return the option text ``value`` typed as ``param`` needs (MONAI's spellings accepted)."""
-    from hpc_runner.config.values import parse_value
-
     if not isinstance(value, str):
         return value
     text = value.strip()
@@ -305,8 +304,6 @@ def type_value(spec: CommandSpec, param: Param, value: Any) -> Any:
 
 def override_pairs(spec: CommandSpec, tokens: list[str]) -> dict[str, Any]:
     """Return the ``--id value`` override tokens as {id: typed value} (``--id=value`` too), in order."""
-    from hpc_runner.config.values import parse_value
-
     pairs: dict[str, Any] = {}
     i = 0
     while i < len(tokens):

@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.monai_cli.arguments import quiet_summary
+from hpc_runner.monai_cli.commands import parse_argv, prepare_parsed
+from hpc_runner.monai_cli.job import run_monai_command
+from hpc_runner.monai_cli.workflow import WorkflowPlan
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.rundir import check_folder_path, default_run_dir, dump_yaml, now_iso
+from hpc_runner.scheduler.executor import JobRequest
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.governor import outside_the_job
 
 COMMAND_FILE = "command.yaml"
 JOB_FOLDER = "job"
@@ -39,17 +48,11 @@ class CommandSubmission:
 
 def default_job_dir(name: str, root: Path = Path("runs")) -> Path:
     """Return ``runs/<name>/<timestamp>``, made unique."""
-    from hpc_runner.records.rundir import default_run_dir
-
     return default_run_dir(name, root)
 
 
 def preflight(name: str, argv: Sequence[str]) -> None:
     """Check command ``name`` with ``argv`` as far as possible without doing its work; raise UserError if bad."""
-    from hpc_runner.monai_cli.arguments import quiet_summary
-    from hpc_runner.monai_cli.commands import parse_argv, prepare_parsed
-    from hpc_runner.monai_cli.workflow import WorkflowPlan
-
     with quiet_summary():  # the job prints it
         plan = prepare_parsed(name, parse_argv(name, argv))
     if isinstance(plan, WorkflowPlan) and plan.problems:
@@ -61,9 +64,6 @@ def preflight(name: str, argv: Sequence[str]) -> None:
 
 
 def _record(folder: Path, name: str, argv: Sequence[str], profile: Any, job: dict[str, Any]) -> None:
-    from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.records.rundir import dump_yaml, now_iso
-
     record = {"command": name, "argv": list(argv), "shell": shlex.join(["hpc-runner", name, *argv]),
               "cwd": os.getcwd(), "submitted": now_iso(), "cluster": profile.to_record(), "job": job}
     write_text_atomic(folder / COMMAND_FILE, dump_yaml(record))
@@ -82,12 +82,6 @@ def submit_command(
     """Pre-flight, then submit one job running ``hpc-runner NAME ARGV`` through the profile's executor (the
     local one runs it here). Return the submission, or with ``dry_run`` the script (nothing written or queued).
     """
-    from hpc_runner.monai_cli.job import run_monai_command
-    from hpc_runner.records.rundir import check_folder_path
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.governor import outside_the_job
-
     executor = executor_for(profile)
     executor.check_time()
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.monai_cli.arguments import config_paths, load_config_parser, load_file
+from hpc_runner.records.read import parse_json_text, read_record_text
 
 TAG = "run_workflow"
 CONFIG_WORKFLOW = "ConfigWorkflow"
@@ -82,7 +84,6 @@ def _required_ids(workflow_type: str | None, properties_path: str | None) -> dic
                             expected="train, training, infer, inference, eval or evaluation")
     if properties_path is not None:
         path = Path(properties_path)
-        from hpc_runner.records.read import parse_json_text, read_record_text
 
         text = read_record_text(path, "property file", error=ConfigError)
         if text is None:
@@ -130,8 +131,6 @@ def config_property_problems(parser: Any, workflow_type: str | None, properties_
 
 def _config_parser_of(kwargs: dict) -> Any:
     """The ConfigWorkflow's config (files, metadata, overrides) read as its __init__ reads it; nothing runs."""
-    from hpc_runner.monai_cli.arguments import config_paths, load_config_parser
-
     config_file = kwargs.get("config_file")
     if config_file is None:
         raise UserError("run_workflow with ConfigWorkflow needs --config_file",
@@ -156,8 +155,6 @@ def _config_workflow_init() -> Any:
 def plan_workflow(workflow_name: Any = None, args_file: str | None = None, **kwargs: Any) -> WorkflowPlan:
     """Merge the arguments as MONAI's create_workflow does and check what can be checked without running code."""
     from monai.bundle import ConfigWorkflow, update_kwargs
-
-    from hpc_runner.monai_cli.arguments import load_file
 
     if args_file is not None:
         content = load_file(str(args_file), "the --args_file")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.records.atomic import write_bytes_atomic
 
 DPI = 100
 
@@ -36,8 +37,6 @@ def png_bytes(fig: Any) -> bytes:
 
 def save_png(fig: Any, path: Path) -> bytes:
     """Write the figure to ``path`` atomically and return the PNG bytes (for embedding)."""
-    from hpc_runner.records.atomic import write_bytes_atomic
-
     data = png_bytes(fig)
     write_bytes_atomic(path, data)
     return data

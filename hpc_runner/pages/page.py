@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from hpc_runner.config.values import format_value
+
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;max-width:1250px;
  padding:0 1em;color:#222;background:#fff}
@@ -121,8 +123,6 @@ def value_cell(value: Any) -> Cell:
     if isinstance(value, float):
         return Cell(f"{value:.4g}", sort=repr(value), cls="num")
     if isinstance(value, dict | list):
-        from hpc_runner.config.values import format_value
-
         try:
             return Cell(format_value(value))
         except TypeError:

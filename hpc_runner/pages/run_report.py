@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pages import page
+from hpc_runner.pages.bottleneck import wait_split
 from hpc_runner.pages.hyperparams import key_hyperparams
+from hpc_runner.pages.page import Cell, value_cell
 from hpc_runner.pages.run_plots import plot_curves, plot_timeline
 from hpc_runner.pages.rundata import RunData, load_run
 from hpc_runner.pages.transforms import CHART_FILE as TRANSFORMS_FILE
-from hpc_runner.pages.transforms import transforms_html, write_transforms_chart
+from hpc_runner.pages.transforms import transform_rows, transforms_html, write_transforms_chart
 from hpc_runner.pages.val_sample import CHART_FILE as SAMPLE_FILE
 from hpc_runner.pages.val_sample import write_val_sample_chart
 from hpc_runner.records.atomic import write_text_atomic
@@ -106,8 +108,6 @@ def wait_parts(run: RunData, report: dict[str, Any]) -> tuple[float, float] | No
     read, rest = report.get("data_read_s"), report.get("data_transform_s")
     if isinstance(read, (int, float)) and isinstance(rest, (int, float)):
         return float(read), float(rest)
-    from hpc_runner.pages.bottleneck import wait_split
-    from hpc_runner.pages.transforms import transform_rows
 
     return wait_split(float(report.get("data_wait_s") or 0.0), transform_rows(run))
 
@@ -128,7 +128,6 @@ def _error_html(run: RunData) -> str:
 def _overrides_html(run: RunData) -> str:
     if not run.overrides:
         return "<p>No overrides.</p>"
-    from hpc_runner.pages.page import Cell, value_cell
 
     rows = [
         [Cell(o.get("id")), value_cell(o.get("value")), Cell(o.get("source")), Cell(o.get("origin")),

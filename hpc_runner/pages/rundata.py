@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.pages.bottleneck import analyse
+from hpc_runner.records.metrics_log import read_metrics
 from hpc_runner.records.read import RecordError, read_json_record
 from hpc_runner.records.rundir import CONFIG_FILE, METRICS_FILE, OVERRIDES_FILE, RUN_FILE, SUMMARY_FILE, RunDir
 
@@ -85,7 +87,6 @@ class RunData:
         data_s, compute_s = self.step_times()
         if not data_s:
             return None
-        from hpc_runner.pages.bottleneck import analyse
 
         return analyse(data_s, compute_s).to_dict()
 
@@ -122,8 +123,6 @@ def _read_yaml(rd: RunDir, name: str) -> Any:
 
 def load_run(path: str | Path) -> RunData:
     """Read a run dir; missing or half-written files give empty parts, never an error."""
-    from hpc_runner.records.metrics_log import read_metrics
-
     rd = RunDir(path)
     data = RunData(Path(path))
     record = _read_yaml(rd, RUN_FILE)

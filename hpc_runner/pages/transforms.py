@@ -7,6 +7,7 @@ from typing import Any
 
 from hpc_runner.pages import page
 from hpc_runner.pages.figures import new_figure, save_png
+from hpc_runner.pages.page import Cell, value_cell
 from hpc_runner.pages.rundata import RunData, as_float
 
 CHART_FILE = "transforms.png"
@@ -54,8 +55,6 @@ def plot_transforms(rows: list[dict[str, Any]], path: Path, title: str = "") -> 
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    from hpc_runner.pages.page import Cell, value_cell
-
     body = [
         [Cell(r["name"]), Cell(r.get("stage")), Cell(r.get("kind")), value_cell(r.get("calls")),
          value_cell(as_float(r.get("total_s"))), value_cell(as_float(r.get("mean_ms"))),

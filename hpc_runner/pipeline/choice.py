@@ -20,15 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.config.display import to_plain
+from hpc_runner.config.ids import has_id, normalize_id
 from hpc_runner.config.overrides import Override
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.rundir import CONFIG_FILE, OVERRIDES_FILE, RunDir, dump_yaml, now_iso
 
 SOURCE = "pipeline"
 
 
 def choice_values(config: dict[str, Any], choice: dict[str, Any], own: Collection[str] = ()) -> tuple[dict, list]:
     """Return the chosen values a config takes (ids it has, not set by the stage itself) and the ids it has not."""
-    from hpc_runner.config.ids import has_id, normalize_id
-
     mine = {normalize_id(k.lstrip("+")) for k in own}
     taken, skipped = {}, []
     for key, value in (choice.get("params") or {}).items():
@@ -55,11 +58,6 @@ def choice_overrides(cfg: BundleConfig, choice: dict[str, Any], weights_id: str,
 def apply_choice(prepared: Path, choice: dict[str, Any], weights_id: str, own: Collection[str] = ()) -> dict:
     """Rewrite the prepared config in ``prepared`` (a run dir, or a sweep's base/) with the choice; return
     what was applied (recorded in its run.yaml under ``pipeline``)."""
-    from hpc_runner.config.display import to_plain
-    from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.records.rundir import CONFIG_FILE, OVERRIDES_FILE, RunDir, dump_yaml, now_iso
-
     rd = RunDir(prepared)
     base, _ = load_recorded_config(prepared)
     overrides = choice_overrides(base, choice, weights_id, own)

@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.config.bundle_config import BundleConfig, find_default_config, load_bundle_config
+from hpc_runner.config.ids import has_id, normalize_id
+from hpc_runner.config.loader import load_file
 from hpc_runner.config.overrides import Override
+from hpc_runner.config.values import parse_value
 from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.pipeline import spec as ps
-from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.pipeline.choice import choice_overrides
+from hpc_runner.registry.search import resolve_bundle
+from hpc_runner.registry.trust import check_trust
+from hpc_runner.scheduler.profiles import ClusterProfile, check_settings
 
 SOURCE = "pipeline"  # the source of the overrides a pipeline sets (overrides.yaml says where each came from)
 PLACEHOLDER = "chosen"  # <pipeline dir>/<select stage>/chosen: the weights before the choice is made
@@ -48,8 +54,6 @@ class StageConfig:
 
 def typed(value: Any) -> Any:
     """Return a value of the pipeline file typed as a command-line value is (YAML 1.2: ``1e-3`` is a number)."""
-    from hpc_runner.config.values import parse_value
-
     if isinstance(value, str):
         parsed = parse_value(value)
         return parsed if isinstance(parsed, int | float) and not isinstance(parsed, bool) else value
@@ -62,8 +66,6 @@ def typed(value: Any) -> Any:
 
 def make_override(spelled_id: str, value: Any, origin: str) -> Override:
     """Return the Override of one ``id: value`` of the pipeline file (``+id`` adds an id)."""
-    from hpc_runner.config.ids import normalize_id
-
     add = spelled_id.startswith("+")
     key = normalize_id(spelled_id[1:] if add else spelled_id)
     return Override(key, typed(value), SOURCE, origin, add=add)
@@ -72,8 +74,6 @@ def make_override(spelled_id: str, value: Any, origin: str) -> Override:
 def stage_profile(profile: ClusterProfile, stage: ps.StageSpec, where: str) -> ClusterProfile:
     """Return the profile a stage's jobs are submitted with: the pipeline's, as its kind changes it (a select
     stage's job asks for one CPU, no GPU and at most 15 minutes), the stage's ``slurm:`` on top."""
-    from hpc_runner.scheduler.profiles import check_settings
-
     settings = dict(profile.settings)
     stage.kind.job_settings(settings, profile)
     if stage.slurm:
@@ -84,9 +84,6 @@ def stage_profile(profile: ClusterProfile, stage: ps.StageSpec, where: str) -> C
 
 def resolve_bundle_dir(spec: ps.PipelineSpec) -> Path:
     """Return the bundle folder the pipeline names (a folder, or a name on the search path), checked for trust."""
-    from hpc_runner.registry.search import resolve_bundle
-    from hpc_runner.registry.trust import check_trust
-
     try:
         bundle_dir = resolve_bundle(spec.bundle)
     except UserError as exc:
@@ -99,15 +96,11 @@ def resolve_bundle_dir(spec: ps.PipelineSpec) -> Path:
 def load_stage_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> BundleConfig:
     """Load the stage's config files (``config_file``, else its kind's default config, else ``configs/<entry>.*``,
     else train), no overrides."""
-    from hpc_runner.config.bundle_config import load_bundle_config
-
     at = f"stages::{stage.index}"
     if stage.entry and not stage.config_file and stage.kind.checks_entry:
         _check_entry_config(spec, stage, bundle_dir)
     files = [str(f if Path(f).is_absolute() else bundle_dir / f) for f in stage.config_file] or None
     if stage.kind.default_config and not files:
-        from hpc_runner.config.bundle_config import find_default_config
-
         files = [str(find_default_config(bundle_dir, stage.kind.default_config))]
     if files:
         missing = [f for f in files if not Path(f).is_file()]
@@ -122,10 +115,6 @@ def load_stage_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Pa
 
 def _check_entry_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> None:
     """A stage's ``entry`` names a config of the bundle (configs/<entry>.*) or an id of its train config."""
-    from hpc_runner.config.bundle_config import find_default_config
-    from hpc_runner.config.ids import has_id
-    from hpc_runner.config.loader import load_file
-
     found = find_default_config(bundle_dir, stage.entry)
     if found.stem == stage.entry or has_id(load_file(found).data, stage.entry or ""):
         return
@@ -141,8 +130,6 @@ def _check_entry_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: 
 def with_stage_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec, base: BundleConfig,
                          inherited: dict[str, Any], extra: Sequence[Override] = ()) -> BundleConfig:
     """Return the stage's config with the pipeline's, the inherited and its own overrides (module doc) and ``extra``."""
-    from hpc_runner.config.ids import has_id
-
     at = f"stages::{stage.index}::overrides"
     ovs = [make_override(k, v, f"{spec.file}: overrides::{k}") for k, v in spec.overrides.items()
            if has_id(base.config, k.lstrip("+"))]
@@ -159,8 +146,6 @@ def with_stage_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec, base: Bundl
 
 def check_pipeline_overrides(spec: ps.PipelineSpec, configs: dict[str, StageConfig]) -> None:
     """ConfigError for an id of the pipeline's ``overrides`` that no stage's config has (a typo)."""
-    from hpc_runner.config.ids import has_id
-
     loaded = [c.cfg for c in configs.values() if c.cfg is not None]
     for key in spec.overrides:
         bare = key.lstrip("+")
@@ -208,8 +193,6 @@ def configure_stage(spec: ps.PipelineSpec, sc: StageConfig, bundle_dir: Path, di
                     choices: dict[str, dict[str, Any]]) -> None:
     """Load a stage's config into ``sc``: its overrides (module doc), the weights and values it takes from its
     select stage (the placeholder until it has chosen), what its kind adds, then what its kind runs."""
-    from hpc_runner.pipeline.choice import choice_overrides
-
     stage = sc.stage
     base = load_stage_config(spec, stage, bundle_dir)
     sc.inherited = inherited_overrides(spec, stage) if stage.source else {}
@@ -229,8 +212,6 @@ def configure_stage(spec: ps.PipelineSpec, sc: StageConfig, bundle_dir: Path, di
 
 
 def _check_weights_id(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleConfig) -> None:
-    from hpc_runner.config.ids import has_id
-
     if not has_id(cfg.config, stage.weights_id):
         files = ", ".join(str(f) for f in cfg.config_files)
         raise ConfigError(

@@ -15,8 +15,15 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.loader import load_file
+from hpc_runner.config.values import format_value
+from hpc_runner.monai_cli.job import run_monai_command
 from hpc_runner.pipeline import record as pr
-from hpc_runner.scheduler.executor import job_entry
+from hpc_runner.pipeline.choice import choice_values
+from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.rundir import dump_yaml, now_iso
+from hpc_runner.scheduler.executor import JobRequest, job_entry
+from hpc_runner.sweep.governor import outside_the_job
 
 JOB_FOLDER = "job"
 COMMAND_FILE = "command.yaml"
@@ -28,10 +35,6 @@ class ExportFailed(RuntimeError):
 
 def export_argv(record: pr.PipelineRecord, name: str, choice: dict[str, Any]) -> list[str]:
     """Return the arguments of ``hpc-runner ckpt_export`` for export stage ``name`` and ``choice``."""
-    from hpc_runner.config.loader import load_file
-    from hpc_runner.config.values import format_value
-    from hpc_runner.pipeline.choice import choice_values
-
     stage = record.stage(name)
     spec = stage.get("spec") or {}
     export = {"net_id": "network_def", "filepath": "model.ts", **(spec.get("export") or {})}
@@ -60,9 +63,6 @@ def export_argv(record: pr.PipelineRecord, name: str, choice: dict[str, Any]) ->
 
 def submit_export(executor: Any, directory: Path, name: str, dependency: str | None) -> str:
     """Queue the export stage's job (waiting on ``dependency``); return its job id."""
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.sweep.governor import outside_the_job
-
     folder = directory / name
     folder.mkdir(parents=True, exist_ok=True)
     request = JobRequest(job_name=f"hpcr-export-{name}", folder=folder / JOB_FOLDER, chdir=os.getcwd(),
@@ -74,10 +74,6 @@ def submit_export(executor: Any, directory: Path, name: str, dependency: str | N
 @job_entry
 def run_export_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     """The export stage's job: ckpt_export of the chosen weights; raise ExportFailed when it cannot."""
-    from hpc_runner.monai_cli.job import run_monai_command
-    from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.records.rundir import dump_yaml, now_iso
-
     directory = Path(pipeline_dir)
     record = pr.read_settled(directory)
     stage = record.stage(name)

@@ -19,10 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
+from hpc_runner.config.overrides import Override
+from hpc_runner.config.preflight import PreflightCache, config_problems, describe_problems
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.pipeline import spec as ps
+from hpc_runner.pipeline.choice import choice_values
 from hpc_runner.pipeline.configs import StageConfig, source_points
-from hpc_runner.scheduler.executor import Executor, Limit
+from hpc_runner.scheduler.executor import Executor, JobRequest, Limit
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.check import make_override
+from hpc_runner.sweep.spec import describe_point
 
 
 def _in_stage(stage: ps.StageSpec, exc: UserError) -> UserError:
@@ -34,8 +41,6 @@ def _in_stage(stage: ps.StageSpec, exc: UserError) -> UserError:
 
 def check_configs(order: list[StageConfig], configs: dict[str, StageConfig]) -> str:
     """Raise UserError (naming the stage) for a stage whose config cannot start; return what was checked."""
-    from hpc_runner.config.preflight import PreflightCache
-
     cache = PreflightCache()
     checked = []
     for sc in order:
@@ -53,18 +58,13 @@ def check_configs(order: list[StageConfig], configs: dict[str, StageConfig]) -> 
 
 def check_consumer(sc: StageConfig, configs: dict[str, StageConfig], cache: Any, entry: str) -> str:
     """A stage from a select stage: its config with a stand-in for the weights and each point's values."""
-    from hpc_runner.config.overrides import Override
-    from hpc_runner.config.preflight import check_config, config_problems, describe_problems
-    from hpc_runner.pipeline.choice import choice_values
-    from hpc_runner.sweep.spec import describe_point
-
     stage, cfg = sc.stage, sc.cfg
     assert cfg is not None
     own = set(stage.overrides)
     with tempfile.TemporaryDirectory(prefix="hpcr-weights-") as stand_in:
         base = cfg.with_overrides([Override(stage.weights_id, stand_in, "pipeline", "pre-flight stand-in")],
                                   check=False)
-        check_config(base, cache, entry=entry)
+        config_preflight.check_config(base, cache, entry=entry)
         seen: set[str] = set()
         for n, point in enumerate(source_points(configs, stage)):
             values, _ = choice_values(base.config, {"params": point}, own)
@@ -72,7 +72,6 @@ def check_consumer(sc: StageConfig, configs: dict[str, StageConfig], cache: Any,
             if not values or key in seen:
                 continue
             seen.add(key)
-            from hpc_runner.sweep.check import make_override
 
             variant = base.with_overrides([make_override(k, copy.deepcopy(v)) for k, v in values.items()],
                                           check=True)
@@ -98,9 +97,6 @@ def group_size(sc: StageConfig, max_array: int = 1001) -> int:
 
 def check_resources(order: list[StageConfig], directory: Path, cwd: str) -> None:
     """``sbatch --test-only`` of each stage's largest job group (nothing for the local executor)."""
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.scheduler.select import executor_for
-
     for sc in order:
         executor = executor_for(sc.profile)
         executor.check_time()

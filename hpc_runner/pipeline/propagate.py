@@ -17,6 +17,11 @@ from typing import Any
 
 from hpc_runner.pipeline import record as pr
 from hpc_runner.scheduler.executor import Executor
+from hpc_runner.scheduler.profiles import checked_from_record
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.cancel import cancel_target
+from hpc_runner.sweep.ledger import SWEEP_FILE
+from hpc_runner.sweep.targets import load_target
 
 Log = Callable[[str], None]
 INPUT_FAILED = "INPUT_FAILED"  # the cause kind of a stage cancelled because a stage it waits on failed
@@ -26,9 +31,6 @@ NEVER_SATISFIED = "DependencyNeverSatisfied"
 
 def stage_executor(record: pr.PipelineRecord, name: str | None = None) -> Executor:
     """Return the executor of the profile a stage was queued with (else the pipeline's)."""
-    from hpc_runner.scheduler.profiles import checked_from_record
-    from hpc_runner.scheduler.select import executor_for
-
     recorded = (record.stage(name).get("profile") if name else None) or record.data.get("cluster") or {}
     return executor_for(checked_from_record(recorded, f"the profile recorded in {record.file}"))
 
@@ -58,12 +60,8 @@ def stop_stages(record: pr.PipelineRecord, names: Sequence[str], log: Log = prin
 
 
 def _stop_stage(record: pr.PipelineRecord, name: str) -> list[str]:
-    from hpc_runner.sweep.ledger import SWEEP_FILE
-
     folder = record.stage_dir(name)
     if (folder / SWEEP_FILE).is_file():  # a sweep, tune or sharded stage: its ledger cancels the waiting points
-        from hpc_runner.sweep.cancel import cancel_target
-        from hpc_runner.sweep.targets import load_target
 
         return cancel_target(load_target(folder)).job_ids
     jobs = [j for j in record.stage(name).get("jobs") or [] if j]

@@ -25,14 +25,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.ids import get_by_id
+from hpc_runner.config.loader import load_file
 from hpc_runner.errors import ClusterError
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
+from hpc_runner.pipeline.configs import build_configs, stage_profile
+from hpc_runner.pipeline.propagate import cancel_never_satisfied
+from hpc_runner.pipeline.spec import parse_spec
 from hpc_runner.pipeline.stages.registry import kind_of
-from hpc_runner.pipeline.submit import Started
-from hpc_runner.pipeline.view import COMPLETED, StageView
+from hpc_runner.pipeline.submit import Started, dependency_of, queue_stages
+from hpc_runner.pipeline.view import COMPLETED, StageView, view
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID
 from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.resume import plan_resume, resume_run, resume_sweep
+from hpc_runner.sweep.targets import RunTarget, TuneTarget, load_target
+from hpc_runner.tune.resume import resume_tune
 
 Log = Callable[[str], None]
 ATTEMPTS = "attempts"
@@ -82,9 +92,6 @@ def plan_pipeline(record: pr.PipelineRecord, views: list[StageView]) -> Pipeline
 def took_choice(record: pr.PipelineRecord, name: str, prepared: Path) -> bool:
     """Whether a run or sharded stage's prepared config (in ``prepared``) holds its select stage's choice (or needs
     none): its weights id names the chosen run dir."""
-    from hpc_runner.config.ids import get_by_id
-    from hpc_runner.config.loader import load_file
-
     s = record.stage(name)
     if not (prepared / "config.yaml").is_file():
         return False
@@ -116,20 +123,15 @@ def resume_pipeline(directory: Path, profile: ClusterProfile | None = None, *, l
                     dry_run: bool = False, preflight: bool = True) -> tuple[PipelinePlan, Started]:
     """Queue again what failed or never ran (module doc); return the plan and what was queued (``preflight``:
     check the configs of the folders resumed, as ``resume --no-preflight`` turns off)."""
-    from hpc_runner.pipeline.propagate import cancel_never_satisfied
-    from hpc_runner.pipeline.view import view
-
     cancel_never_satisfied(directory, log)
     record, views = view(directory)
     plan = plan_pipeline(record, views)
     profile = profile or recorded_profile(record)
-    from hpc_runner.scheduler.select import executor_for
 
     out = Started(directory, ran_here=executor_for(profile).runs_here, dry_run=dry_run)
     if dry_run or not plan.todo():
         return plan, out
     configs = _configs(record, profile, directory)
-    from hpc_runner.pipeline.submit import queue_stages
 
     for name in plan.todo():
         record = pr.PipelineRecord.load(directory)
@@ -154,9 +156,6 @@ def _input_failed(record: pr.PipelineRecord, name: str) -> bool:
 
 def _configs(record: pr.PipelineRecord, profile: ClusterProfile, directory: Path) -> dict[str, Any]:
     """Every stage's config as at the start, with the choices already made."""
-    from hpc_runner.pipeline.configs import build_configs
-    from hpc_runner.pipeline.spec import parse_spec
-
     spec = parse_spec(record.data["pipeline"], Path(record.data.get("file") or record.file))
     choices = {s["name"]: record.choice(s["name"]) for s in record.stages  # the chosen run dir is checked
                if s.get("state") == pr.DONE and s.get("chosen")}
@@ -166,11 +165,6 @@ def _configs(record: pr.PipelineRecord, profile: ClusterProfile, directory: Path
 def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profile: ClusterProfile, out: Started,
                    log: Log, preflight: bool = True) -> None:
     """Resume a stage's own folder (a sweep's failed points, a tune's workers, a failed run) and record its jobs."""
-    from hpc_runner.pipeline.configs import stage_profile
-    from hpc_runner.pipeline.spec import parse_spec
-    from hpc_runner.pipeline.submit import dependency_of
-    from hpc_runner.sweep.targets import RunTarget, TuneTarget, load_target
-
     spec = parse_spec(record.data["pipeline"], Path(record.data.get("file") or record.file))
     stage = spec.stage(name)
     sprofile = stage_profile(profile, stage, str(record.file))
@@ -178,19 +172,12 @@ def _resume_folder(directory: Path, record: pr.PipelineRecord, name: str, profil
     target = load_target(folder)
     dependency = dependency_of(record, stage)
     if isinstance(target, RunTarget):
-        from hpc_runner.sweep.resume import resume_run
-
         res = resume_run(target, sprofile, preflight=preflight)
         jobs = [res.job_ids[0]] if not res.ran_here else [LOCAL_JOB_ID]
     elif isinstance(target, TuneTarget):
-        from hpc_runner.tune.resume import resume_tune
-
         _, res = resume_tune(folder, target.record, sprofile, log=log, preflight=preflight)
         jobs = [a["job_id"] for a in res.arrays] if res is not None and not res.ran_here else [LOCAL_JOB_ID]
     else:
-        from hpc_runner.sweep import ledger as sr
-        from hpc_runner.sweep.resume import plan_resume, resume_sweep
-
         if dependency:
             with sr.locked(folder) as ledger:
                 ledger.wait_on(dependency)

@@ -31,12 +31,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.errors import UserError
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
+from hpc_runner.pipeline.choice import apply_choice
+from hpc_runner.pipeline.propagate import INPUT_FAILED, cancel_dependents, stage_executor, stop_stages
 from hpc_runner.pipeline.selection import Candidate, Decision, decide, has_weights, metric_value, read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
+from hpc_runner.progress_bars import no_bars_without_a_terminal
+from hpc_runner.quick_exit import freeze_at_exit
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
-from hpc_runner.scheduler.executor import job_entry
+from hpc_runner.scheduler.dependency import after_any, after_ok
+from hpc_runner.scheduler.executor import JobRequest, array_ids, job_entry
+from hpc_runner.scheduler.job_env import job_end_time, own_job_id
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.governor import outside_the_job
+from hpc_runner.sweep.states import UNKNOWN, WAITING, failure_text
+from hpc_runner.sweep.submission import top_up
+from hpc_runner.sweep.targets import load_target
 
 Log = Callable[[str], None]
 CHOICE_FILE = "choice.json"
@@ -65,9 +78,6 @@ class Examined:
 def examine(folder: Path) -> Examined:
     """Return the points of the input stage in ``folder`` (a sweep, tune or run dir): chooseable or not, finished
     or not (one scheduler call)."""
-    from hpc_runner.sweep.states import UNKNOWN, WAITING, failure_text
-    from hpc_runner.sweep.targets import load_target
-
     target = load_target(folder)
     states, _ = target.states()
     out = Examined(jobs=[j for j in [p.get("job_id") for p in target.points] + target._worker_jobs() if j])
@@ -111,9 +121,6 @@ def choose(folder: Path, metric: str | None, mode: str) -> tuple[Decision, Exami
 
 def submit_select(executor: Any, directory: Path, name: str, dependency: str | None, cwd: str | None = None) -> str:
     """Queue the job of select stage ``name`` (waiting on ``dependency``); return its job id."""
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.sweep.governor import outside_the_job
-
     request = JobRequest(job_name=f"hpcr-select-{name}", folder=directory / name / JOB_FOLDER,
                          chdir=cwd or os.getcwd(), dependency=dependency)
     (directory / name / JOB_FOLDER).mkdir(parents=True, exist_ok=True)
@@ -125,10 +132,6 @@ def submit_select(executor: Any, directory: Path, name: str, dependency: str | N
 @job_entry
 def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
     """The select stage's job (module doc); raise SelectFailed when nothing can be chosen."""
-    from hpc_runner.progress_bars import no_bars_without_a_terminal
-    from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.scheduler.job_env import own_job_id
-
     freeze_at_exit()
     no_bars_without_a_terminal()
     directory = Path(pipeline_dir)
@@ -172,16 +175,12 @@ def run_select_stage(pipeline_dir: str, name: str) -> dict[str, Any]:
 
 def _deadline(job: str | None) -> float:
     """Until when this job may poll its input: a minute before SLURM ends it, else MAX_POLL_S from now."""
-    from hpc_runner.scheduler.job_env import job_end_time
-
     end = job_end_time(job) if job else None
     return end - 60.0 if end is not None else time.time() + MAX_POLL_S
 
 
 def _fail(directory: Path, name: str, kind: str, message: str) -> None:
     """Record the failure, cancel what depends on the stage, and end the job FAILED."""
-    from hpc_runner.pipeline.propagate import cancel_dependents
-
     with pr.locked(directory) as led:
         led.fail(name, kind, message)
     cancelled = cancel_dependents(directory, name, message, log=lambda m: print(m, flush=True))
@@ -192,8 +191,6 @@ def _fail(directory: Path, name: str, kind: str, message: str) -> None:
 
 
 def _write_choice(folder: Path, name: str, source: str, decision: Decision) -> None:
-    from hpc_runner.records.atomic import write_text_atomic
-
     data = {"stage": name, "from": source, **decision.to_record()}
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / CHOICE_FILE, dumps_json(data, indent=2, default=str) + "\n")
@@ -202,10 +199,6 @@ def _write_choice(folder: Path, name: str, source: str, decision: Decision) -> N
 def hand_on(directory: Path, record: pr.PipelineRecord, name: str, choice: dict[str, Any]) -> list[str]:
     """Write the choice into the prepared config of each queued stage that takes from ``name``; a stage whose
     config refuses it is cancelled (with the cause) and so is what depends on it. Return the stages given it."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.pipeline.choice import apply_choice
-    from hpc_runner.pipeline.propagate import INPUT_FAILED, stop_stages
-
     given = []
     for c in record.consumers(name):
         kind = kind_of(c.get("kind"))
@@ -237,11 +230,6 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
                 look: Examined) -> dict[str, Any] | None:
     """The input is not finished: queue a copy of this job that waits on its jobs queued now and point the
     stages waiting on this job at the copy; None when nothing of the input is queued (the caller polls)."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.pipeline.propagate import stage_executor
-    from hpc_runner.scheduler.dependency import after_any, after_ok
-    from hpc_runner.scheduler.executor import array_ids
-
     executor = stage_executor(record, source)
     live = sorted(executor.still_queued(look.jobs)) if look.jobs else []
     if not live and look.waiting:
@@ -259,8 +247,6 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
         else:
             stalled = None
     if stalled:
-        from hpc_runner.pipeline.propagate import cancel_dependents
-
         cancel_dependents(directory, name, stalled)
         raise SelectFailed(stalled)
     dependency = after_any(array_ids(live))
@@ -289,9 +275,6 @@ def _wait_again(directory: Path, record: pr.PipelineRecord, name: str, source: s
 
 def _point_at(record: pr.PipelineRecord, consumer: dict[str, Any], dependency: str) -> None:
     """Make a waiting stage's jobs (and its points' top-ups) wait on ``dependency``."""
-    from hpc_runner.pipeline.propagate import stage_executor
-    from hpc_runner.sweep import ledger as sr
-
     folder = record.stage_dir(consumer["name"])
     jobs = [j for j in consumer.get("jobs") or [] if j]
     if (folder / sr.SWEEP_FILE).is_file():
@@ -303,8 +286,6 @@ def _point_at(record: pr.PipelineRecord, consumer: dict[str, Any], dependency: s
 
 
 def _top_up(folder: Path) -> None:
-    from hpc_runner.sweep.submission import top_up
-
     try:
         top_up(folder, lambda m: print(m, flush=True))
     except Exception as exc:  # the points keep waiting; the caller polls, then says so
@@ -314,8 +295,6 @@ def _top_up(folder: Path) -> None:
 def wait_on_sweep(folder: Path, job: str) -> None:
     """Make the select job ``job`` a waiter of the sweep in ``folder``: when the governor queues more of its points
     (a top-up), it makes the job wait on those arrays too (sweep/governor.py), so it does not start early."""
-    from hpc_runner.sweep import ledger as sr
-
     if not (folder / sr.SWEEP_FILE).is_file():
         return
     with sr.locked(folder) as ledger:

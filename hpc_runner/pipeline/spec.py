@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpc_runner.config.loader import load_file
 from hpc_runner.errors import UserError
+from hpc_runner.pipeline.stages.registry import kinds as registered
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.stages.base import StageKind
@@ -122,8 +124,6 @@ def where(spec_file: Path, lines: dict[str, int], path: str) -> str:
 
 def load_spec(path: str | Path) -> PipelineSpec:
     """Read and check the pipeline file; UserError (exit 2) naming the file, the line and the field."""
-    from hpc_runner.config.loader import load_file
-
     path = Path(path)
     if not path.is_file():
         raise UserError("the pipeline file does not exist", where=str(path),
@@ -216,8 +216,6 @@ def _kind(raw: dict[str, Any], at: str, fail: Any, kinds: list[StageKind]) -> St
 
 
 def _stage(raw: Any, n: int, fail: Any) -> StageSpec:
-    from hpc_runner.pipeline.stages.registry import kinds as registered
-
     at = f"stages::{n}"
     if not isinstance(raw, dict):
         raise fail(f"stage {n} is not a mapping", at, expected="name: and what the stage does")

@@ -31,9 +31,16 @@ from typing import Any
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline import spec as ps
-from hpc_runner.pipeline.configs import StageConfig
-from hpc_runner.scheduler.executor import LOCAL_JOB_ID
+from hpc_runner.pipeline.configs import StageConfig, build_configs
+from hpc_runner.pipeline.preflight import check_configs, check_resources, keeping, plan_slots
+from hpc_runner.pipeline.propagate import INPUT_FAILED, stop_stages
+from hpc_runner.pipeline.spec import parse_spec
+from hpc_runner.records.rundir import check_folder_path, command_line, now_iso
+from hpc_runner.scheduler.dependency import after
+from hpc_runner.scheduler.executor import LOCAL_JOB_ID, array_ids
 from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.submission import submit_sweep
 
 Log = Callable[[str], None]
 LOCAL_JOB = LOCAL_JOB_ID
@@ -64,8 +71,6 @@ class Started:
 
 def check_new_dir(directory: Path) -> None:
     """Refuse a pipeline dir that exists and is not empty (``resume DIR`` continues one)."""
-    from hpc_runner.records.rundir import check_folder_path
-
     check_folder_path(directory, "the pipeline dir")
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ClusterError(f"the pipeline dir {directory} already exists and is not empty",
@@ -75,8 +80,6 @@ def check_new_dir(directory: Path) -> None:
 def new_record(spec: ps.PipelineSpec, configs: dict[str, StageConfig], directory: Path, profile: ClusterProfile,
                argv: Sequence[str] | None, note: str) -> pr.PipelineRecord:
     """Return the record of a new pipeline: every stage planned, in submission order."""
-    from hpc_runner.records.rundir import command_line, now_iso
-
     data = {"kind": pr.KIND, "version": 1, "created": now_iso(), "file": str(spec.file.resolve()),
             "bundle": spec.bundle, "command": command_line(argv), "cwd": os.getcwd(),
             "cluster": profile.to_record(), "checked": note, "pipeline": spec.raw, "history": []}
@@ -98,10 +101,6 @@ def start_pipeline(
     preflight: bool = True,
 ) -> Started:
     """Check every stage, write the pipeline dir and queue every stage (module doc)."""
-    from hpc_runner.pipeline.configs import build_configs
-    from hpc_runner.pipeline.preflight import check_configs, check_resources, plan_slots
-    from hpc_runner.scheduler.select import executor_for
-
     executor = executor_for(profile)
     executor.check_time()
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
@@ -126,8 +125,6 @@ def queue_stages(directory: Path, names: Sequence[str], configs: dict[str, Stage
                  log: Log = print, reserve: dict[str, int] | None = None, argv: Sequence[str] | None = None) -> None:
     """Queue the stages ``names`` in order (their configs in ``configs``); on an sbatch failure cancel what was
     queued by this call and raise."""
-    from hpc_runner.pipeline.propagate import stop_stages
-
     queued: list[str] = []
     for name in names:
         record = pr.PipelineRecord.load(directory)
@@ -154,8 +151,6 @@ def queue_stages(directory: Path, names: Sequence[str], configs: dict[str, Stage
 
 def _undo(directory: Path, failed: str, queued: list[str], names: Sequence[str], message: str) -> None:
     """Record the failed stage as not-submitted and every other stage of this call as cancelled."""
-    from hpc_runner.pipeline.propagate import INPUT_FAILED
-
     with pr.locked(directory) as led:
         s = led.record.stage(failed)
         if s.get("state") == pr.PLANNED:
@@ -169,8 +164,6 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
                  out: Started, log: Log, reserve: int, argv: Sequence[str] | None) -> None:
     """Queue one stage: under the pipeline's lock for the scheduler; recorded first for the local executor
     (its work runs inside the call, and takes the lock itself)."""
-    from hpc_runner.scheduler.select import executor_for
-
     executor = executor_for(sc.profile)
     if executor.runs_here:
         sc = _with_choice(directory, record, sc, configs)
@@ -196,9 +189,6 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
 
 def dependency_of(record: pr.PipelineRecord, stage: ps.StageSpec) -> str | None:
     """Return the SLURM dependency a stage is queued with (module doc), None for a stage with no input."""
-    from hpc_runner.scheduler.dependency import after
-    from hpc_runner.scheduler.executor import array_ids
-
     if not stage.inputs:
         return None
     source = record.stage(stage.inputs[0])
@@ -216,9 +206,6 @@ def _with_choice(directory: Path, record: pr.PipelineRecord, sc: StageConfig,
     choice = record.choice(sc.stage.source)
     if choice is None:
         return sc
-    from hpc_runner.pipeline.configs import build_configs
-    from hpc_runner.pipeline.spec import parse_spec
-    from hpc_runner.scheduler.profiles import ClusterProfile
 
     spec = parse_spec(record.data["pipeline"], Path(record.data["file"]))
     profile = ClusterProfile.from_record(record.data.get("cluster"))
@@ -244,9 +231,6 @@ def submit_points(directory: Path, sc: StageConfig, sweep: Any, dependency: str 
                   argv: Sequence[str] | None, **extra: Any) -> Any:
     """Queue the points of ``sweep`` as a sweep dir, through the governor with ``reserve`` slots kept for the later
     stages (a sweep stage, a sharded stage; ``extra`` goes into its sweep.yaml); return as ``submitted``."""
-    from hpc_runner.pipeline.preflight import keeping
-    from hpc_runner.sweep.submission import submit_sweep
-
     stage = sc.stage
     record_extra: dict[str, Any] = {"pipeline": {"dir": str(directory.resolve()), "stage": sc.name}, **extra}
     if dependency:

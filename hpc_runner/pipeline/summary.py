@@ -14,8 +14,11 @@ from typing import Any
 
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.view import StageView, render, view
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import read_record_text
+from hpc_runner.sweep.collect import result_rows, write_results
+from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, merge_cases, write_cases
 
 SUMMARY_MD = "pipeline.md"
 SUMMARY_JSON = "pipeline.json"
@@ -35,8 +38,6 @@ def chain(directory: str | Path) -> tuple[pr.PipelineRecord, list[StageView], di
 
 def search_table(v: StageView) -> dict[str, Any]:
     """Write a search stage's results.csv and results.md into its folder (as ``collect``); return where they are."""
-    from hpc_runner.sweep.collect import result_rows, write_results
-
     columns, rows = result_rows(v.target, v.points)
     csv_path, md_path = write_results(v.target, columns, rows)
     return {"results_csv": str(csv_path), "results_md": str(md_path)}
@@ -44,8 +45,6 @@ def search_table(v: StageView) -> dict[str, Any]:
 
 def predictions(v: StageView) -> dict[str, Any]:
     """Return a sharded stage's predictions, and its shards' cases merged (cases.csv written into its folder)."""
-    from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, merge_cases, write_cases
-
     shards = [(int(p.params.get("shard_index", p.index)), p.run_dir) for p in v.points]
     merged = merge_cases(shards)
     out: dict[str, Any] = {"predictions": str(v.folder / PREDICTIONS_FOLDER)}
@@ -94,8 +93,6 @@ def markdown(record: pr.PipelineRecord, views: list[StageView], data: dict[str, 
 
 def write_chain(directory: str | Path, out_dir: str | Path | None = None) -> tuple[str, Path, Path]:
     """Write pipeline.md and pipeline.json (atomically); return the Markdown and both paths."""
-    from hpc_runner.records.atomic import write_text_atomic
-
     record, views, data = chain(directory)
     text = markdown(record, views, data)
     folder = Path(out_dir) if out_dir else record.path
@@ -106,8 +103,6 @@ def write_chain(directory: str | Path, out_dir: str | Path | None = None) -> tup
 
 def write_report(directory: str | Path) -> tuple[Path, list[Path]]:
     """Write each search and run stage's own report, then DIR/report.html: the chain with links to them."""
-    from hpc_runner.records.atomic import write_text_atomic
-
     record, views, data = chain(directory)
     linked: dict[str, Path] = {}
     for v in views:

@@ -13,10 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpc_runner.errors import UserError
 from hpc_runner.pipeline import record as pr
+from hpc_runner.pipeline.propagate import stage_executor
+from hpc_runner.pipeline.selection import read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
 from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.scheduler.job_status import JobState
+from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
+from hpc_runner.sweep.targets import load_target
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.stages.base import StageKind
@@ -92,10 +97,6 @@ def _stage_view(record: pr.PipelineRecord, s: dict[str, Any]) -> StageView:
 
 def from_folder(v: StageView, done: bool) -> None:
     """A sweep, tune, run or sharded stage: its points' states (one scheduler call)."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
-    from hpc_runner.sweep.targets import load_target
-
     try:
         v.target = load_target(v.folder)
         v.points, v.answer = v.target.states()
@@ -121,8 +122,6 @@ def from_folder(v: StageView, done: bool) -> None:
 
 def from_job(record: pr.PipelineRecord, v: StageView) -> None:
     """A select or export stage: its job's state (one scheduler call)."""
-    from hpc_runner.pipeline.propagate import stage_executor
-
     jobs = [j for j in v.jobs if j and starts_with_digit(j)]
     if not jobs:
         v.state = PENDING if v.jobs else PLANNED
@@ -139,8 +138,6 @@ def from_job(record: pr.PipelineRecord, v: StageView) -> None:
 
 def _pending_reasons(record: pr.PipelineRecord, views: list[StageView]) -> None:
     """squeue's reason for the pending jobs of the queued stages (one call)."""
-    from hpc_runner.pipeline.propagate import stage_executor
-
     ids = [j for v in views if v.state == PENDING for j in v.jobs if j and starts_with_digit(j)]
     if not ids:
         return
@@ -158,8 +155,6 @@ def _pending_reasons(record: pr.PipelineRecord, views: list[StageView]) -> None:
 def metrics_line(run_dir: Path) -> str:
     """Return a run's results from its summary.json: an evaluation's mean metrics, an inference's count, a
     training's final and best metric."""
-    from hpc_runner.pipeline.selection import read_summary
-
     summary = read_summary(run_dir)
     metrics = summary.get("metrics")
     if isinstance(metrics, dict) and metrics:

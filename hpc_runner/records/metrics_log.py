@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.read import read_json_lines
 
 METRICS_NAME = "metrics.jsonl"
 
@@ -67,8 +68,6 @@ class MetricsLog:
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Read metrics.jsonl: a last line cut short by a crash is dropped quietly, damaged lines are named."""
     import warnings
-
-    from hpc_runner.records.read import read_json_lines
 
     lines = read_json_lines(path, "metrics file")
     if lines.damaged:

@@ -26,8 +26,12 @@ from typing import Any
 
 import yaml
 
+from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.records.file_lock import exclusive
+from hpc_runner.records.read import RecordError, read_yaml_record
+from hpc_runner.records.shape import first_non_string_key
 
 CONFIG_FILE = "config.yaml"
 OVERRIDES_FILE = "overrides.yaml"
@@ -54,9 +58,6 @@ def check_run_record(data: dict, path: Path | str) -> dict:
     """Return run.yaml's ``data`` once its shape is the one hpc-runner writes: every key a string (at every
     level: ids and fields are looked up as text) and each known field of its type (or null); RecordError naming
     the file and the field otherwise."""
-    from hpc_runner.records.read import RecordError
-    from hpc_runner.records.shape import first_non_string_key
-
     bad = first_non_string_key(data)
     if bad is not None:
         raise RecordError(f"the run record has a key that is not text: {bad}", where=str(path),
@@ -111,8 +112,6 @@ def default_run_dir(bundle_name: str, root: Path = Path("runs")) -> Path:
 
 def check_folder_path(path: str | os.PathLike, what: str = "the run dir") -> None:
     """Raise UserError when ``path``, or a folder it would be made in, exists as something other than a folder."""
-    from hpc_runner.control_chars import find_control_character
-
     found = find_control_character(str(path))
     if found:
         raise UserError(
@@ -184,8 +183,6 @@ class RunDir:
 
     def read_yaml(self, name: str) -> Any:
         """Read a YAML file of the run dir (None when absent); RecordError naming it when it is damaged."""
-        from hpc_runner.records.read import read_yaml_record
-
         # libyaml when PyYAML has it: status/collect read run.yaml of every point (10,000 at ~2 ms each in pure Python)
         data = read_yaml_record(self.file(name), name, kind=None)
         if name == RUN_FILE and isinstance(data, dict):
@@ -194,8 +191,6 @@ class RunDir:
 
     def record(self) -> dict:
         """Return run.yaml (empty when absent); RecordError naming it when it is damaged or not a mapping."""
-        from hpc_runner.records.read import read_yaml_record
-
         return check_run_record(read_yaml_record(self.file(RUN_FILE), f"run record ({RUN_FILE})") or {},
                                 self.file(RUN_FILE))
 
@@ -204,8 +199,6 @@ class RunDir:
 
         The job writes its status while ``cancel`` on the login node writes ``cancelled``; without the lock
         one of the two updates would be lost."""
-        from hpc_runner.records.file_lock import exclusive
-
         self.path.mkdir(parents=True, exist_ok=True)
         with exclusive(self.path / RECORD_LOCK, what=f"the run {self.path}"):
             rec = change(self.record())

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from hpc_runner.errors import BundleError
 from hpc_runner.records.atomic import atomic_open
+from hpc_runner.records.read import parse_json_text, read_record_text
 from hpc_runner.registry.manifest import MANIFEST_NAME, compute_manifest, diff_manifest, format_manifest, read_manifest
 from hpc_runner.registry.metadata import check_metadata
 from hpc_runner.registry.search import META_RELPATH, install_dir_name, name_from_dir
@@ -38,7 +39,6 @@ class PackResult:
 def bundle_identity(bundle_dir: Path) -> tuple[str, str, dict]:
     """Return ``(name, version, metadata)`` of a bundle; BundleError when the metadata is unusable."""
     meta_path = bundle_dir / META_RELPATH
-    from hpc_runner.records.read import parse_json_text, read_record_text
 
     text = read_record_text(meta_path, "metadata", error=BundleError)
     if text is None:

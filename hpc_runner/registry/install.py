@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hpc_runner.errors import BundleError, UserError
 from hpc_runner.records.numbers import outside_int
-from hpc_runner.records.read import parse_json_text
+from hpc_runner.records.read import open_regular, parse_json_text
 from hpc_runner.registry.manifest import (
     MANIFEST_NAME,
     check_member_name,
@@ -184,8 +184,6 @@ def _archive_mode(archive: Path, where: str) -> str:
     larger than its files may add up to (``max_bytes``, plus the tar headers) or one that is no tar archive at all
     (gzip, bzip2, xz or zstd compressed, or plain): nothing else is handed to tarfile, which would otherwise try
     each decompressor in turn over the whole file (minutes for 600 MB of zeros)."""
-    from hpc_runner.records.read import open_regular
-
     fd = open_regular(archive, "archive", error=BundleError)
     if fd is None:
         raise BundleError("archive not found", where=where, expected="a NAME-VERSION.tar.gz from 'hpc-runner pack'")

@@ -25,7 +25,7 @@ from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import read_record_text
 from hpc_runner.registry.archive import bundle_identity
 from hpc_runner.registry.manifest import scan_bundle
-from hpc_runner.registry.search import META_RELPATH
+from hpc_runner.registry.search import META_RELPATH, list_bundles
 
 DEFAULT_TEMPLATE = "synthetic_seg"
 FIRST_VERSION = "0.1.0"
@@ -36,8 +36,6 @@ CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 
 def default_template() -> Path:
     """Return the default template: ``synthetic_seg`` on the search path, else the source checkout's copy."""
-    from hpc_runner.registry.search import list_bundles
-
     found = list_bundles(name=DEFAULT_TEMPLATE)
     if found:
         return found[0].path

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
 
 CONFIG_VAR = "HPCR_CONFIG"
 SAFE_TARGETS_KEY = "safe_targets"
@@ -35,8 +36,6 @@ def load_user_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]
     Read by the records' bounded reader (a regular file: a FIFO, a device or a link to one is refused before
     it is opened; at most 1 MiB; UTF-8) and parsed by their one YAML parser (safe loader, depth and alias
     bounds): every failure a ConfigError naming the file."""
-    from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
-
     path = user_config_path(environ)
     try:
         text = read_record_text(path, "user config file", MAX_USER_CONFIG_BYTES, error=ConfigError)

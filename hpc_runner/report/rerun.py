@@ -10,9 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.bundle_config import apply_overrides
+from hpc_runner.config.ids import get_by_id, has_id
+from hpc_runner.config.overrides import Override, parse_cli_overrides
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.config.safe_mode import check_safe
+from hpc_runner.engine.runner import BUNDLE_ROOT_ID, execute_run, prepare_run
 from hpc_runner.errors import UserError
+from hpc_runner.records import environment
 from hpc_runner.records.compare import Difference, describe, git_differences, version_differences
 from hpc_runner.records.rundir import OVERRIDES_FILE, RunDir, timestamp_name
+from hpc_runner.registry.trust import check_trust, manifest_record
 
 
 class RerunWarning(UserWarning):
@@ -53,8 +61,6 @@ def default_rerun_dir(source: Path) -> Path:
 
 def environment_differences(record: dict[str, Any], bundle_dir: Path | None) -> list[Difference]:
     """Return how package versions and the bundle's git state now differ from run.yaml's."""
-    from hpc_runner.records import environment
-
     out = version_differences(record.get("versions"), environment.package_versions())
     recorded_dir = (record.get("bundle") or {}).get("dir")
     if recorded_dir and bundle_dir is None:
@@ -68,8 +74,6 @@ def environment_differences(record: dict[str, Any], bundle_dir: Path | None) -> 
 
 def _manifest_differences(recorded: dict[str, Any] | None, bundle_dir: Path | None) -> list[Difference]:
     """How the bundle's MANIFEST (an installed bundle's file hashes) and its match differ from the record."""
-    from hpc_runner.registry.trust import manifest_record
-
     now = manifest_record(bundle_dir) if bundle_dir is not None else None
     if not recorded and not now:
         return []
@@ -80,24 +84,16 @@ def _manifest_differences(recorded: dict[str, Any] | None, bundle_dir: Path | No
 
 
 def _check_bundle(cfg: Any, record: dict[str, Any], trust: bool) -> None:
-    from hpc_runner.registry.trust import check_trust
-
     cfg.trusted = bool(trust or record.get("trusted", False))  # recorded in the new run.yaml
     if cfg.bundle_dir is not None:
         check_trust(cfg.bundle_dir, trust=cfg.trusted)
     if cfg.safe or record.get("safe"):  # its mark (records/safe_mark.py) or its record
-        from hpc_runner.config.safe_mode import check_safe
 
         check_safe(cfg)
 
 
 def _pin_bundle_root(cfg: Any) -> None:
     """Keep the recorded bundle_root: prepare_run would reset it to the bundle dir unless an override set it."""
-    from hpc_runner.config.bundle_config import apply_overrides
-    from hpc_runner.config.ids import get_by_id, has_id
-    from hpc_runner.config.overrides import Override
-    from hpc_runner.engine.runner import BUNDLE_ROOT_ID
-
     if cfg.bundle_dir is None or not has_id(cfg.config, BUNDLE_ROOT_ID):
         return
     recorded = get_by_id(cfg.config, BUNDLE_ROOT_ID)
@@ -118,9 +114,6 @@ def plan_rerun(
     ``run`` (``trust``, or the run's own recorded ``--trust``, accepts a mismatch) and a run recorded
     with ``--safe`` is checked again.
     """
-    from hpc_runner.config.overrides import parse_cli_overrides
-    from hpc_runner.config.recorded import load_recorded_config
-
     source = Path(source)
     cfg, record = load_recorded_config(source, parse_cli_overrides(list(override_tokens)))
     if not record.get("versions"):
@@ -154,8 +147,6 @@ def _keep_source_overrides(plan: RerunPlan, run_dir: RunDir) -> None:
 
 def start_rerun(plan: RerunPlan, argv: Sequence[str] | None = None) -> tuple[RunDir, dict]:
     """Create the new run dir (config.yaml, overrides.yaml, run.yaml with ``rerun_of``); warn on differences."""
-    from hpc_runner.engine.runner import prepare_run
-
     text = plan.warning()
     if text:
         warnings.warn(text, RerunWarning, stacklevel=2)
@@ -177,8 +168,6 @@ def rerun(
     trust: bool = False,
 ) -> Any:
     """Re-run the recorded run ``source`` in a new dir and return its RunOutcome (Python API of ``rerun``)."""
-    from hpc_runner.engine.runner import execute_run
-
     plan = plan_rerun(source, output_dir, override_tokens, entry, trust)
     run_dir, expanded = start_rerun(plan, argv)
     return execute_run(plan.cfg, run_dir, expanded, plan.entry)

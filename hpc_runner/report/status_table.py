@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpc_runner.data.staging import shared_bytes_of
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
+from hpc_runner.sweep.governor import waiting_indices
+from hpc_runner.sweep.spec import format_cell
+from hpc_runner.sweep.states import cause_counts, counts, failure_text
 
 MAX_ROWS = 40
 MAX_ERRORS = 20
@@ -61,9 +65,6 @@ def scheduler_note(answer: Any) -> str | None:
 
 def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
-    from hpc_runner.sweep.spec import format_cell
-    from hpc_runner.sweep.states import cause_counts, counts, failure_text
-
     c = counts(states)
     what = target.title(len(states))  # "sweep of N points", "run" (sweep/targets.py)
     profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
@@ -75,7 +76,6 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     if note:
         lines.append(f"  note: {note}")
     if target.record is not None and not target.record.submit_calls_left():  # sweep/ledger.py: its sbatch budget
-        from hpc_runner.sweep.governor import waiting_indices
 
         waiting = len(waiting_indices(target.record))
         lines.append(f"  stopped submitting: {target.record.budget_note()}"
@@ -128,8 +128,6 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
 def _shared_bytes(states: list[Any]) -> dict[int, int]:
     """Each point's bytes read from shared storage (its run dir's data_io.json: data/staging.py), where recorded."""
     from pathlib import Path
-
-    from hpc_runner.data.staging import shared_bytes_of
 
     out = {}
     for s in states:

@@ -11,7 +11,11 @@ from typing import Any
 from hpc_runner.pages.figures import binned, new_figure, no_data, save_png
 from hpc_runner.pages.run_plots import COMPUTE_COLOR, WAIT_COLOR
 from hpc_runner.pages.rundata import as_float
+from hpc_runner.report.status_table import states_source
 from hpc_runner.report.sweepdata import SweepData
+from hpc_runner.sweep.spec import format_cell
+from hpc_runner.sweep.states import FAILED_STATES, NOT_SUBMITTED, counts
+from hpc_runner.sweep.usage import usages
 
 MAX_LEGEND = 12
 MAX_PARAM_PANELS = 6
@@ -21,8 +25,6 @@ FAILED_COLOR, OTHER_COLOR = "#c44e52", "0.5"
 
 def cell(value: Any) -> str:
     """Return a swept value as typed on the command line."""
-    from hpc_runner.sweep.spec import format_cell
-
     return format_cell(value)
 
 
@@ -226,8 +228,6 @@ def _ordered(values: list[Any]) -> list[str]:
 
 def plot_states(sweep: SweepData, path: Path) -> bytes:
     """Write the number of points in each state as a bar chart."""
-    from hpc_runner.sweep.states import FAILED_STATES, NOT_SUBMITTED, counts
-
     c = counts(sweep.states)
     states = sorted(c, key=lambda s: (-c[s], s))
     colors = [
@@ -242,7 +242,6 @@ def plot_states(sweep: SweepData, path: Path) -> bytes:
     ax.set_xlabel("points")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlim(0, max(c.values(), default=1) * 1.15 + 0.5)
-    from hpc_runner.report.status_table import states_source
 
     source = states_source(sweep.answer).split(" (")[0].split(",")[0]  # sacct, squeue or the run records
     ax.set_title(f"{len(sweep.states)} points: {c.get('COMPLETED', 0)} completed (states from {source})")
@@ -291,8 +290,6 @@ ASKED_COLOR, USED_COLOR = "#c9d6e8", "#4c72b0"
 def plot_usage(sweep: SweepData, path: Path) -> bytes:
     """Write, per point, what its job asked for (light bar) against what it used (dark bar): CPUs (used: the
     average number kept busy), memory (peak) and time (elapsed), from the one sacct call of the report."""
-    from hpc_runner.sweep.usage import usages
-
     used = usages(sweep.states, sweep.answer)
     panels = [
         ("CPUs", "cpus", "cpus_used", 1.0, "CPUs (asked; used on average)"),

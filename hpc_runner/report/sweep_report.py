@@ -7,19 +7,24 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.data.staging import shared_bytes_of
 from hpc_runner.pages import page
 from hpc_runner.pages.page import Cell, value_cell
 from hpc_runner.pages.run_report import PLOTS_DIR, REPORT_FILE, Report, report_run
 from hpc_runner.records.atomic import write_text_atomic
+from hpc_runner.report import sweep_plots as sp
+from hpc_runner.report.status_table import scheduler_note, states_source
+from hpc_runner.report.sweep_plots import cell
 from hpc_runner.report.sweepdata import SweepData, load_sweep
+from hpc_runner.sweep.right_size import for_target, suggested_for
+from hpc_runner.sweep.states import cause_counts, counts
+from hpc_runner.tune.summary import render, summarize, trial_table
 
 HIDDEN_COLUMNS = ("run_dir",)
 
 
 def write_sweep_plots(sweep: SweepData, folder: Path) -> list[tuple[Path, bytes, str]]:
     """Write the sweep's PNGs into ``folder``; return (path, PNG bytes, caption) of each."""
-    from hpc_runner.report import sweep_plots as sp
-
     jobs = [
         ("loss_overlay.png", sp.plot_loss_overlay, "training loss of every point, overlaid"),
         ("metric_vs_params.png", sp.plot_metric_vs_params, "final metric against each swept id (line: mean)"),
@@ -38,8 +43,6 @@ def write_sweep_plots(sweep: SweepData, folder: Path) -> list[tuple[Path, bytes,
 
 def point_overrides(sweep: SweepData, state: Any) -> str:
     """Return the point's overrides as command-line options (``--optimizer::lr 0.001 --seed 1``)."""
-    from hpc_runner.report.sweep_plots import cell
-
     return " ".join(f"--{k} {shlex.quote(cell(v))}" for k, v in sweep.effective(state).items())
 
 
@@ -68,13 +71,10 @@ def results_table(sweep: SweepData) -> str:
 
 def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
     """Return the HTML page of a sweep."""
-    from hpc_runner.sweep.states import cause_counts, counts
-
     data = sweep.target.record.data
     title = f"sweep {sweep.path.name} of {sweep.bundle}"
     c = counts(sweep.states)
     count_text = ", ".join(f"{state} {n}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
-    from hpc_runner.report.status_table import scheduler_note, states_source
 
     profile = (data.get("cluster") or {}).get("profile", "?")
     parts = [
@@ -121,8 +121,6 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
 
 def shared_reads_section(sweep: SweepData) -> list[str]:
     """The bytes the sweep's points read from shared storage (data_io.json of each point: data/staging.py), summed."""
-    from hpc_runner.data.staging import shared_bytes_of
-
     each = [b for st in sweep.states if st.run_dir.is_dir() and (b := shared_bytes_of(st.run_dir)) is not None]
     if not each:
         return []
@@ -139,8 +137,6 @@ def _when(at: Any) -> str:
 
 def right_size_section(sweep: SweepData) -> list[str]:
     """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
-    from hpc_runner.sweep.right_size import for_target, suggested_for
-
     if not suggested_for(sweep.target, sweep.states):
         return []
     s = for_target(sweep.target, sweep.states, sweep.answer)
@@ -153,8 +149,6 @@ def right_size_section(sweep: SweepData) -> list[str]:
 
 def tune_section(path: Path) -> list[str]:
     """The trials of a tune dir: counts, best so far, pruning per rung, importances and one row per trial."""
-    from hpc_runner.tune.summary import render, summarize, trial_table
-
     summary = summarize(path)
     rows = [line.strip("|").split("|") for line in trial_table(summary).splitlines()]
     head, body = rows[0], rows[2:]

@@ -9,6 +9,9 @@ from typing import Any
 
 from hpc_runner.errors import UserError
 from hpc_runner.pages.rundata import RunData, load_run
+from hpc_runner.sweep.collect import result_rows
+from hpc_runner.sweep.ledger import SWEEP_FILE
+from hpc_runner.sweep.targets import SweepTarget, load_target
 
 
 @dataclass
@@ -41,16 +44,11 @@ class SweepData:
 
 def is_sweep_dir(path: str | Path) -> bool:
     """True when ``path`` holds a sweep record."""
-    from hpc_runner.sweep.ledger import SWEEP_FILE
-
     return (Path(path) / SWEEP_FILE).is_file()
 
 
 def load_sweep(path: str | Path) -> SweepData:
     """Read a sweep dir: states (one scheduler call), results rows, and every point's run dir that exists."""
-    from hpc_runner.sweep.collect import result_rows
-    from hpc_runner.sweep.targets import SweepTarget, load_target
-
     target = load_target(path)
     if not isinstance(target, SweepTarget):  # a tune dir is a sweep too
         raise UserError("not a sweep dir", where=str(path), expected="a folder with sweep.yaml (hpc-runner sweep)")

@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
-if TYPE_CHECKING:
-    from hpc_runner.sweep.targets import Target
+from hpc_runner.report.status_table import render as status_table
+from hpc_runner.sweep.states import UNKNOWN, counts
+from hpc_runner.sweep.targets import Target, load_target
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
@@ -28,14 +29,10 @@ class WatchResult:
 
 def is_pending(state: Any) -> bool:
     """True while a point may still change: queued or running, or submitted but not yet known to sacct."""
-    from hpc_runner.sweep.states import UNKNOWN
-
     return bool(state.active or (state.state == UNKNOWN and state.job_id))
 
 
 def _postfix(states: list[Any]) -> str:
-    from hpc_runner.sweep.states import counts
-
     c = counts(states)
     return " ".join(f"{s} {n}" for s, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -56,9 +53,6 @@ def watch_status(
     ``status`` passes its own). ``top_up`` is the one top-up step (``status`` takes the same), called with the
     target before each poll, so points that wait for a free submit slot are sent while watching."""
     from tqdm.auto import tqdm
-
-    from hpc_runner.report.status_table import render as status_table
-    from hpc_runner.sweep.targets import Target, load_target
 
     render = render or (lambda t, s, a: status_table(t, s, a, False))
     stream = stream or sys.stdout

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.job_env import cpu_grant
 
@@ -88,8 +89,6 @@ def cgroup_cpu_quota(files: tuple[Path, ...] = CGROUP_FILES) -> tuple[int, str] 
 def _explicit(env: Mapping[str, str], explicit: int | None) -> tuple[int, str, str] | None:
     if explicit is not None:
         if int(explicit) < 1:
-            from hpc_runner.errors import UserError
-
             raise UserError(f"{CLI_FLAG} {explicit} is not a number of CPUs", expected="a whole number >= 1")
         return int(explicit), CLI_FLAG, f"{CLI_FLAG} {int(explicit)}"
     raw = env.get(ENV_CPUS, "").strip()
@@ -100,8 +99,6 @@ def _explicit(env: Mapping[str, str], explicit: int | None) -> tuple[int, str, s
     except ValueError:
         value = 0
     if value < 1:
-        from hpc_runner.errors import ConfigError
-
         raise ConfigError(f"{ENV_CPUS}={raw!r} is not a number of CPUs", where="environment",
                           expected="a whole number >= 1 (or unset it)")
     if (origin := _ORIGIN.get(raw)) is not None:

@@ -25,6 +25,7 @@ from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.scheduler.job_logs import JobLogs
 from hpc_runner.scheduler.job_status import Attempt, JobStatus, Usage
 from hpc_runner.scheduler.profile import ClusterProfile, KeySpec
+from hpc_runner.scheduler.site_findings import say_before_queueing
 
 Log = Callable[[str], None]
 LOCAL_JOB_ID = "local"  # the job id recorded for work the local executor runs
@@ -263,8 +264,6 @@ class Executor(ABC):
         the workaround it uses (one line each, on stderr); ClusterError where the job cannot work there."""
         import sys
 
-        from hpc_runner.scheduler.site_findings import say_before_queueing
-
         container = isinstance(self.profile.get("container"), Mapping) and bool(self.profile.get("container"))
         say_before_queueing(self.profile.settings, say or (lambda line: print(line, file=sys.stderr, flush=True)),
                             gpus=self.requested_gpus(), container=container, partition=self.profile.get("partition"))
@@ -348,7 +347,5 @@ class Executor(ABC):
     def follow(self, job_id: str, stdout: Path, stderr: Path, *, since: str | None = None) -> str:
         """Print the job's ``stdout``/``stderr`` as they grow until it ends (``submit --wait``); return its final
         state. ClusterError for an executor that cannot (its jobs run here, or nothing runs by itself)."""
-        from hpc_runner.errors import ClusterError
-
         raise ClusterError(f"the {self.kind or type(self).__name__} executor cannot follow job {job_id}")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.job_arguments import JOB_CALL_MODULE as MODULE
 from hpc_runner.scheduler.job_arguments import MAX_ARGS_BYTES, task_arguments, task_call
+from hpc_runner.scheduler.job_env import current
 
 __all__ = ["MAX_ARGS_BYTES", "MODULE", "exit_status", "main", "task_arguments", "task_call", "task_index"]
 USAGE = f"usage: python -m {MODULE} FILE.json (in a scheduler's job or array task)"
@@ -42,8 +43,6 @@ def task_index(raw: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run this job's (or array task's) call; see the module's text for how it ends."""
-    from hpc_runner.scheduler.job_env import current
-
     argv = sys.argv[1:] if argv is None else argv
     side = current()
     if len(argv) != 1 or not side.in_job():

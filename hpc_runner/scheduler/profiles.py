@@ -14,9 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.values import parse_value
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.read import RecordError, parse_yaml_record, read_record_text
 from hpc_runner.scheduler.profile import ClusterProfile, parse_time_minutes
 from hpc_runner.scheduler.select import EXECUTORS, profile_keys
+from hpc_runner.scheduler.site_findings import parse_checked
 
 BUILTIN_DIR = Path(__file__).with_name("profiles")
 
@@ -56,8 +59,6 @@ MAX_EXTENDS = 32  # files in one extends: chain (real ones: two or three)
 def parse_profile_text(text: str, path: Path) -> dict[str, Any]:
     """Parse a profile's YAML through the records' one parser (safe loader, depth and alias bounds); ClusterError
     naming the file when it is not YAML or not a mapping."""
-    from hpc_runner.records.read import RecordError, parse_yaml_record
-
     try:
         data = parse_yaml_record(text, path, "cluster profile")
     except RecordError as err:
@@ -72,8 +73,6 @@ def parse_profile_text(text: str, path: Path) -> dict[str, Any]:
 def _read_profile_file(path: Path) -> dict[str, Any]:
     """Read a profile through the bounded reader (a regular file, at most MAX_PROFILE_BYTES, UTF-8): a FIFO, a
     device or a link to one is refused before it is opened, as a file that vanished is."""
-    from hpc_runner.records.read import read_record_text
-
     text = read_record_text(path, "cluster profile", MAX_PROFILE_BYTES, error=ClusterError)
     if text is None:
         raise ClusterError("the cluster profile file does not exist", where=str(path))
@@ -114,8 +113,6 @@ def check_settings(settings: Mapping[str, Any], where: str) -> None:
     if "time" in settings:
         parse_time_minutes(settings["time"], where)
     if settings.get("checked") is not None:
-        from hpc_runner.scheduler.site_findings import parse_checked
-
         parse_checked(settings["checked"], where)
     for executor in EXECUTORS.values():
         executor.check_profile(settings, where)
@@ -212,8 +209,6 @@ def resolve_profile(name: str, first: tuple[Path, dict[str, Any]] | None, overri
 
 def parse_setting_overrides(items: list[str] | None) -> dict[str, Any]:
     """Parse ``--slurm KEY=VALUE`` options into profile settings (values typed like YAML 1.2)."""
-    from hpc_runner.config.values import parse_value
-
     result: dict[str, Any] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")

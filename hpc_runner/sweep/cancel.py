@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from hpc_runner.records.rundir import RunDir, now_iso
 from hpc_runner.scheduler.executor import is_scheduler_job
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.governor import cancel_waiting
 from hpc_runner.sweep.targets import Target
 
 
@@ -28,8 +30,6 @@ def cancel_target(target: Target) -> Cancelled:
     """
     if target.record is None:
         return _cancel(target)
-    from hpc_runner.sweep import ledger as sr
-    from hpc_runner.sweep.governor import cancel_waiting
 
     refused: Exception | None = None
     with sr.locked(target.path) as ledger:

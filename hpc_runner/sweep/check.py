@@ -20,9 +20,11 @@ from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.config.env import has_env_refs
 from hpc_runner.config.ids import get_by_id, has_id, split_id
 from hpc_runner.config.overrides import Override, check_value_type
+from hpc_runner.config.safe_mode import EXPECTED, policy_for_user, safe_problems
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES
 from hpc_runner.errors import ClusterError, ConfigError
 from hpc_runner.records.json_out import json_copy
+from hpc_runner.registry.problems import problems_error
 from hpc_runner.sweep.spec import ADD_PREFIX, describe_point
 
 SOURCE = "sweep"
@@ -163,8 +165,6 @@ def check_safe_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> No
     """
     if not cfg.safe:
         return
-    from hpc_runner.config.safe_mode import EXPECTED, policy_for_user, safe_problems
-    from hpc_runner.registry.problems import problems_error
 
     policy = policy_for_user()
     seen: set[str] = set()

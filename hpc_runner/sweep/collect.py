@@ -17,6 +17,7 @@ from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.spec import format_cell
 from hpc_runner.sweep.states import DONE, PointState, failure_text
 from hpc_runner.sweep.targets import Target
+from hpc_runner.sweep.usage import point_usage
 
 TEXT_COLUMNS = ("state", "cause", "job_id", "error", "resumed_with")  # left-aligned in results.md
 SUMMARY_COLUMNS = ("epochs", "steps", "final_loss", "final_metric", "best_metric", "best_epoch", "wall_s")
@@ -79,8 +80,6 @@ def result_rows(target: Target, states: list[PointState], answer: Any = None,
         if shared is not None:
             row["shared_mb"] = round(shared / 1e6, 1)
         if answer is not None:
-            from hpc_runner.sweep.usage import point_usage
-
             usage = (used[st.index] if used is not None and st.index in used else point_usage(st, answer)).to_json()
             row.update({c: usage.get(c) for c in USAGE_COLUMNS})
         row["job_id"] = st.job_id

@@ -53,11 +53,16 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import now_iso
+from hpc_runner.resources.threads import variables_set_here
 from hpc_runner.scheduler.dependency import after_any
 from hpc_runner.scheduler.executor import Executor, JobRequest, SubmitLimits, is_scheduler_job
 from hpc_runner.scheduler.job_env import own_job_id, scrubbed_environment
-from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
+from hpc_runner.scheduler.profiles import ClusterProfile, check_settings, checked_from_record
+from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep import retry
+from hpc_runner.sweep.submitted import Submitted
+from hpc_runner.sweep.usage import point_usage
 
 Log = Callable[[str], None]
 StatesReader = Callable[[Path], tuple[list[Any], Any]]  # sweep dir -> (PointStates, SchedulerAnswer)
@@ -145,8 +150,6 @@ def outside_the_job() -> Iterator[None]:
     """Submit as the user would, not as the job this runs in: hide the job's SLURM_* variables (kept:
     SLURM_CONF) and the thread-count variables hpc-runner set for it (the user's own are kept), so a job
     submitted from inside a job gets only what the user set, and decides its own threads."""
-    from hpc_runner.resources.threads import variables_set_here
-
     with scrubbed_environment(also=variables_set_here()):
         yield
 
@@ -365,8 +368,6 @@ def executor_with(executor: Executor, key: RequestKey) -> Executor:
     when the tasks run here: a local run asks nothing of a scheduler)."""
     if not key or executor.runs_here:
         return executor
-    from hpc_runner.scheduler.profiles import check_settings
-    from hpc_runner.scheduler.select import executor_for
 
     settings = {**executor.profile.settings, **dict(key)}
     check_settings(dict(key), f"a point's request in the sweep record ({executor.profile.name})")
@@ -444,9 +445,6 @@ def top_up(
     a sweep with ``--retry`` rules first sends its failed points again with their changed request
     (``retry_failed``), which then wait here like any other point.
     """
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.submitted import Submitted
-
     path = Path(sweep_dir)
     if not (path / sr.SWEEP_FILE).is_file():
         return 0
@@ -524,9 +522,6 @@ def retry_failed(path: Path, states_reader: StatesReader, log: Log = print, thro
     ``max_retries`` times (the ledger's bound), and only while its failed job is still its job. ``record``: the
     sweep's record as the caller just read it (the retries themselves are decided again under the lock).
     """
-    from hpc_runner.sweep import retry
-    from hpc_runner.sweep.usage import point_usage
-
     record = record if record is not None else sr.SweepRecord.load(path)
     rules = retry.rules_of(record.data.get("retry"))
     if not rules or record.is_tune:

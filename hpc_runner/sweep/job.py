@@ -13,14 +13,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
+from hpc_runner.engine.runner import describe_failure, prepare_run, run_recorded
+from hpc_runner.engine.sandbox_job import job_grants, run_recorded_in_container, run_recorded_in_sandbox
+from hpc_runner.engine.stop import clear_stop, install_stop_handlers
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.logtee import Tee
+from hpc_runner.records.read import read_record_text
 from hpc_runner.records.rundir import CONFIG_FILE, LOG_FILE, OVERRIDES_FILE, RunDir
+from hpc_runner.resources.gpu_sampler import sampling
+from hpc_runner.resources.shares import device_binding
 from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID, job_entry
-from hpc_runner.sweep.ledger import RUN_JOB_FOLDER
+from hpc_runner.scheduler.job_env import log_files, own_job_id, requeue_job
+from hpc_runner.sweep.check import make_override
+from hpc_runner.sweep.ledger import BASE_DIR, RUN_JOB_FOLDER
 
 
 class RunFailed(RuntimeError):
@@ -32,13 +42,6 @@ def run_keeping_overrides(run_dir: Path, entry: str | None, job_record: dict[str
     which knows no overrides (only output_dir/bundle_root), so the submitted overrides would be lost.
     Whether it runs in the --safe sandbox, and what it may write there, is the job's own submission
     (``job_record["sandbox"]``, engine/sandbox_job.py ``job_grants``), never a file of the run dir."""
-    from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
-    from hpc_runner.engine.runner import run_recorded
-    from hpc_runner.engine.sandbox_job import job_grants, run_recorded_in_container, run_recorded_in_sandbox
-    from hpc_runner.engine.stop import install_stop_handlers
-    from hpc_runner.records.read import read_record_text
-    from hpc_runner.resources.gpu_sampler import sampling
-
     path = Path(run_dir) / OVERRIDES_FILE
     before = read_record_text(path, "overrides") if path.is_file() and not path.is_symlink() else None
     grants = None if inside_sandbox() else job_grants(job_record, run_dir)
@@ -63,8 +66,6 @@ def run_keeping_overrides(run_dir: Path, entry: str | None, job_record: dict[str
 
 def _text_or_none(path: Path) -> str | None:
     """The text of a regular file at ``path`` (bounded), None for a link, a pipe or anything else."""
-    from hpc_runner.records.read import read_record_text
-
     if path.is_symlink() or not path.is_file():
         return None
     try:
@@ -75,8 +76,6 @@ def _text_or_none(path: Path) -> str | None:
 
 def _log_paths() -> dict[str, str]:
     """This job's stdout/stderr files, where its scheduler's backend knows them (an in-process local run: none)."""
-    from hpc_runner.scheduler.job_env import log_files
-
     return log_files()
 
 
@@ -104,9 +103,6 @@ def stderr_into_log(log_file: Path) -> Iterator[None]:
 
 def finish_job(outcome: Any, extra_record: dict[str, Any], requeue: bool = True) -> dict[str, Any]:
     """Put the job fields back on run.yaml and turn the outcome into a result, a requeue or RunFailed."""
-    from hpc_runner.engine.runner import describe_failure
-    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
-
     rd = RunDir(outcome.run_dir)
     # run_recorded rewrote run.yaml when it started, so the job and sweep fields go back on now
     job = {**extra_record.get("job", {}), "id": own_job_id() or LOCAL_JOB_ID, **_log_paths()}
@@ -147,10 +143,6 @@ def materialize_point(
     point_dir = Path(point_dir)
     if (point_dir / CONFIG_FILE).is_file():
         return point_dir
-    from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.engine.runner import prepare_run
-    from hpc_runner.sweep.check import make_override
-    from hpc_runner.sweep.ledger import BASE_DIR
 
     cfg, _ = load_recorded_config(Path(sweep_dir) / BASE_DIR, [make_override(k, v) for k, v in overrides.items()])
     prepare_run(cfg, entry, point_dir)
@@ -171,9 +163,6 @@ def run_sweep_point(
     ``pack`` (a packed task's point: its task, slot and share) keeps a pending stop request (the task
     stops), records the point's place in the task, and leaves the requeue to the task.
     """
-    from hpc_runner.engine.stop import clear_stop
-    from hpc_runner.resources.shares import device_binding
-
     freeze_at_exit()
     no_bars_without_a_terminal()
     use_cpu_budget()

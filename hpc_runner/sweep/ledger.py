@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hpc_runner.engine.sandbox import received_grants
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside, links_inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
@@ -161,8 +162,6 @@ class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_poi
         ``received_grants``): a record this account did not write alone grants nothing, even saved again."""
         record = super().load(path)
         if record.data.get("sandbox") is not None:
-            from hpc_runner.engine.sandbox import received_grants
-
             record.data["sandbox"] = received_grants(record.data["sandbox"], record.file)
         return record
 

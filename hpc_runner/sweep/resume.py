@@ -7,14 +7,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.overrides import Override
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.engine.sandbox_job import recorded_safe
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside
-from hpc_runner.records.rundir import now_iso
+from hpc_runner.records.rundir import RunDir, now_iso
+from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep import states as tracking
-from hpc_runner.sweep.submission import submit_points
+from hpc_runner.sweep.check import make_override
+from hpc_runner.sweep.governor import exclude_failing_nodes, outside_the_job
+from hpc_runner.sweep.job import run_submitted
+from hpc_runner.sweep.submission import submit_points, top_up
 from hpc_runner.sweep.submitted import Submitted
 from hpc_runner.sweep.targets import Target
 
@@ -93,9 +101,6 @@ def resume_sweep(
     old run dir goes to attempts/ first. The sweep's lock is held from the first sbatch until the record
     is written, so no task of the sweep tops up in between.
     """
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.governor import exclude_failing_nodes
-
     assert target.record is not None
     planned = {s.index: s.job_id for s in plan.resubmit}
     fixes = {o.spelling(): o.value for o in extra}
@@ -103,16 +108,14 @@ def resume_sweep(
     executor.check_time()
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # the recorded base config plus each point's values and fixes, before any sbatch
-        from hpc_runner.config.preflight import check_points
-        from hpc_runner.config.recorded import load_recorded_config
-        from hpc_runner.sweep.check import make_override
 
         record = target.record
         base, _ = load_recorded_config(record.base_dir)
         cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
-        check_points(base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]),
-                                                                **fixes}.items()] for i in planned],
-                     cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
+        config_preflight.check_points(
+            base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]), **fixes}.items()]
+                   for i in planned],
+            cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
     with sr.locked(target.path) as ledger:
         record = ledger.record
         target.record, target.points = record, record.points
@@ -168,8 +171,6 @@ def set_submit_budget(path: Path, calls: int) -> sr.SweepRecord:
 
 def top_up_waiting(target: Target, log: Callable[[str], None] = print) -> int:
     """Submit the sweep's waiting points into the free submit slots (``resume`` with nothing to resubmit)."""
-    from hpc_runner.sweep.submission import top_up
-
     return top_up(target.path, log) if target.record is not None else 0
 
 
@@ -182,28 +183,19 @@ def resume_run(
     preflight: bool = True,
 ) -> Submitted:
     """Submit a single failed run dir again; it continues from its newest checkpoint."""
-    from hpc_runner.records.rundir import RunDir
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.governor import outside_the_job
-    from hpc_runner.sweep.job import run_submitted
-
     executor = executor_for(profile)
     executor.check_time()
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # the recorded config must still start (targets, $ lines, input paths)
-        from hpc_runner.config.preflight import check_config
-        from hpc_runner.config.recorded import load_recorded_config
 
         cfg, record = load_recorded_config(target.path)
         cwd = (record.get("command") or {}).get("cwd")  # where the job runs: relative paths start there
-        check_config(cfg, cwd=Path(cwd) if cwd else None, entry=record.get("entry") or "run")
+        config_preflight.check_config(cfg, cwd=Path(cwd) if cwd else None, entry=record.get("entry") or "run")
     rd = RunDir(target.path)
     rec = rd.record()
     old = rec.get("job") or {}
     previous = [p for p in [*(old.get("previous") or []), old.get("id")] if p]
     job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
-    from hpc_runner.engine.sandbox_job import recorded_safe
 
     if recorded_safe(target.path):  # a --safe run goes on in its sandbox (its mark grants nothing), with the grants
         from hpc_runner.engine.sandbox import received_grants, recorded_grants  # of resume's command line, else of

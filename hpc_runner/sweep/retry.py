@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.scheduler.profiles import parse_time_minutes
+from hpc_runner.scheduler.units import parse_size_bytes
 from hpc_runner.sweep.causes import CAUSES
+from hpc_runner.sweep.ledger import MAX_RETRIES
 
 CHANGES = ("mem*F", "time*F", "cpus*F", "exclude", "same")
 _CHANGE = re.compile(r"^(?:(mem|time|cpus)\s*\*\s*([0-9]+(?:\.[0-9]+)?)|(exclude)|(same))\Z")
@@ -102,8 +105,6 @@ def rules_of(recorded: Mapping[str, Any] | None) -> dict[str, RetryRule]:
 
 def mem_gb_of(settings: Mapping[str, Any]) -> float | None:
     """Return the memory a profile's settings ask for per node, in GB (``mem_gb``, else ``mem`` like 16G)."""
-    from hpc_runner.scheduler.units import parse_size_bytes
-
     if settings.get("mem") not in (None, ""):
         size = parse_size_bytes(str(settings["mem"]), default_unit="M")  # sbatch's --mem default unit
         return size / 1024**3 if size else None
@@ -143,8 +144,6 @@ def changed_request(rule: RetryRule, settings: Mapping[str, Any], request: Mappi
     retries); ``used``: the failed attempt's sweep.usage.PointUsage (its ReqMem and Timelimit, when the
     settings name none); ``node``: the node it failed on.
     """
-    from hpc_runner.scheduler.profiles import parse_time_minutes
-
     current = {**settings, **request}
     out = dict(request)
     if rule.change == "mem":
@@ -249,7 +248,6 @@ def pending_retries(record: Any, states: Sequence[Any]) -> set[int]:
     rules = rules_of(record.data.get("retry"))
     if not rules:
         return set()
-    from hpc_runner.sweep.ledger import MAX_RETRIES
 
     plan = decide(record.points, states, rules, {}, record.limit("max_retries", MAX_RETRIES))
     return {d.index for d in plan.retry}

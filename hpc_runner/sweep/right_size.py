@@ -21,7 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpc_runner.sweep.usage import PointUsage
+from hpc_runner.errors import UserError
+from hpc_runner.scheduler.job_env import stop_margin_s
+from hpc_runner.scheduler.profiles import check_settings
+from hpc_runner.sweep.retry import mem_gb_of
+from hpc_runner.sweep.states import ENDED_WELL, WAITING
+from hpc_runner.sweep.targets import load_target
+from hpc_runner.sweep.usage import PointUsage, usages
 
 CPU_HEADROOM = 1.25
 MEM_HEADROOM = 1.25
@@ -138,8 +144,6 @@ def _cpus(s: Suggestion, jobs: list[PointUsage], settings: Mapping[str, Any]) ->
 
 
 def _memory(s: Suggestion, jobs: list[PointUsage], oom: list[PointUsage], settings: Mapping[str, Any]) -> None:
-    from hpc_runner.sweep.retry import mem_gb_of
-
     peaks = [u.max_rss_mb for u in jobs if u.max_rss_mb]
     asked_mb = max((u.mem_request_mb for u in jobs if u.mem_request_mb), default=None)
     if asked_mb is None and mem_gb_of(settings):
@@ -161,8 +165,6 @@ def _memory(s: Suggestion, jobs: list[PointUsage], oom: list[PointUsage], settin
 
 
 def _time(s: Suggestion, jobs: list[PointUsage], timeouts: list[PointUsage], settings: Mapping[str, Any]) -> None:
-    from hpc_runner.scheduler.job_env import stop_margin_s
-
     elapsed = [u.elapsed_s for u in jobs if u.elapsed_s]
     limits = [u.time_limit_s for u in jobs if u.time_limit_s]
     if not elapsed:
@@ -196,8 +198,6 @@ def _gpus(s: Suggestion, jobs: list[PointUsage]) -> None:
 def from_states(states: Sequence[Any], usage: Mapping[int, PointUsage],
                 settings: Mapping[str, Any] | None = None) -> Suggestion:
     """Return the suggestion of a sweep from its points' states (sweep/states.py) and usage (by index)."""
-    from hpc_runner.sweep.states import ENDED_WELL
-
     completed = [usage[s.index] for s in states if s.state in ENDED_WELL and s.index in usage]
     failed = [(s.cause_kind, usage[s.index]) for s in states if s.failed and s.index in usage]
     return suggest(completed, failed, settings)
@@ -205,8 +205,6 @@ def from_states(states: Sequence[Any], usage: Mapping[int, PointUsage],
 
 def finished(states: Sequence[Any]) -> bool:
     """True when no point of the sweep may still run or wait (the end of a sweep: when a suggestion is shown)."""
-    from hpc_runner.sweep.states import WAITING
-
     return bool(states) and not any(s.active or s.state == WAITING for s in states)
 
 
@@ -224,8 +222,6 @@ def suggested_for(target: Any, states: Sequence[Any]) -> bool:
 def for_target(target: Any, states: Sequence[Any], answer: Any, used: dict[int, Any] | None = None) -> Suggestion:
     """Return the suggestion for a loaded sweep or run (sweep/targets.py) from its states and the status call
     (``used``: each point's usage when the caller has it already, sweep/usage.py ``usages``)."""
-    from hpc_runner.sweep.usage import usages
-
     settings: dict[str, Any] = {}
     try:
         settings = dict(target.executor().profile.settings)
@@ -239,9 +235,6 @@ def suggested_settings(path: str) -> tuple[dict[str, Any], Suggestion]:
 
     UserError when DIR has no completed point to learn from (one scheduler call, as ``status``).
     """
-    from hpc_runner.errors import UserError
-    from hpc_runner.sweep.targets import load_target
-
     target = load_target(path)
     states, answer = target.states()
     s = for_target(target, states, answer)
@@ -254,8 +247,6 @@ def suggested_settings(path: str) -> tuple[dict[str, Any], Suggestion]:
 def apply_to_profile(profile: Any, path: str, explicit: Mapping[str, Any], log: Any = print) -> Suggestion:
     """``--right-size DIR``: put DIR's suggested settings on ``profile`` (in place), except those given
     explicitly (``explicit``: the ``--slurm``/``--cpus`` settings, which win); return the suggestion."""
-    from hpc_runner.scheduler.profiles import check_settings
-
     settings, suggestion = suggested_settings(path)
     mem_keys = {"mem", "mem_gb"}
     applied = {}

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.config.bundle_config import BundleConfig, config_value
+from hpc_runner.config.bundle_config import BundleConfig, apply_overrides, config_value
+from hpc_runner.config.overrides import Override
 from hpc_runner.errors import UserError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import read_record_text
@@ -50,9 +51,6 @@ _MISSING = object()
 
 def shard_overrides(cfg: BundleConfig, shards: int, sweep_dir: Path) -> dict[str, Any]:
     """Set ``num_shards`` (and a shared ``predictions_dir`` when the config has one) on the base config."""
-    from hpc_runner.config.bundle_config import apply_overrides
-    from hpc_runner.config.overrides import Override
-
     values: dict[str, Any] = {"num_shards": shards}
     if config_value(cfg, PREDICTIONS_ID, _MISSING) is not _MISSING:
         # every shard writes into one folder: the user gets one set of outputs, not N

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config.ids import OUTPUT_DIR_ID, has_empty_key, normalize_id
+from hpc_runner.config.values import Yaml12Loader, format_value, parse_value
 from hpc_runner.errors import ClusterError, ConfigError
 from hpc_runner.records.read import read_record_text
+from hpc_runner.records.shape import compose_checked
 
 ADD_PREFIX = "+"
 _FUNC = re.compile(r"\A(range|linspace|logspace)\((.*)\)\Z", re.S)
@@ -99,8 +101,6 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
 
 
 def _number(text: str, what: str) -> float | int:
-    from hpc_runner.config.values import parse_value
-
     value = parse_value(text.strip(), what=what)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{text.strip()!r} is not a number")
@@ -146,8 +146,6 @@ def expand_function(name: str, args_text: str) -> list[Any]:
 
 def parse_values(text: str, what: str) -> list[Any]:
     """Return the values of a comma-separated list (``1e-3,1e-4``, ``[8,16],[16,32]``, ``range(1,4)``)."""
-    from hpc_runner.config.values import parse_value
-
     try:
         items = split_top_level(text)
     except ValueError as exc:
@@ -215,9 +213,6 @@ _SWEEP_FILE_FORM = "grid: {id: [values]}, zip: {id: [values]} (same lengths), po
 def _read_sweep_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     """Return the sweep file's data and the line of each top-level key."""
     import yaml
-
-    from hpc_runner.config.values import Yaml12Loader
-    from hpc_runner.records.shape import compose_checked
 
     text = read_record_text(path, "sweep file", error=ClusterError)
     if text is None:
@@ -377,8 +372,6 @@ def describe_point(point: dict[str, Any]) -> str:
 
 def format_cell(value: Any) -> str:
     """Return a value as it would be typed on the command line."""
-    from hpc_runner.config.values import format_value
-
     try:
         return format_value(value)
     except TypeError:

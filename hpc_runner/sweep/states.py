@@ -26,12 +26,14 @@ from hpc_runner.errors import UserError
 from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.records.read import open_regular, read_record_text
 from hpc_runner.records.run_head import run_head
+from hpc_runner.records.rundir import RunDir
 from hpc_runner.scheduler.executor import Executor, SchedulerAnswer, is_local_job, is_scheduler_job
 from hpc_runner.scheduler.job_env import recorded_job
 from hpc_runner.scheduler.job_logs import EXCEPTION_LINE, JobLogs, LogLine
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
 from hpc_runner.scheduler.job_status import FAILED_STATES, JobState, JobStatus
 from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.causes import Cause, decide
 
 DONE = JobState.COMPLETED.value
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
@@ -144,8 +146,6 @@ def _since(dates: Iterable[str | None]) -> str | None:
 
 
 def _read_record(run_dir: Path) -> dict:
-    from hpc_runner.records.rundir import RunDir
-
     try:
         return RunDir(run_dir).record()
     except Exception:  # a half-written or hand-edited record must not stop status
@@ -325,13 +325,10 @@ def _requeue_counter(rec: dict[str, Any]) -> int:
 
 def explain_failures(states: Sequence[PointState], logs: JobLogs | None) -> None:
     """Set ``cause`` (and run.yaml's requeue count) on every failed point; reads only failed points' files."""
-    from hpc_runner.sweep.causes import decide
-
     for ps in states:
         if ps.state not in FAILED_STATES:
             continue
         if ps.recorded_cause is not None:  # the ledger gave it up and said why
-            from hpc_runner.sweep.causes import Cause
 
             ps.cause = Cause(ps.recorded_cause.get("kind", "ERROR"), message=ps.recorded_cause.get("message"))
             continue

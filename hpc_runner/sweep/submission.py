@@ -10,22 +10,43 @@ sends them), and the error says so. With the local executor the tasks run here o
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.bundle_config import BundleConfig
+from hpc_runner.config.ids import has_id
+from hpc_runner.config.monai_bridge import warn_code_once
+from hpc_runner.config.networks import network_ids, runs_on_cpu
+from hpc_runner.config.overrides import Override
+from hpc_runner.engine.runner import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, check_entry, prepare_run
+from hpc_runner.engine.sandbox import Grants
 from hpc_runner.errors import ClusterError, UserError
-from hpc_runner.records.rundir import RunDir, check_folder_path, now_iso, timestamp_name
+from hpc_runner.records.rundir import RunDir, check_folder_path, command_line, default_run_dir, now_iso, timestamp_name
 from hpc_runner.scheduler.executor import Executor, JobRequest
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.read_ahead import read_ahead
+from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import outside_the_job
-from hpc_runner.sweep.spec import SweepSpec
+from hpc_runner.sweep.check import check_points, preflight_overrides
+from hpc_runner.sweep.governor import (
+    group_tasks,
+    outside_the_job,
+    pack_of,
+    plan_arrays,
+    points_description,
+    send_points,
+)
+from hpc_runner.sweep.governor import top_up as governor_top_up
+from hpc_runner.sweep.job import run_submitted
+from hpc_runner.sweep.spec import SweepSpec, describe_point
 from hpc_runner.sweep.submitted import Submitted
+from hpc_runner.sweep.targets import states_of
+from hpc_runner.sweep.task import run_sweep_task
 
 Log = Callable[[str], None]
 
@@ -57,10 +78,6 @@ def _job_name(cfg_name: str, kind: str) -> str:
 
 def _resolved_for_display(cfg: BundleConfig, run_dir: Path) -> dict:
     """The config as prepare_run would write it (output_dir and bundle_root set), without writing it."""
-    from hpc_runner.config.ids import has_id
-    from hpc_runner.config.overrides import Override
-    from hpc_runner.engine.runner import BUNDLE_ROOT_ID, OUTPUT_DIR_ID
-
     extra = []
     if (
         cfg.bundle_dir is not None
@@ -106,19 +123,13 @@ def submit_run(
 ) -> Submitted:
     """Prepare a run dir for ``cfg`` and submit one job running it (the local executor runs it here);
     ``dependency``: SLURM's --dependency of the job (a pipeline stage waits on its inputs)."""
-    from hpc_runner.engine.runner import check_entry, prepare_run
-    from hpc_runner.records.rundir import default_run_dir
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.job import run_submitted
-
     run_id = check_entry(cfg, entry)
     executor = executor_for(profile)
     executor.check_time()
     executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
     if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
-        from hpc_runner.config.preflight import check_config
 
-        check_config(cfg, entry=entry or "run")
+        config_preflight.check_config(cfg, entry=entry or "run")
     _warn_code_once(cfg)
     warn_no_gpu(cfg, executor)
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
@@ -198,9 +209,6 @@ def submit_points(
 ) -> Submitted:
     """Submit ``indices`` of a recorded sweep (under its lock) as tasks of K points, never more tasks than there
     are free submit slots (the rest wait, sweep/governor.py), in arrays of at most MaxArraySize."""
-    from hpc_runner.sweep.governor import pack_of, send_points
-    from hpc_runner.sweep.task import run_sweep_task
-
     record = ledger.record
     out = Submitted(record.path, pack=pack_of(record))
     try:
@@ -236,8 +244,6 @@ def new_sweep_record(
     check_note: str,
 ) -> sr.SweepRecord:
     """Return the record of a new sweep (not yet written)."""
-    from hpc_runner.records.rundir import command_line
-
     data = {
         "kind": sr.KIND,
         "version": 1,
@@ -264,7 +270,6 @@ def sandbox_grant(cfg: BundleConfig) -> dict[str, Any]:
     """``{"sandbox": grants}`` for a --safe submission (the job call's arguments decide the sandbox), else {}."""
     if not cfg.safe:
         return {}
-    from hpc_runner.engine.sandbox import Grants
 
     return {"sandbox": Grants(tuple(cfg.sandbox_writable), tuple(cfg.sandbox_readable)).to_record()}
 
@@ -290,10 +295,6 @@ def submit_sweep(
 ) -> Submitted:
     """Check every point, write the sweep dir and submit its points (``pack`` a task) as job arrays
     (``limits_reader``: the submit limits the governor counts with, e.g. less the slots a pipeline keeps)."""
-    from hpc_runner.engine.runner import check_entry, prepare_run
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.check import check_points
-
     check_pack(pack, pack_parallel)
     check_entry(cfg, entry)
     executor = executor_for(profile)
@@ -303,10 +304,7 @@ def submit_sweep(
     points = spec.points()
     note = check_points(cfg, points)
     if preflight:
-        from hpc_runner.config.preflight import check_points as preflight_points
-        from hpc_runner.sweep.check import preflight_overrides
-
-        note += "; " + preflight_points(cfg, preflight_overrides(points), entry=entry or "run")
+        note += "; " + config_preflight.check_points(cfg, preflight_overrides(points), entry=entry or "run")
     _warn_code_once(cfg)
     warn_no_gpu(cfg, executor)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
@@ -349,8 +347,6 @@ def warn_no_gpu(cfg: BundleConfig, executor: Executor) -> str | None:
     would train on the CPU, hours instead of minutes. Silent for a config whose device is the CPU."""
     import warnings
 
-    from hpc_runner.config.networks import network_ids, runs_on_cpu
-
     hint = executor.no_gpu_hint()
     if hint is None or runs_on_cpu(cfg.config):
         return None
@@ -366,8 +362,6 @@ def warn_no_gpu(cfg: BundleConfig, executor: Executor) -> str | None:
 
 def _warn_code_once(cfg: BundleConfig) -> None:
     """MONAI's "this config runs code" warning, once for the whole submission (never in each array task)."""
-    from hpc_runner.config.monai_bridge import warn_code_once
-
     warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))
 
 
@@ -411,11 +405,6 @@ def _dry_run_sweep(
     limits_reader: Callable[[Executor], Any] | None = None,
     entry: str | None = None,
 ) -> Submitted:
-    import dataclasses
-
-    from hpc_runner.sweep.governor import group_tasks, plan_arrays, points_description
-    from hpc_runner.sweep.spec import describe_point
-
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
     request = JobRequest(job_name=_job_name(cfg.name, "sweep"), folder=directory / sr.SWEEP_JOB_FOLDER,
@@ -464,9 +453,5 @@ def _dry_run_sweep(
 def top_up(sweep_dir: str | Path, log: Log = print, **options: Any) -> int:
     """Submit the sweep's waiting points into the free submit slots (the governor's one top-up step, with the
     sweep's task); the step ``status``, ``status --watch`` and ``resume`` take, as the tasks do when they end."""
-    from hpc_runner.sweep.governor import top_up as governor_top_up
-    from hpc_runner.sweep.targets import states_of
-    from hpc_runner.sweep.task import run_sweep_task
-
     options.setdefault("states_reader", states_of)  # failed points with a --retry rule go again first
     return governor_top_up(sweep_dir, run_sweep_task, log, **options)

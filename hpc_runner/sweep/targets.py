@@ -17,8 +17,11 @@ from hpc_runner.scheduler.executor import LOCAL_JOB_ID, Executor, is_scheduler_j
 from hpc_runner.scheduler.job_env import recorded_job
 from hpc_runner.scheduler.job_logs import JobLogs
 from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep import states as tracking
+from hpc_runner.sweep.governor import profile_from_record
+from hpc_runner.sweep.retry import pending_retries
 
 T = TypeVar("T")
 
@@ -94,9 +97,6 @@ class Target:
 
     def executor(self) -> Executor:
         """Return the executor of the profile the sweep (or run) was last submitted with."""
-        from hpc_runner.scheduler.select import executor_for
-        from hpc_runner.sweep.governor import profile_from_record
-
         if self.record is not None:
             return executor_for(profile_from_record(self.record))
         cluster = ((self.run_record or {}).get("job") or {}).get("cluster")
@@ -193,8 +193,6 @@ class SweepTarget(Target):
 
     def pending_retries(self, states: list[tracking.PointState]) -> set[int]:
         """Return the failed points that the sweep's --retry rules send again at the next top-up."""
-        from hpc_runner.sweep.retry import pending_retries
-
         return pending_retries(self.record, states)
 
 

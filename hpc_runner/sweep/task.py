@@ -34,8 +34,30 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.data.staging import sweep_hold
+from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+from hpc_runner.progress_bars import no_bars_without_a_terminal
+from hpc_runner.quick_exit import freeze_at_exit
+from hpc_runner.records.file_lock import exclusive
 from hpc_runner.records.numbers import outside_int
+from hpc_runner.records.rundir import RunDir, now_iso
+from hpc_runner.resources.shares import (
+    ASSIGNED_ENV,
+    accessible_gpu_minors,
+    describe_shares,
+    job_cpus,
+    slot_gpu_plan,
+    slot_shares,
+)
+from hpc_runner.resources.threads import THREAD_VARIABLES
 from hpc_runner.scheduler.executor import job_entry
+from hpc_runner.scheduler.job_clock import JobClock
+from hpc_runner.scheduler.job_env import grant_cpus, job_end_time, own_job_id, requeue_job, stop_margin_s
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.governor import top_up_after_task
+from hpc_runner.sweep.job import RunFailed, run_sweep_point
+from hpc_runner.sweep.ledger import CANCELLED, GAVE_UP, LOCK_FILE, WAITING, read_point
+from hpc_runner.sweep.targets import states_of
 
 # per-point outcomes of a task (what run_sweep_task returns under "points")
 COMPLETED, FAILED, PREEMPTED = "completed", "failed", "preempted"
@@ -56,8 +78,6 @@ def run_sweep_task(
 
     With ``stage clean: end`` the task holds the sweep's hold on this node while it runs (and tops up) its points;
     the last task of the sweep to end on the node removes the copies its points read (data/staging.py)."""
-    from hpc_runner.data.staging import sweep_hold
-
     with sweep_hold(sweep_dir):
         return _run_task_points(sweep_dir, points, entry, job_record, parallel)
 
@@ -69,12 +89,6 @@ def _run_task_points(
     job_record: dict[str, Any] | None,
     parallel: int,
 ) -> dict[str, Any]:
-    from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
-    from hpc_runner.progress_bars import no_bars_without_a_terminal
-    from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
-    from hpc_runner.sweep.job import RunFailed
-
     freeze_at_exit()
     no_bars_without_a_terminal()
     task = own_job_id()
@@ -130,9 +144,6 @@ def _run_task_points(
 def _read_points(sweep_dir: str, indices: list[int]) -> dict[int, dict[str, Any]]:
     """This task's points as the ledger has them, read under the sweep's lock (which the submitter holds
     until it has recorded this job's id), each from its own line of sweep.yaml."""
-    from hpc_runner.records.file_lock import exclusive
-    from hpc_runner.sweep.ledger import LOCK_FILE, read_point
-
     with exclusive(Path(sweep_dir) / LOCK_FILE, what=f"the sweep {sweep_dir}"):
         return {i: read_point(sweep_dir, i) for i in indices}
 
@@ -140,9 +151,6 @@ def _read_points(sweep_dir: str, indices: list[int]) -> dict[int, dict[str, Any]
 def _skip_reason(sweep_dir: str, point: dict[str, Any], recorded: dict[str, Any] | None,
                  task: str | None) -> tuple[str, str] | None:
     """Why this task must not run ``point`` (an outcome and a message), or None to run it."""
-    from hpc_runner.records.rundir import RunDir
-    from hpc_runner.sweep.ledger import CANCELLED, GAVE_UP, WAITING
-
     run = RunDir(Path(sweep_dir) / point["dir"]).record()
     if run.get("status") == COMPLETED:
         return SKIPPED, "completed before"
@@ -160,9 +168,6 @@ def _skip_reason(sweep_dir: str, point: dict[str, Any], recorded: dict[str, Any]
 
 def _task_clock(job_record: dict[str, Any] | None, task: str | None) -> Any:
     """The job's end (one scheduler call) and the margin and hint of the profile it was submitted with."""
-    from hpc_runner.scheduler.job_clock import JobClock
-    from hpc_runner.scheduler.job_env import job_end_time, stop_margin_s
-
     settings = (job_record or {}).get("clock") or {}
     margin = stop_margin_s(settings.get("signal_delay_s"))
     minutes = settings.get("point_minutes")
@@ -172,8 +177,6 @@ def _task_clock(job_record: dict[str, Any] | None, task: str | None) -> Any:
 
 def _return_points(sweep_dir: str, indices: list[int], task: str | None, why: str) -> None:
     """Put the points this task could not start back in the sweep's queue (only those still ours)."""
-    from hpc_runner.sweep import ledger as sr
-
     with sr.locked(sweep_dir) as ledger:
         ours = [i for i in indices if ledger.return_point(i, task, why)]
         gave_up = [i for i in ours if ledger.points[i].get("submit") == sr.GAVE_UP]
@@ -188,8 +191,6 @@ def _run_one(
     sweep_dir: str, p: dict[str, Any], entry: str | None, job_record: dict[str, Any] | None, pack: dict[str, Any]
 ) -> tuple[str, str]:
     """Run one point in this process; return (outcome, message)."""
-    from hpc_runner.sweep.job import run_sweep_point
-
     try:
         res = run_sweep_point(sweep_dir, p["index"], f"{sweep_dir}/{p['dir']}", p["overrides"], entry,
                               job_record, pack=pack)
@@ -207,8 +208,6 @@ def _run_sequential(
     pack: dict[str, Any],
 ) -> dict[int, tuple[str, str]]:
     """Run the points one after another in this process."""
-    from hpc_runner.engine.stop import stop_requested
-
     out: dict[int, tuple[str, str]] = {}
     for p in todo:
         if stop_requested():
@@ -232,7 +231,6 @@ def _worker_main(
 ) -> None:
     """One slot's process: pin to its GPUs and CPUs before torch loads, then run the points it is given."""
     _pin(gpus, cpus)
-    from hpc_runner.engine.stop import install_stop_handlers, stop_requested
 
     install_stop_handlers()  # for the process's whole life: an idle worker must not die of SIGUSR2
     try:
@@ -257,9 +255,6 @@ def _pin(gpus: list[str], cpus: list[int]) -> None:
     HPCR_ASSIGNED_GPUS (so a slot that was given GPUs and sees none stops instead of training on the CPU),
     the affinity mask and the CPU count that resources/cpus.py reads (SLURM_CPUS_PER_TASK), and no larger
     thread counts inherited from the job."""
-    from hpc_runner.resources.shares import ASSIGNED_ENV
-    from hpc_runner.scheduler.job_env import grant_cpus
-
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[ASSIGNED_ENV] = ",".join(gpus)
     elif "CUDA_VISIBLE_DEVICES" in os.environ:
@@ -268,7 +263,6 @@ def _pin(gpus: list[str], cpus: list[int]) -> None:
         os.sched_setaffinity(0, cpus)
     if cpus:
         grant_cpus(len(cpus))  # the slot's share is its grant: what resources/cpus.py reads
-        from hpc_runner.resources.threads import THREAD_VARIABLES
 
         for name in THREAD_VARIABLES:
             raw = os.environ.get(name, "").split(",")[0].strip()
@@ -302,9 +296,6 @@ def _run_concurrent(
 ) -> dict[int, tuple[str, str]]:
     """Run the points ``parallel`` at a time, each slot in its own spawned process with its share."""
     import multiprocessing
-
-    from hpc_runner.engine.stop import stop_requested
-    from hpc_runner.resources.shares import accessible_gpu_minors, describe_shares, job_cpus, slot_gpu_plan, slot_shares
 
     ctx = multiprocessing.get_context("spawn")  # CUDA_VISIBLE_DEVICES must be set before CUDA starts
     plan = slot_gpu_plan(parallel, accessible=accessible_gpu_minors())  # ids a child can open, one GPU a slot
@@ -369,8 +360,6 @@ def _run_concurrent(
 def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
     """Record the point a dead worker was running as failed (a kill -9, e.g. the OOM killer, leaves
     run.yaml at running)."""
-    from hpc_runner.records.rundir import RunDir, now_iso
-
     code = slot.process.exitcode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
     message = f"the worker process of slot {slot.slot} ended with {how} while running the point"
@@ -384,9 +373,6 @@ def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
 
 def _top_up(sweep_dir: str, task_fn: Any) -> None:
     """Let the governor fill the slot this task is about to free (never fails the task)."""
-    from hpc_runner.sweep.governor import top_up_after_task
-    from hpc_runner.sweep.targets import states_of
-
     try:
         top_up_after_task(Path(sweep_dir), task_fn, states_of)  # and retries failed points (--retry rules)
     except Exception as exc:  # a failed top-up leaves the points waiting: `status`/`resume` send them

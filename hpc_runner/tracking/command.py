@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.tracking.mlflow_run import send_unsent
+from hpc_runner.tracking.settings import check_mlflow
+
 HELP = "send a run's MLflow records that could not be sent during the run (mlflow-unsent.jsonl)"
 ACCEPTS_OVERRIDES = False
 
@@ -21,9 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the command."""
-    from hpc_runner.tracking.mlflow_run import send_unsent
-    from hpc_runner.tracking.settings import check_mlflow
-
     check_mlflow()
     status = 0
     for run_dir in args.run_dirs:

@@ -18,7 +18,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.errors import UserError
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.read import read_json_lines, read_json_record
+from hpc_runner.records.rundir import RunDir
 from hpc_runner.scheduler.job_env import job_id
 from hpc_runner.tracking.background import BackgroundSender
 from hpc_runner.tracking.settings import (
@@ -26,6 +30,7 @@ from hpc_runner.tracking.settings import (
     PARENT_FILE,
     RUN_FILE,
     UNSENT_FILE,
+    load_settings,
     resolve_destination,
     run_name,
     sweep_dir_of,
@@ -51,9 +56,6 @@ def param_value(value: Any) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    from hpc_runner.errors import UserError
-    from hpc_runner.records.read import read_json_record
-
     try:  # the one bounded reader; damaged or missing: None
         return read_json_record(path, "settings file")
     except UserError:
@@ -61,8 +63,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from hpc_runner.records.atomic import write_text_atomic
-
     write_text_atomic(path, dumps_json(data, indent=2) + "\n")
 
 
@@ -283,16 +283,11 @@ class MlflowRun:
 
 def send_unsent(run_dir: str | Path) -> tuple[int, int]:
     """Send a run dir's ``mlflow-unsent.jsonl`` now (normal MLflow timeouts); return (sent, left)."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.records.atomic import write_text_atomic
-    from hpc_runner.tracking.settings import load_settings
-
     run_dir = Path(run_dir).resolve()
     path = run_dir / UNSENT_FILE
     if not path.is_file():
         raise UserError("there is nothing unsent in this run dir", where=str(path),
                         expected=f"a run dir with {UNSENT_FILE} (written when MLflow could not be reached)")
-    from hpc_runner.records.read import read_json_lines
 
     lines = read_json_lines(path, "unsent MLflow records")  # a device, or past the size bound: RecordError (exit 2)
     if lines.damaged:  # nothing is sent, and the file is kept: the lines it cannot read would be lost
@@ -303,7 +298,6 @@ def send_unsent(run_dir: str | Path) -> tuple[int, int]:
                         "lines, then send again)")
     settings = load_settings(run_dir) or {"kind": "mlflow"}
     items = [item for item in lines.records if item.get("kind") != "open"]
-    from hpc_runner.records.rundir import RunDir
 
     bundle = (RunDir(run_dir).record().get("bundle") or {}).get("name")
     run = MlflowRun(run_dir, settings, bundle or run_dir.parent.name, background=False)

@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.errors import UserError
 from hpc_runner.pages.run_report import report_run
-from hpc_runner.tracking.settings import UNSENT_FILE, load_settings
+from hpc_runner.records.read import read_yaml_record
+from hpc_runner.tracking.mlflow_run import MlflowRun
+from hpc_runner.tracking.settings import UNSENT_FILE, load_settings, point_overrides, record_settings
 
 _current: Any = None  # the MlflowRun of the run executing in this process
 OPEN_WAIT_S = 15.0  # how long an ignite bundle waits for a tracking server's run before running untracked
@@ -31,15 +34,10 @@ def record_for_run(run_dir: Path, cfg: Any) -> None:
     """Keep the ``--tracking`` choice carried by ``cfg`` (``cfg.tracking``) in the run dir, if there is one."""
     settings = getattr(cfg, "tracking", None)
     if settings:
-        from hpc_runner.tracking.settings import record_settings
-
         record_settings(Path(run_dir), settings)
 
 
 def _override_params(run_dir: Path) -> dict[str, Any]:
-    from hpc_runner.errors import UserError
-    from hpc_runner.records.read import read_yaml_record
-
     try:
         entries = read_yaml_record(run_dir / "overrides.yaml", "overrides record", kind=list) or []
     except UserError:
@@ -105,8 +103,6 @@ def start_tracking(cfg: Any, run_dir: Path) -> Any:
         return None
     try:
         settings = {**settings, **config_destination(cfg.expanded() if hasattr(cfg, "expanded") else {}, settings)}
-        from hpc_runner.tracking.mlflow_run import MlflowRun
-        from hpc_runner.tracking.settings import point_overrides
 
         run = MlflowRun(run_dir, settings, getattr(cfg, "name", None))
         if not run.resumed:

@@ -15,8 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.loader import load_file
 from hpc_runner.errors import UserError
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.records.read import RecordError, read_json_record
+from hpc_runner.records.rundir import RunDir
+from hpc_runner.registry.user_config import load_user_config
 
 SETTINGS_FILE = "tracking.json"  # in the run dir (a sweep's: in base/)
 RUN_FILE = "mlflow-run.json"  # in the run dir: the MLflow run it logs to, reused on resume
@@ -62,7 +67,6 @@ def parse_tracking_option(value: Any, where: str | None = None) -> dict[str, Any
                 where=where,
                 expected="--tracking mlflow, or a .json/.yaml file of MONAI tracking settings",
             )
-        from hpc_runner.config.loader import load_file
 
         # as MONAI reads it (ConfigParser.load_config_files): JSON or YAML, duplicate keys checked
         data = load_file(path, mapping=False).data
@@ -85,8 +89,6 @@ def parse_tracking_option(value: Any, where: str | None = None) -> dict[str, Any
 
 def record_settings(run_dir: Path, settings: dict[str, Any]) -> None:
     """Keep ``settings`` in the run dir so jobs and resumes track the same way."""
-    from hpc_runner.records.atomic import write_text_atomic
-
     write_text_atomic(Path(run_dir) / SETTINGS_FILE, dumps_json(settings, indent=2) + "\n")
 
 
@@ -99,8 +101,6 @@ def sweep_dir_of(run_dir: Path) -> Path | None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    from hpc_runner.records.read import read_json_record
-
     try:  # the one bounded reader; damaged or missing: None
         return read_json_record(path, "settings file")
     except UserError:
@@ -123,8 +123,6 @@ def point_overrides(run_dir: Path) -> dict[str, Any] | None:
     sweep's whole record (7 s at 10,000 points in pure-Python YAML)."""
     if sweep_dir_of(run_dir) is None:
         return None
-    from hpc_runner.records.read import RecordError
-    from hpc_runner.records.rundir import RunDir
 
     try:
         sweep = RunDir(run_dir).record().get("sweep")
@@ -156,8 +154,6 @@ def run_name(run_dir: Path) -> str:
 
 
 def _user_tracking(environ: Mapping[str, str]) -> dict[str, Any]:
-    from hpc_runner.registry.user_config import load_user_config
-
     value = load_user_config(environ).get(USER_KEY) or {}
     return value if isinstance(value, dict) else {}
 

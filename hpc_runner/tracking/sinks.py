@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from hpc_runner.tracking.session import current_run
+from hpc_runner.tracking.tensorboard import open_writer
+
 _SKIP = ("kind", "step", "epoch", "batch")
 
 
@@ -90,8 +93,6 @@ def open_sinks(trainer: Any) -> list[TrainerSink]:
     """Return the sinks of this Trainer's run: TensorBoard and the runner's MLflow run (rank 0, with a run dir)."""
     if not trainer.main or trainer.output_dir is None:
         return []
-    from hpc_runner.tracking.session import current_run
-    from hpc_runner.tracking.tensorboard import open_writer
 
     writer = open_writer(trainer.output_dir, purge_step=trainer.step)
     run = current_run()

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpc_runner.scheduler.executor import is_scheduler_job
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.submitted import Submitted
+from hpc_runner.tune.submit import run_workers_here, send_workers, worker_jobs
 from hpc_runner.tune.trials import RUNNING
 
 
@@ -31,8 +35,6 @@ class TunePlan:
 
 def plan_tune_resume(record: Any, queued: set[str]) -> TunePlan:
     """Sort the workers of a tune's ``record`` given the job ids ``queued`` (squeue's pending and running)."""
-    from hpc_runner.tune.submit import worker_jobs
-
     jobs = worker_jobs(record)
     size = max(len(jobs), 1)  # the tune's --parallel: its first submission started workers 0..K-1
     alive = sorted(i for i, job in jobs.items() if job in queued)
@@ -49,11 +51,6 @@ def resume_tune(directory: Any, record: Any, profile: Any, *, hold: bool = False
                 dry_run: bool = False, log: Any = print) -> tuple[TunePlan, Any]:
     """Plan and start the workers a tune dir needs; return the plan and the submission (None when none)."""
     from pathlib import Path
-
-    from hpc_runner.scheduler.executor import is_scheduler_job
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.submitted import Submitted
-    from hpc_runner.tune.submit import run_workers_here, send_workers, worker_jobs
 
     executor = executor_for(profile)
     jobs = [j for j in worker_jobs(record).values() if is_scheduler_job(j)]

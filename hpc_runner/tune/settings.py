@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.tune.study import DIRECTIONS, make_pruner, make_sampler
 
 TUNE_KEY = "tune"
 
@@ -26,8 +27,6 @@ class TuneSettings:
 
     def check(self) -> None:
         """Raise UserError on a budget, direction, sampler or pruner that cannot work (the space separately)."""
-        from hpc_runner.tune.study import DIRECTIONS, make_pruner, make_sampler
-
         if not isinstance(self.trials, int) or isinstance(self.trials, bool) or self.trials < 1:
             raise UserError(f"--trials {self.trials} is not a number of trials", expected="--trials N with N >= 1")
         if not self.metric:

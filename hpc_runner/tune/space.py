@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.config.ids import normalize_id
-from hpc_runner.errors import UserError
+from hpc_runner.config.values import parse_value
+from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.records.json_out import json_copy
+from hpc_runner.sweep.spec import split_top_level
 
 ADD_PREFIX = "+"  # as in sweeps: ``+id`` adds an id the config does not have
 FUNCTIONS = ("loguniform", "uniform", "int", "choice")
@@ -120,10 +122,6 @@ def _check_id(key: str, text: str) -> str:
 
 
 def _values(args: str, text: str, id_: str) -> list[Any]:
-    from hpc_runner.config.values import parse_value
-    from hpc_runner.errors import ConfigError
-    from hpc_runner.sweep.spec import split_top_level
-
     try:
         items = split_top_level(args)
     except ValueError as exc:

@@ -15,7 +15,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.engine.runner import check_entry
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.records.rundir import check_folder_path, now_iso
+from hpc_runner.scheduler.executor import JobRequest
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.governor import outside_the_job
+from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.sweep.submission import _fresh_dir, _remove_sweep, default_sweep_dir
+from hpc_runner.sweep.submitted import Submitted
+from hpc_runner.tune.trials import FAILED
+from hpc_runner.tune.tune_dir import check_space, create_tune_dir
+from hpc_runner.tune.worker import run_tune_worker
 
 Log = Callable[[str], None]
 
@@ -42,13 +54,6 @@ def submit_tune(
     preflight: bool = True,
 ) -> Any:
     """Check the space, write the tune dir and start ``parallel`` workers; return a Submitted."""
-    from hpc_runner.engine.runner import check_entry
-    from hpc_runner.records.rundir import check_folder_path
-    from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep.submission import _fresh_dir, _remove_sweep, default_sweep_dir
-    from hpc_runner.sweep.submitted import Submitted
-    from hpc_runner.tune.tune_dir import check_space, create_tune_dir
-
     workers = check_workers(parallel, settings.trials)
     executor = executor_for(profile)
     executor.check_time()
@@ -84,9 +89,6 @@ def submit_tune(
 
 def run_workers_here(directory: Path, executor: Any, out: Any, log: Log) -> None:
     """Run the workers the local executor was given, one after another; count the trials that failed."""
-    from hpc_runner.sweep.ledger import SweepRecord
-    from hpc_runner.tune.trials import FAILED
-
     executor.run_pending(log)
     out.ran_here = True
     out.local_failures = sum(1 for p in SweepRecord.load(directory).points if p.get("state") == FAILED)
@@ -115,12 +117,6 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
     the submit limits let in now (``workers_within``); record it. The sbatch counts in the tune's budget of
     sbatch calls as a sweep's do (``Ledger.count_submit_call``: ClusterError, and nothing submitted, once it is
     spent)."""
-    from hpc_runner.records.rundir import now_iso
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.sweep import ledger as sr
-    from hpc_runner.sweep.governor import outside_the_job
-    from hpc_runner.tune.worker import run_tune_worker
-
     sweep_dir = str(Path(directory).resolve())
     # Held over the sbatch: a worker that starts at once must find its submission recorded.
     with sr.locked(directory) as ledger:
@@ -160,10 +156,6 @@ def worker_jobs(record: Any) -> dict[int, str]:
 
 
 def _dry_run(cfg: Any, directory: Path, settings: Any, executor: Any, workers: int, hold: bool, note: str) -> Any:
-    from hpc_runner.scheduler.executor import JobRequest
-    from hpc_runner.sweep import ledger as sr
-    from hpc_runner.sweep.submitted import Submitted
-
     out = Submitted(directory, dry_run=True)
     out.notes.append(f"{settings.trials} trial(s) by {workers} worker(s), space valid ({note})")
     request = JobRequest(job_name=f"hpcr-tune-{cfg.name}", folder=directory / sr.SWEEP_JOB_FOLDER, chdir=os.getcwd(),

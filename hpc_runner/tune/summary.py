@@ -11,7 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.tune.settings import TuneSettings
+from hpc_runner.tune.study import read_study
 
 STATES = ("completed", "pruned", "failed", "running")
 
@@ -64,9 +68,6 @@ class TuneSummary:
 
 def summarize(sweep_dir: str | Path) -> TuneSummary:
     """Read sweep.yaml and the journal of the tune dir ``sweep_dir``."""
-    from hpc_runner.sweep.ledger import SweepRecord
-    from hpc_runner.tune.settings import TuneSettings
-
     record = SweepRecord.load(Path(sweep_dir))
     settings = TuneSettings.from_record(record.data.get("tune"), where=str(Path(sweep_dir) / "sweep.yaml"))
     trials = [_trial(p) for p in record.points if p.get("trial") is not None]  # claimed by a worker
@@ -106,8 +107,6 @@ def _trial(p: dict[str, Any]) -> Trial:
 
 
 def _open(sweep_dir: str | Path) -> Any:
-    from hpc_runner.tune.study import read_study
-
     return read_study(sweep_dir)  # read-only: no journal line, no lock (status --no-submit writes nothing)
 
 
@@ -195,8 +194,6 @@ def trial_table(summary: TuneSummary) -> str:
 
 def write_summary(summary: TuneSummary, folder: Path) -> tuple[Path, Path]:
     """Write tune.md and tune.json into ``folder`` atomically; return their paths."""
-    from hpc_runner.records.atomic import write_text_atomic
-
     md = write_text_atomic(folder / "tune.md", f"# Tune\n\n{render(summary)}\n\n{trial_table(summary)}\n")
     js = write_text_atomic(folder / "tune.json", dumps_json(summary.to_json(), indent=1, default=str) + "\n")
     return Path(md), Path(js)

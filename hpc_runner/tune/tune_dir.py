@@ -12,15 +12,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config import preflight as config_preflight
+from hpc_runner.config.bundle_config import apply_overrides
+from hpc_runner.config.monai_bridge import warn_code_once
+from hpc_runner.config.overrides import Override
+from hpc_runner.engine.runner import check_entry, prepare_run
+from hpc_runner.errors import UserError
+from hpc_runner.records.rundir import command_line, now_iso
+from hpc_runner.sweep import ledger as sr
+from hpc_runner.sweep.check import check_points, make_override
+from hpc_runner.tune.direction import MODE_OF, settle_direction
 from hpc_runner.tune.settings import TUNE_KEY, TuneSettings
+from hpc_runner.tune.space import parse_space, space_corners
+from hpc_runner.tune.study import rehearse
 
 
 def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry: str | None = None) -> str:
     """Raise a UserError when a corner of the space is not a valid config; return what was checked."""
-    from hpc_runner.sweep.check import check_points, make_override
-    from hpc_runner.tune.space import parse_space, space_corners
-    from hpc_runner.tune.study import rehearse
-
     _decide_direction(cfg, settings)
     settings.check()
     _check_metric(cfg.config, settings.metric)
@@ -29,11 +37,8 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry:
     corners = space_corners(space)
     note = f"{len(corners)} corner point(s) of the space: " + check_points(cfg, corners)
     if preflight:
-        from hpc_runner.config.preflight import check_points as preflight_points
-
-        note += "; " + preflight_points(cfg, [[make_override(k, v) for k, v in p.items()] for p in corners],
-                                        entry=entry or "run")
-    from hpc_runner.config.monai_bridge import warn_code_once
+        note += "; " + config_preflight.check_points(
+            cfg, [[make_override(k, v) for k, v in p.items()] for p in corners], entry=entry or "run")
 
     warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))  # once for the tune, not in each worker
     return note
@@ -41,10 +46,6 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry:
 
 def _decide_direction(cfg: Any, settings: TuneSettings) -> None:
     """Settle ``settings.direction`` once and tell the trainers that state no metric_mode (tune/direction.py)."""
-    from hpc_runner.config.bundle_config import apply_overrides
-    from hpc_runner.config.overrides import Override
-    from hpc_runner.tune.direction import MODE_OF, settle_direction
-
     given = settings.direction
     settings.direction, untold = settle_direction(cfg.config, settings.metric, given)
     overrides = [Override(f"{p}::metric_mode", MODE_OF[settings.direction], "hpc-runner",
@@ -70,8 +71,6 @@ def _metric_names(node: Any, path: str = "") -> dict[str, Any]:
 
 def _check_metric(config: Any, metric: str) -> None:
     """Refuse a --metric that no trainer of the config reports (when the config names its metrics plainly)."""
-    from hpc_runner.errors import UserError
-
     names = _metric_names(config)
     plain = {k: v for k, v in names.items() if isinstance(v, str) and not v.startswith(("@", "$", "%"))}
     if plain and len(plain) == len(names) and metric not in plain.values():
@@ -91,11 +90,6 @@ def create_tune_dir(
     preflight: bool = True,
 ) -> Any:
     """Check the space, then write ``directory`` (base/ and sweep.yaml); return the SweepRecord."""
-    from hpc_runner.engine.runner import check_entry, prepare_run
-    from hpc_runner.records.rundir import command_line, now_iso
-    from hpc_runner.sweep import ledger as sr
-    from hpc_runner.tune.space import parse_space
-
     check_entry(cfg, entry)
     note = check_space(cfg, settings, preflight, entry)
     directory = Path(directory)

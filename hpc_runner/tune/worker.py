@@ -24,8 +24,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.engine import validation_hooks
+from hpc_runner.engine.stop import Pruned, clear_stop, install_stop_handlers, stop_requested
+from hpc_runner.progress_bars import no_bars_without_a_terminal
+from hpc_runner.quick_exit import freeze_at_exit
+from hpc_runner.records.metrics_log import read_metrics
+from hpc_runner.records.rundir import LOG_FILE, METRICS_FILE, RunDir
+from hpc_runner.resources.shares import device_binding
+from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import job_entry
+from hpc_runner.scheduler.job_env import own_job_id, requeue_job
+from hpc_runner.sweep.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
+from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.tune import trials
+from hpc_runner.tune.settings import TuneSettings
+from hpc_runner.tune.space import parse_space
+from hpc_runner.tune.study import open_study
 from hpc_runner.tune.trials import COMPLETED, FAILED, FINISHED, PRUNED, RUNNING
 
 PREEMPTED = "preempted"  # the worker's outcome when a stop request checkpointed its trial
@@ -36,16 +50,6 @@ def run_tune_worker(
     sweep_dir: str | Path, worker_index: int, job_record: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Run trials of the tune in ``sweep_dir`` until its budget is started; return this worker's counts."""
-    from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
-    from hpc_runner.progress_bars import no_bars_without_a_terminal
-    from hpc_runner.quick_exit import freeze_at_exit
-    from hpc_runner.resources.threads import use_cpu_budget
-    from hpc_runner.scheduler.job_env import own_job_id, requeue_job
-    from hpc_runner.sweep.ledger import SweepRecord
-    from hpc_runner.tune.settings import TuneSettings
-    from hpc_runner.tune.space import parse_space
-    from hpc_runner.tune.study import open_study
-
     freeze_at_exit()
     no_bars_without_a_terminal()
     sweep_dir = str(Path(sweep_dir).resolve())
@@ -127,8 +131,6 @@ def _finish_trial(
     job_record: dict[str, Any] | None, worker_index: int,
 ) -> str:
     """Run (or continue) one trial, tell Optuna how it ended and record it; return its state or PREEMPTED."""
-    from hpc_runner.records.rundir import RunDir
-
     frozen = _frozen(study, point["trial"])
     if frozen.state.is_finished():  # told before the worker was killed: only sweep.yaml is behind
         state = {"COMPLETE": COMPLETED, "PRUNED": PRUNED}.get(frozen.state.name, FAILED)
@@ -159,12 +161,6 @@ def _run_trial(
 ) -> tuple[str, str | None]:
     """Run the trial's point dir in this process with the pruning listener; return (state, error)."""
     import optuna
-
-    from hpc_runner.engine import validation_hooks
-    from hpc_runner.engine.stop import Pruned
-    from hpc_runner.records.rundir import LOG_FILE, RunDir
-    from hpc_runner.resources.shares import device_binding
-    from hpc_runner.sweep.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
 
     trial = optuna.trial.Trial(study, point["trial_id"])  # the same trial after a requeue, not a new one
     reported = set(_frozen(study, point["trial"]).intermediate_values)
@@ -223,9 +219,6 @@ def _record(sweep_dir: str, point: dict[str, Any], state: str, value: float | No
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    from hpc_runner.records.metrics_log import read_metrics
-    from hpc_runner.records.rundir import METRICS_FILE
-
     return read_metrics(run_dir / METRICS_FILE)
 
 

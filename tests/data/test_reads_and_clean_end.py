@@ -67,7 +67,8 @@ def test_in_place_loads_hold_a_read_slot_and_are_counted_per_load(tmp_path: Path
 def test_loads_of_a_staged_copy_are_local_neither_bounded_nor_shared(tmp_path: Path) -> None:
     paths = _files(tmp_path / "copy", 6)
     (tmp_path / "slots").mkdir()
-    reads.configure(reads.policy_for_run(StageSettings(read_slots=1), str(tmp_path / "slots"), [str(tmp_path / "copy")]))
+    policy = reads.policy_for_run(StageSettings(read_slots=1), str(tmp_path / "slots"), [str(tmp_path / "copy")])
+    reads.configure(policy)
     t = SlowRead()
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(lambda p: reads.call_reading(lambda: t(p), t, p), paths))
@@ -226,8 +227,8 @@ def test_measured_loads_replace_the_in_place_estimate_in_data_io(tmp_path: Path)
     estimate = json.loads((tmp_path / "data_io.json").read_text())["shared_bytes"]
     assert estimate == staging.folder_bytes(data)
     for _ in range(2):  # two ranks on the node add theirs
-        record_loads(tmp_path, run, {"loads": 4, "loaded_bytes": 20_000, "shared_loads": 4, "shared_load_bytes": 20_000},
-                     attempt=0)
+        loads = {"loads": 4, "loaded_bytes": 20_000, "shared_loads": 4, "shared_load_bytes": 20_000}
+        record_loads(tmp_path, run, loads, attempt=0)
     io = json.loads((tmp_path / "data_io.json").read_text())
     assert io["measured"] and io["shared_bytes"] == 40_000 and io["tasks"][0]["loads"] == 8
     assert record_loads(tmp_path, run, {"loads": 0}, attempt=0) is None  # nothing loaded here: left as it is

@@ -40,7 +40,8 @@ def test_status_shows_each_points_shared_reads_in_text_and_json(local_sweep: Pat
     header = next(line for line in text.stdout.splitlines() if line.lstrip().startswith("point"))
     assert "shared MB" in header
     for i, b in expected.items():
-        assert any(line.split()[:1] == [str(i)] and f"{b / 1e6:.1f}" in line.split() for line in text.stdout.splitlines())
+        lines = text.stdout.splitlines()
+        assert any(line.split()[:1] == [str(i)] and f"{b / 1e6:.1f}" in line.split() for line in lines)
 
 
 def test_collect_has_the_per_point_shared_mb_column(local_sweep: Path, tmp_path: Path) -> None:

@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from hpc_runner.cli.pipeline import cancel_main, collect_main, report_main, resume_main, status_main
+from hpc_runner.pages.run_report import report_run
+from hpc_runner.pipeline.record import is_pipeline_dir
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import RecordError
+from hpc_runner.report.sweep_report import report_sweep
+from hpc_runner.sweep.cancel import cancel_target
 from hpc_runner.sweep.submission import top_up as top_up_sweep
 from hpc_runner.sweep.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
+from hpc_runner.tune.summary import render, summarize
 
 
 class CommandTarget(ABC):
@@ -57,20 +63,19 @@ class PointsCommands(CommandTarget):
 
     def status(self, args: argparse.Namespace) -> int:
         """Print the points' states (cli/status.py), topping up the waiting ones unless --no-submit."""
-        from hpc_runner.cli.targets.points_status import show_points
+        from hpc_runner.cli.targets.points_status import show_points  # deferred: cycle (points_* import cli.targets)
 
         return show_points(args, self.readable())
 
     def cancel(self, args: argparse.Namespace) -> int:
         """Cancel the queued and running jobs of the points (one call to the scheduler)."""
-        from hpc_runner.sweep.cancel import cancel_target
-
         out = cancel_target(self.readable())
         print(f"hpc-runner: {out.message}")
         return 0
 
     def collect(self, args: argparse.Namespace) -> int:
         """Write results.csv and results.md (cli/collect.py), then what this kind adds to them."""
+        # deferred: cycle (points_* import cli.targets)
         from hpc_runner.cli.targets.points_collect import collect_points
 
         return self.collect_more(collect_points(args, self.readable()), args.out)
@@ -124,14 +129,12 @@ class Run(RunTarget, PointsCommands):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Resubmit the run when it failed (cli/resume.py)."""
-        from hpc_runner.cli.targets.points_resume import resume_run_dir
+        from hpc_runner.cli.targets.points_resume import resume_run_dir  # deferred: cycle (points_* import cli.targets)
 
         return resume_run_dir(args, self.readable())
 
     def write_report(self, each_run: bool) -> Any:
         """Write the run's report (its own plots: ``each_run`` is for sweeps)."""
-        from hpc_runner.pages.run_report import report_run
-
         return report_run(self.path)
 
 
@@ -144,6 +147,7 @@ class Sweep(SweepTarget, PointsCommands):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Resubmit the failed and missing points (cli/resume.py)."""
+        # deferred: cycle (points_* import cli.targets)
         from hpc_runner.cli.targets.points_resume import resume_sweep_dir
 
         return resume_sweep_dir(args, self)
@@ -152,6 +156,7 @@ class Sweep(SweepTarget, PointsCommands):
         """A sharded sweep merges its shards' cases.csv into one table (1 when a shard has none)."""
         assert self.record is not None  # a sweep dir always has its sweep.yaml
         if self.record.data.get("shards"):
+            # deferred: cycle (points_* import cli.targets)
             from hpc_runner.cli.targets.points_collect import collect_cases
 
             return collect_cases(self, states, out)
@@ -159,8 +164,6 @@ class Sweep(SweepTarget, PointsCommands):
 
     def write_report(self, each_run: bool) -> Any:
         """Write the sweep's report (``each_run``: each point's own report too, linked)."""
-        from hpc_runner.report.sweep_report import report_sweep
-
         return report_sweep(self.path, each_run)
 
     def right_size_again(self) -> str:
@@ -173,21 +176,20 @@ class Tune(TuneTarget, Sweep):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Restart the tune's workers (cli/resume.py)."""
+        # deferred: cycle (points_* import cli.targets)
         from hpc_runner.cli.targets.points_resume import resume_tune_dir
 
         return resume_tune_dir(args, self)
 
     def collect_more(self, states: list[Any], out: str | None) -> int:
         """Write tune.md and tune.json (trials, best, rungs, importances) and print the summary."""
-        from hpc_runner.cli.targets.points_collect import collect_tune
+        from hpc_runner.cli.targets.points_collect import collect_tune  # deferred: cycle (points_* import cli.targets)
 
         collect_tune(self, out)
         return super().collect_more(states, out)
 
     def print_summary(self, as_json: bool) -> None:
         """Print the trials' summary: counts, best so far, rungs, importances."""
-        from hpc_runner.tune.summary import render, summarize
-
         summary = summarize(self.path)
         print(dumps_json({"tune": summary.to_json()}, default=str) if as_json else render(summary))
 
@@ -201,32 +203,22 @@ class Pipeline(CommandTarget):
 
     def status(self, args: argparse.Namespace) -> int:
         """Print every stage's state (``--all``: each search's points too)."""
-        from hpc_runner.cli.pipeline import status_main
-
         return status_main(args)
 
     def resume(self, args: argparse.Namespace) -> int:
         """Queue again only the stages that failed or never ran."""
-        from hpc_runner.cli.pipeline import resume_main
-
         return resume_main(args)
 
     def cancel(self, args: argparse.Namespace) -> int:
         """Cancel every stage still queued or running."""
-        from hpc_runner.cli.pipeline import cancel_main
-
         return cancel_main(args)
 
     def collect(self, args: argparse.Namespace) -> int:
         """Write pipeline.md and pipeline.json (the chain)."""
-        from hpc_runner.cli.pipeline import collect_main
-
         return collect_main(args)
 
     def report(self, args: argparse.Namespace) -> int:
         """Write report.html of the chain, each stage's own report linked."""
-        from hpc_runner.cli.pipeline import report_main
-
         return report_main(args)
 
 
@@ -235,8 +227,6 @@ def open_target(path: str | Path, unknown: Callable[[Path], Exception] | None = 
 
     A dir that is none of these raises sweep/targets.py's NotATarget (exit 2), or ``unknown(path)`` when a
     command names what it expected its own way (``report``)."""
-    from hpc_runner.pipeline.record import is_pipeline_dir
-
     if is_pipeline_dir(path):
         return Pipeline(Path(path))
     try:

@@ -5,22 +5,24 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hpc_runner.records.read import read_record_text
+from hpc_runner.sweep.collect import read_summaries, result_rows, write_results
+from hpc_runner.sweep.right_size import for_target, suggested_for
+from hpc_runner.sweep.shards import merge_cases, write_cases
+from hpc_runner.sweep.usage import usages
+from hpc_runner.tune.summary import render, summarize, write_summary
+
 MAX_PRINTED_ROWS = 50
 
 
 def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
     """``collect DIR`` of a run, sweep or tune dir: results.csv and results.md; return the points' states."""
-    from hpc_runner.sweep.collect import result_rows, write_results
-    from hpc_runner.sweep.usage import usages
-
     states, answer, summaries = _states_and_summaries(target)
     used = usages(states, answer) if answer is not None else None  # once, for the rows and the right-size line
     # what each point's job used: the same sacct call
     columns, rows = result_rows(target, states, answer, used, summaries)
     csv_path, md_path = write_results(target, columns, rows, args.out)
     if not args.quiet:
-        from hpc_runner.records.read import read_record_text
-
         text = (read_record_text(md_path, "results table") or "").splitlines()
         print("\n".join(text[: MAX_PRINTED_ROWS + 2]))
         if len(text) > MAX_PRINTED_ROWS + 2:
@@ -33,15 +35,11 @@ def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
 def _states_and_summaries(target: Any) -> tuple[list[Any], Any, dict[str, Any]]:
     """Every point's state, and every point's summary.json read while the scheduler answers (10,000 small reads
     at 10,000 points, hidden behind sacct's ~0.2 s on SLURM)."""
-    from hpc_runner.sweep.collect import read_summaries
-
     return target.states_beside(lambda: read_summaries(target.run_dir(p) for p in target.points))
 
 
 def _right_size(target, states, answer, used=None) -> None:
     """At the end of a sweep: what the next submission should ask for (sweep/right_size.py)."""
-    from hpc_runner.sweep.right_size import for_target, suggested_for
-
     if suggested_for(target, states):
         suggestion = for_target(target, states, answer, used)
         print(f"right-size: {suggestion.line()}")
@@ -52,8 +50,6 @@ def _right_size(target, states, answer, used=None) -> None:
 def collect_cases(target: Any, states: list[Any], out: str | None) -> int:
     """Merge the shards' cases.csv into one table; 1 when a shard has none or a case is in two shards."""
     from pathlib import Path
-
-    from hpc_runner.sweep.shards import merge_cases, write_cases
 
     merged = merge_cases([(int(s.params.get("shard_index", s.index)), s.run_dir) for s in states])
     csv_path, _ = write_cases(merged, Path(out) if out else target.path)
@@ -73,8 +69,6 @@ def collect_cases(target: Any, states: list[Any], out: str | None) -> int:
 def collect_tune(target: Any, out: str | None) -> None:
     """Write tune.md and tune.json (trials, best, rungs, importances) and print the summary."""
     from pathlib import Path
-
-    from hpc_runner.tune.summary import render, summarize, write_summary
 
     summary = summarize(target.path)
     md, js = write_summary(summary, Path(out) if out else target.path)

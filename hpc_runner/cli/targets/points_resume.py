@@ -7,11 +7,25 @@ import shlex
 from typing import Any
 
 from hpc_runner.cli.sweep import apply_right_size
+from hpc_runner.config.overrides import parse_cli_overrides
+from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.scheduler.profiles import check_settings, checked_from_record, load_profile, parse_setting_overrides
+from hpc_runner.sweep.check import check_extra_overrides
+from hpc_runner.sweep.resume import (
+    plan_resume,
+    record_retry_rules,
+    resume_run,
+    resume_sweep,
+    set_submit_budget,
+    top_up_waiting,
+)
+from hpc_runner.sweep.retry import parse_rules
+from hpc_runner.sweep.states import DONE
+from hpc_runner.tune.resume import resume_tune
 
 
 def _profile(args: argparse.Namespace, recorded: dict):
-    from hpc_runner.scheduler.profiles import check_settings, checked_from_record, load_profile, parse_setting_overrides
-
     changes = parse_setting_overrides(args.slurm)
     if args.cluster:
         return load_profile(args.cluster, changes)
@@ -32,8 +46,6 @@ def _recorded_profile(args: argparse.Namespace, target: Any) -> Any:
 
 def resume_tune_dir(args: argparse.Namespace, target: Any) -> int:
     """``resume DIR`` of a tune dir: restart its workers."""
-    from hpc_runner.sweep.retry import parse_rules
-
     parse_rules(args.retry)  # a bad --retry rule is refused first, as for a sweep dir
     profile = _recorded_profile(args, target)
     _set_submit_budget(args, target)
@@ -44,7 +56,6 @@ def _set_submit_budget(args: argparse.Namespace, target: Any) -> None:
     """``--max-submit-calls N``: record the sweep's (or tune's) new budget of sbatch calls before anything goes."""
     if getattr(args, "max_submit_calls", None) is None or args.dry_run:
         return
-    from hpc_runner.sweep.resume import set_submit_budget
 
     target.record = set_submit_budget(target.path, args.max_submit_calls)
     target.points = target.record.points
@@ -53,12 +64,6 @@ def _set_submit_budget(args: argparse.Namespace, target: Any) -> None:
 def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
     """``resume DIR`` of a sweep dir: resubmit its failed and missing points."""
     d = shlex.quote(str(target.path))
-    from hpc_runner.config.overrides import parse_cli_overrides
-    from hpc_runner.config.recorded import load_recorded_config
-    from hpc_runner.scheduler.profiles import parse_setting_overrides
-    from hpc_runner.sweep.check import check_extra_overrides
-    from hpc_runner.sweep.resume import plan_resume, resume_sweep
-    from hpc_runner.sweep.retry import parse_rules
 
     rules = parse_rules(args.retry)
     profile = _recorded_profile(args, target)
@@ -83,11 +88,7 @@ def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
         f"{len(plan.resubmit)} to resubmit"
     )
     if not plan.resubmit:
-        from hpc_runner.sweep.resume import top_up_waiting
-
         if rules:
-            from hpc_runner.sweep.resume import record_retry_rules
-
             record_retry_rules(target.path, rules)
         sent = top_up_waiting(target, print)  # points waiting for a submit slot go now if slots are free
         print("hpc-runner: nothing to resubmit" + (f"; {sent} waiting point(s) submitted" if sent else ""))
@@ -123,9 +124,6 @@ def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
 
 def _resume_tune(args: argparse.Namespace, target, profile) -> int:
     """Restart the tune's workers: those whose trial was left running, then some for the unspent budget."""
-    from hpc_runner.errors import UserError
-    from hpc_runner.tune.resume import resume_tune
-
     if args.points or args.cause or args.override_tokens:
         raise UserError(f"{target.path} is a tune dir: resume restarts its workers; --points, --cause and "
                         "overrides are for sweep dirs", expected="hpc-runner resume DIR [--cluster P] [--slurm K=V]")
@@ -148,10 +146,6 @@ def _resume_tune(args: argparse.Namespace, target, profile) -> int:
 
 def resume_run_dir(args: argparse.Namespace, target: Any) -> int:
     """``resume DIR`` of a run dir: resubmit the run when it failed (it continues from its newest checkpoint)."""
-    from hpc_runner.errors import ClusterError
-    from hpc_runner.sweep.resume import resume_run
-    from hpc_runner.sweep.states import DONE
-
     if args.retry:
         raise ClusterError("--retry rules are for sweep dirs", where=str(target.path),
                            expected="hpc-runner resume RUN_DIR [--slurm KEY=VALUE] [--right-size DIR]")

@@ -6,7 +6,13 @@ import argparse
 import time
 from typing import Any
 
+from hpc_runner.data.staging import shared_bytes_of
 from hpc_runner.records.json_out import dumps_json
+from hpc_runner.report.status_table import render
+from hpc_runner.report.watch import is_pending, watch_status
+from hpc_runner.sweep.right_size import for_target, suggested_for
+from hpc_runner.sweep.states import ENDED_WELL
+from hpc_runner.sweep.usage import point_usage
 
 
 def _top_up(target: Any, quiet: bool = False) -> int:
@@ -40,14 +46,8 @@ def _stepped_states(target: Any, step: Any) -> tuple[Any, list[Any], Any]:
 
 def show_points(args: argparse.Namespace, target: Any) -> int:
     """``status DIR`` of a run, sweep or tune dir (``target``, opened by cli/targets.py): its points' states."""
-    from hpc_runner.report.status_table import render
-    from hpc_runner.report.watch import is_pending
-    from hpc_runner.sweep.states import ENDED_WELL
-
     step = None if args.no_submit else (lambda t: _top_up(t, quiet=True))
     if args.watch:
-        from hpc_runner.report.watch import watch_status
-
         watched = watch_status(target, args.interval, timeout=args.timeout, top_up=step,
                                render=lambda t, s, a: render(t, s, a, args.all))
         if watched.interrupted:
@@ -68,8 +68,6 @@ def show_points(args: argparse.Namespace, target: Any) -> int:
             break
         time.sleep(args.interval)
         target = target.reload()  # each poll reads the record again: tasks and workers change it
-    from hpc_runner.data.staging import shared_bytes_of
-    from hpc_runner.sweep.usage import point_usage
 
     if args.json:
         for s in states:
@@ -106,8 +104,6 @@ def show_points(args: argparse.Namespace, target: Any) -> int:
 
 def _right_size(target: Any, states: list[Any], answer: Any, as_json: bool) -> None:
     """At the end of a sweep (or run): what the next submission should ask for (sweep/right_size.py)."""
-    from hpc_runner.sweep.right_size import for_target, suggested_for
-
     if not suggested_for(target, states):
         return
     suggestion = for_target(target, states, answer)

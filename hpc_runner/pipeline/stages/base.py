@@ -17,6 +17,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpc_runner.config import preflight as config_preflight
+from hpc_runner.engine.runner import check_entry
+from hpc_runner.errors import UserError
+from hpc_runner.report.build import build_report
 from hpc_runner.scheduler.dependency import AFTER_OK
 
 if TYPE_CHECKING:
@@ -91,7 +95,7 @@ class StageKind:
     def configure(self, spec: PipelineSpec, sc: StageConfig, bundle_dir: Path, directory: Path,
                   choices: dict[str, dict[str, Any]]) -> None:
         """Load the stage's config into ``sc``: its overrides and what it takes from its select stage."""
-        from hpc_runner.pipeline.configs import configure_stage
+        from hpc_runner.pipeline.configs import configure_stage  # deferred: cycle (pipeline/__init__ loads stages)
 
         configure_stage(spec, sc, bundle_dir, directory, choices)
 
@@ -145,7 +149,7 @@ class StageKind:
 
     def resume_action(self, record: PipelineRecord, name: str, inputs_again: bool) -> str:
         """Return what ``resume`` does with the stage when it did not complete (pipeline/resume.py)."""
-        from hpc_runner.pipeline.resume import AGAIN
+        from hpc_runner.pipeline.resume import AGAIN  # deferred: cycle (pipeline/__init__ loads stages)
 
         return AGAIN
 
@@ -165,8 +169,8 @@ class StageKind:
 
     def look(self, record: PipelineRecord, v: StageView, state: str | None) -> None:
         """Fill in the view of a stage with recorded ``state``: a queued one from its job's state."""
-        from hpc_runner.pipeline import record as pr
-        from hpc_runner.pipeline.view import from_job
+        from hpc_runner.pipeline import record as pr  # deferred: cycle (pipeline/__init__ loads stages)
+        from hpc_runner.pipeline.view import from_job  # deferred: cycle (pipeline/__init__ loads stages)
 
         if state == pr.QUEUED:
             from_job(record, v)
@@ -185,36 +189,30 @@ class FolderStage(StageKind):
 
     def preflight(self, sc: StageConfig, configs: dict[str, StageConfig], cache: Any) -> str | None:
         """Check the stage's entry, then its config as its kind runs it."""
-        from hpc_runner.engine.runner import check_entry
-
         assert sc.cfg is not None
         check_entry(sc.cfg, sc.stage.entry)
         return self.check_config(sc, configs, cache, sc.stage.entry or "run")
 
     def check_config(self, sc: StageConfig, configs: dict[str, StageConfig], cache: Any, entry: str) -> str:
         """Check the stage's config (config/preflight.py); a stage from a select stage with each value it may get."""
-        from hpc_runner.config.preflight import check_config
-        from hpc_runner.pipeline.preflight import check_consumer
+        from hpc_runner.pipeline.preflight import check_consumer  # deferred: cycle (pipeline/__init__ loads stages)
 
         assert sc.cfg is not None
         if sc.stage.source is None:
-            check_config(sc.cfg, cache, entry=entry)
+            config_preflight.check_config(sc.cfg, cache, entry=entry)
             return "config"
         return check_consumer(sc, configs, cache, entry)
 
     def look(self, record: PipelineRecord, v: StageView, state: str | None) -> None:
         """A queued or done stage: its points' states, from its folder (one scheduler call)."""
-        from hpc_runner.pipeline import record as pr
-        from hpc_runner.pipeline.view import from_folder
+        from hpc_runner.pipeline import record as pr  # deferred: cycle (pipeline/__init__ loads stages)
+        from hpc_runner.pipeline.view import from_folder  # deferred: cycle (pipeline/__init__ loads stages)
 
         if state in (pr.QUEUED, pr.DONE):
             from_folder(v, done=state == pr.DONE)
 
     def report(self, v: StageView) -> Path | None:
         """Write the report of its folder (report/build.py); None when it has none to write."""
-        from hpc_runner.errors import UserError
-        from hpc_runner.report.build import build_report
-
         if v.target is None:
             return None
         try:
@@ -230,13 +228,13 @@ class SearchStage(FolderStage):
 
     def resume_action(self, record: PipelineRecord, name: str, inputs_again: bool) -> str:
         """Resume its folder (failed and missing points, the workers) when it has one, else queue it anew."""
-        from hpc_runner.pipeline.resume import FRESH, POINTS
+        from hpc_runner.pipeline.resume import FRESH, POINTS  # deferred: cycle (pipeline/__init__ loads stages)
 
         return POINTS if (record.stage_dir(name) / "sweep.yaml").is_file() else FRESH
 
     def chain_entry(self, record: PipelineRecord, v: StageView) -> dict[str, Any]:
         """Its results table (results.csv, results.md written into its folder)."""
-        from hpc_runner.pipeline.summary import search_table
+        from hpc_runner.pipeline.summary import search_table  # deferred: cycle (pipeline/__init__ loads stages)
 
         return search_table(v) if v.target is not None else {}
 
@@ -250,6 +248,7 @@ class ConfigStage(FolderStage):
 
     def resume_action(self, record: PipelineRecord, name: str, inputs_again: bool) -> str:
         """Resume its folder when its config already holds the choice, else queue it anew."""
+        # deferred: cycle (pipeline/__init__ loads stages)
         from hpc_runner.pipeline.resume import FRESH, POINTS, took_choice
 
         took = took_choice(record, name, self.prepared_dir(record.stage_dir(name)))

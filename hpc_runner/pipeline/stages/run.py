@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc_runner.pipeline.stages.base import ConfigStage, Log
+from hpc_runner.sweep.states import ENDED_WELL
+from hpc_runner.sweep.submission import submit_run
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.configs import StageConfig
@@ -29,8 +31,6 @@ class RunKind(ConfigStage):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its one job (sweep/submission.py), waiting on ``dependency``."""
-        from hpc_runner.sweep.submission import submit_run
-
         res = submit_run(sc.cfg, sc.stage.entry, sc.profile, directory / sc.name, argv=argv, log=log,
                          preflight=False, dependency=dependency)
         if not res.ran_here:
@@ -43,16 +43,14 @@ class RunKind(ConfigStage):
 
     def look(self, record: PipelineRecord, v: StageView, state: str | None) -> None:
         """Its run's state; once it ended well, its results."""
-        from hpc_runner.pipeline.view import metrics_line
-        from hpc_runner.sweep.states import ENDED_WELL
-
+        from hpc_runner.pipeline.view import metrics_line  # deferred: cycle (pipeline/__init__ loads stages)
         super().look(record, v, state)
         if v.points and v.points[0].state in ENDED_WELL:
             v.detail = "completed: " + metrics_line(v.folder)
 
     def chain_entry(self, record: PipelineRecord, v: StageView) -> dict[str, Any]:
         """Its results (summary.json)."""
-        from hpc_runner.pipeline.view import metrics_line
+        from hpc_runner.pipeline.view import metrics_line  # deferred: cycle (pipeline/__init__ loads stages)
 
         if v.target is None:
             return {}

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpc_runner.pipeline.stages.base import Fail, Log, StageKind
 from hpc_runner.scheduler.dependency import AFTER_ANY
+from hpc_runner.scheduler.profiles import parse_time_minutes
+from hpc_runner.sweep.spec import format_cell
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.configs import StageConfig
@@ -33,6 +35,7 @@ class SelectKind(StageKind):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``select``: the stage it chooses from, the metric and the mode."""
+        # deferred: cycle (pipeline/__init__ loads stages)
         from hpc_runner.pipeline.spec import MODES, _text, _unknown_keys
 
         sel = raw.get("select")
@@ -64,8 +67,6 @@ class SelectKind(StageKind):
 
     def job_settings(self, settings: dict[str, Any], profile: ClusterProfile) -> None:
         """One CPU, no GPU and at most 15 minutes (it reads records and writes a few)."""
-        from hpc_runner.scheduler.profiles import parse_time_minutes
-
         for key in GPU_SETTINGS:
             settings.pop(key, None)
         settings["cpus_per_task"] = 1
@@ -80,14 +81,14 @@ class SelectKind(StageKind):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its job (pipeline/select_job.py)."""
-        from hpc_runner.pipeline.select_job import submit_select
-        from hpc_runner.pipeline.submit import one_job
+        from hpc_runner.pipeline.select_job import submit_select  # deferred: cycle (pipeline/__init__ loads stages)
+        from hpc_runner.pipeline.submit import one_job  # deferred: cycle (pipeline/__init__ loads stages)
 
         return one_job(executor, submit_select(executor, directory, sc.name, dependency), log)
 
     def after_queued(self, directory: Path, sc: StageConfig, jobs: list[str]) -> None:
         """The sweep's top-ups make its job wait on them too."""
-        from hpc_runner.pipeline.select_job import wait_on_sweep
+        from hpc_runner.pipeline.select_job import wait_on_sweep  # deferred: cycle (pipeline/__init__ loads stages)
 
         if jobs:
             wait_on_sweep(directory / str(sc.stage.source), jobs[0])
@@ -102,8 +103,6 @@ class SelectKind(StageKind):
 
     def recorded_detail(self, entry: dict[str, Any]) -> str:
         """The point it chose, and why."""
-        from hpc_runner.sweep.spec import format_cell
-
         chosen = entry.get("chosen") or {}
         if not chosen:
             return ""

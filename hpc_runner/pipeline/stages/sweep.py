@@ -6,7 +6,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpc_runner.config import preflight as config_preflight
+from hpc_runner.errors import UserError
 from hpc_runner.pipeline.stages.base import Fail, Log, SearchStage
+from hpc_runner.sweep.check import check_points as check_values
+from hpc_runner.sweep.check import preflight_overrides
+from hpc_runner.sweep.spec import build_spec
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.configs import StageConfig
@@ -23,7 +28,7 @@ class SweepKind(SearchStage):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``sweep`` (a list of --sweep options), ``zip``, ``pack`` and ``pack_parallel``."""
-        from hpc_runner.pipeline.spec import _positive
+        from hpc_runner.pipeline.spec import _positive  # deferred: cycle (pipeline/__init__ loads stages)
 
         sweeps = raw.get("sweep")
         sweeps = [sweeps] if isinstance(sweeps, str) else sweeps
@@ -38,10 +43,7 @@ class SweepKind(SearchStage):
 
     def plan(self, spec: PipelineSpec, sc: StageConfig) -> None:
         """Its sweep and points (sweep/spec.py)."""
-        from hpc_runner.errors import UserError
-        from hpc_runner.pipeline.spec import where
-        from hpc_runner.sweep.spec import build_spec
-
+        from hpc_runner.pipeline.spec import where  # deferred: cycle (pipeline/__init__ loads stages)
         stage = sc.stage
         try:
             sc.sweep = build_spec(stage.sweep, stage.zip)
@@ -53,13 +55,9 @@ class SweepKind(SearchStage):
 
     def check_config(self, sc: StageConfig, configs: dict[str, StageConfig], cache: Any, entry: str) -> str:
         """Each point's values, then each point's config."""
-        from hpc_runner.config.preflight import check_points
-        from hpc_runner.sweep.check import check_points as check_values
-        from hpc_runner.sweep.check import preflight_overrides
-
         assert sc.cfg is not None
         note = check_values(sc.cfg, sc.points)
-        return note + "; " + check_points(sc.cfg, preflight_overrides(sc.points), cache, entry=entry)
+        return note + "; " + config_preflight.check_points(sc.cfg, preflight_overrides(sc.points), cache, entry=entry)
 
     def group_size(self, sc: StageConfig, max_array: int) -> int:
         """One array of its tasks (``pack`` points each), at most MaxArraySize."""
@@ -68,7 +66,7 @@ class SweepKind(SearchStage):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its points, through the governor (sweep/submission.py), the later stages' slots kept."""
-        from hpc_runner.pipeline.submit import submit_points
+        from hpc_runner.pipeline.submit import submit_points  # deferred: cycle (pipeline/__init__ loads stages)
 
         return submit_points(directory, sc, sc.sweep, dependency, log, reserve, argv)
 

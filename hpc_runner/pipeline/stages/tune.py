@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc_runner.pipeline.stages.base import Fail, Log, SearchStage
+from hpc_runner.tune.settings import TuneSettings
+from hpc_runner.tune.space import parse_space, space_corners
+from hpc_runner.tune.submit import submit_tune
+from hpc_runner.tune.tune_dir import check_space
 
 if TYPE_CHECKING:
     from hpc_runner.pipeline.configs import StageConfig
@@ -25,6 +29,7 @@ class TuneKind(SearchStage):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``tune``: a space, a number of trials and a metric at least (as ``hpc-runner tune``)."""
+        # deferred: cycle (pipeline/__init__ loads stages)
         from hpc_runner.pipeline.spec import MODES, _mapping, _positive, _text, _unknown_keys
 
         tune = _mapping(raw.get("tune"), f"{at}::tune", fail)
@@ -44,9 +49,6 @@ class TuneKind(SearchStage):
 
     def plan(self, spec: PipelineSpec, sc: StageConfig) -> None:
         """Its settings (tune/settings.py) and the corners of its space (what the pre-flight checks)."""
-        from hpc_runner.tune.settings import TuneSettings
-        from hpc_runner.tune.space import parse_space, space_corners
-
         t = sc.stage.tune
         direction = t.get("direction") or {"max": "maximize", "min": "minimize"}[t.get("mode", "max")]
         sc.tune = TuneSettings(space=list(t["space"]), trials=int(t["trials"]), metric=str(t["metric"]),
@@ -57,8 +59,6 @@ class TuneKind(SearchStage):
 
     def check_config(self, sc: StageConfig, configs: dict[str, StageConfig], cache: Any, entry: str) -> str:
         """Its space against the config (tune/tune_dir.py: each corner's config)."""
-        from hpc_runner.tune.tune_dir import check_space
-
         return check_space(sc.cfg, sc.tune, True, entry)
 
     def minimum_jobs(self, sc: StageConfig) -> int:
@@ -70,9 +70,7 @@ class TuneKind(SearchStage):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its workers, as ``hpc-runner tune`` queues them (tune/submit.py)."""
-        from hpc_runner.pipeline.submit import submitted
-        from hpc_runner.tune.submit import submit_tune
-
+        from hpc_runner.pipeline.submit import submitted  # deferred: cycle (pipeline/__init__ loads stages)
         stage = sc.stage
         res = submit_tune(sc.cfg, stage.entry, sc.tune, sc.profile, directory / sc.name,
                           parallel=int(stage.tune.get("parallel", 1)), argv=argv, log=log, preflight=False)

@@ -30,6 +30,7 @@ from hpc_runner.errors import ClusterError
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import read_record_text
 from hpc_runner.scheduler.gridengine.answers import REQUEUE_EXIT, our_task_id
+from hpc_runner.scheduler.gridengine.job_call import memory_error_as_kill
 from hpc_runner.scheduler.job_environment import JobEnvironment, RecordedJob, max_requeues
 
 MAX_HOSTFILE_BYTES = 16 << 20
@@ -176,8 +177,6 @@ class GridEngineJobEnvironment(JobEnvironment):
 
     def around_call(self, args_file: Path) -> contextlib.AbstractContextManager[None]:
         """A ``MemoryError`` in the call ends the job as the kill past ``h_vmem`` would (job_call.py)."""
-        from hpc_runner.scheduler.gridengine.job_call import memory_error_as_kill
-
         return memory_error_as_kill()
 
     def variables(self) -> dict[str, str]:

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.executor import SchedulerAnswer, array_ids
@@ -305,8 +306,6 @@ def still_queued(job_ids: Sequence[str]) -> set[str]:
 
 def scancel(job_ids: Sequence[str], timeout: float = 60) -> None:
     """Cancel the jobs with one scancel call; ClusterError when scancel refuses."""
-    from hpc_runner.errors import ClusterError
-
     try:
         res = run_command(["scancel", *job_ids], timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:

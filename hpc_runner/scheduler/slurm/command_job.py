@@ -18,6 +18,7 @@ import re
 import uuid
 from pathlib import Path
 
+from hpc_runner.control_chars import printable
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.command_output import CommandOutput, run_command
@@ -88,8 +89,6 @@ def sbatch_error(exc: BaseException) -> ClusterError:
 
 def _unreadable(res: CommandOutput) -> ClusterError:
     """sbatch exited 0 but said no job id in ASCII digits (``Submitted batch job ١``, nothing, another text)."""
-    from hpc_runner.control_chars import printable
-
     said = " ".join(res.stdout.split())[:200] or "nothing"
     return ClusterError(
         f"sbatch's answer could not be read: it exited 0 but printed no job id hpc-runner can use ({printable(said)!r}"

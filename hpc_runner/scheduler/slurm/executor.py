@@ -21,14 +21,36 @@ from hpc_runner.scheduler.job_environment import RESUBMIT as RESUBMIT_WORD
 from hpc_runner.scheduler.job_logs import JobLogs
 from hpc_runner.scheduler.profile import ClusterProfile, check_time_room
 from hpc_runner.scheduler.site_findings import NO_ACCOUNTING, RESUBMIT, uses_workaround
+from hpc_runner.scheduler.slurm.accounting import (
+    array_ids,
+    job_state,
+    query_scheduler,
+    queued_states,
+    scancel,
+    still_queued,
+)
+from hpc_runner.scheduler.slurm.cluster_info import controller_problem
 from hpc_runner.scheduler.slurm.command_job import (
     args_file_for,
     sbatch_error,
     submit_command_job,
     usable_folder,
 )
-from hpc_runner.scheduler.slurm.limits import forget_kept_limits, is_limit_refusal, read_limits
+from hpc_runner.scheduler.slurm.follow import follow_job
+from hpc_runner.scheduler.slurm.job_logs import slurm_job_logs
+from hpc_runner.scheduler.slurm.job_script import (
+    check_field,
+    check_parameters,
+    check_path,
+    check_python_command,
+    check_text,
+    checked_script,
+    safe_job_name,
+)
+from hpc_runner.scheduler.slurm.limits import forget_kept_limits, is_limit_refusal, queued_jobs, read_limits
 from hpc_runner.scheduler.slurm.partition_choice import partition_for
+from hpc_runner.scheduler.slurm.profile_init import read_cluster
+from hpc_runner.scheduler.slurm.resource_check import check_resources, unanswered
 from hpc_runner.scheduler.slurm.settings import PROFILE_KEYS
 from hpc_runner.scheduler.units import slurm_time
 
@@ -96,8 +118,6 @@ def check_profile_values(settings: Mapping[str, Any], where: str) -> None:
 
 def _check_script_values(settings: Mapping[str, Any], where: str) -> None:
     """ClusterError for a value that must not reach a job script (slurm/job_script.py), named by its key."""
-    from hpc_runner.scheduler.slurm.job_script import check_field, check_python_command, check_text
-
     for key, value in settings.items():
         if key == "python" and value is not None:
             check_python_command(value, where)
@@ -142,8 +162,6 @@ def slurm_parameters(
     ``exclude``: nodes to avoid besides the profile's own ``exclude``; ``dependency``: SLURM's --dependency,
     with --kill-on-invalid-dep=yes so that a job whose dependency can never be met is ended by SLURM, not left
     pending with reason DependencyNeverSatisfied)."""
-    from hpc_runner.scheduler.slurm.job_script import check_parameters, safe_job_name
-
     # a bundle's name is free text: only [A-Za-z0-9_.+-] reaches the script (slurm/job_script.py)
     minutes = profile.time_minutes()
     # no --wckey unless the profile names one (submitit writes --wckey=submitit, refused where WCKeys are enforced)
@@ -186,8 +204,6 @@ def slurm_parameters(
 
 def python_command(profile: ClusterProfile) -> str:
     """Return the command that starts python in the job (the profile's, else this interpreter)."""
-    from hpc_runner.scheduler.slurm.job_script import check_python_command
-
     command = profile.get("python") or shlex.quote(sys.executable)
     check_python_command(command, profile.where)
     return command
@@ -199,8 +215,6 @@ def sbatch_script(
 ) -> str:
     """Return the sbatch script submitit writes for these parameters (what ``--dry-run`` prints), proven; with
     ``args_file``, the command job's (scheduler/slurm/command_job.py); ``describe``: its first comment line."""
-    from hpc_runner.scheduler.slurm.job_script import checked_script
-
     try:
         return checked_script(parameters, folder, python_command(profile), map_count, profile.where, args_file,
                               describe)
@@ -211,8 +225,6 @@ def sbatch_script(
 def make_executor(profile: ClusterProfile, folder: Path, parameters: dict[str, Any]) -> Any:
     """Return a submitit SlurmExecutor writing into ``folder`` (which may hold ``%j``)."""
     from submitit import SlurmExecutor as SubmititExecutor
-
-    from hpc_runner.scheduler.slurm.job_script import check_path
 
     check_path(Path(folder).expanduser().absolute(), "the job's log folder", profile.where)
     try:
@@ -254,8 +266,6 @@ def submit_one(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _prove(executor: Any, map_count: int | None) -> None:
     """Prove the script the executor is about to hand sbatch (submitit writes it from these same values)."""
-    from hpc_runner.scheduler.slurm.job_script import checked_script
-
     checked_script(executor.parameters, executor.folder, executor.python, map_count)
 
 
@@ -296,14 +306,10 @@ class SlurmExecutor(Executor):
 
     def unreachable(self, timeout: float = 2.0) -> str | None:
         """Why no job can be submitted from here: no sbatch on PATH, or no controller answers ``scontrol ping``."""
-        from hpc_runner.scheduler.slurm.cluster_info import controller_problem
-
         return controller_problem(timeout)
 
     def describe_cluster(self, partition: str | None = None) -> list[tuple[str, Any, str]]:
         """Return a profile's lines from sinfo, sacctmgr and scontrol (scheduler/slurm/profile_init.py)."""
-        from hpc_runner.scheduler.slurm.profile_init import read_cluster
-
         return read_cluster(partition)
 
     def submission_notes(self, settings: Mapping[str, Any] | None = None) -> list[str]:
@@ -325,8 +331,6 @@ class SlurmExecutor(Executor):
 
     def queued_jobs(self, user: str) -> list[tuple[str, str, str]]:
         """One squeue call: the user's queued jobs, array tasks one by one."""
-        from hpc_runner.scheduler.slurm.limits import queued_jobs
-
         return queued_jobs(user)
 
     def check_time(self) -> None:
@@ -352,8 +356,6 @@ class SlurmExecutor(Executor):
 
     def check_resources(self, request: JobRequest, count: int, what: str) -> None:
         """``sbatch --test-only`` with the exact script of the largest group: refused resources exit 2."""
-        from hpc_runner.scheduler.slurm.resource_check import check_resources
-
         parameters = self.parameters(request)
         check_resources(self.profile, self._script(request, count, parameters), parameters, what=what)
 
@@ -373,8 +375,6 @@ class SlurmExecutor(Executor):
         try:
             return self._submit(fn, argument_lists, request)
         except ClusterError as exc:
-            from hpc_runner.scheduler.slurm.resource_check import unanswered
-
             silent = unanswered(self.profile)  # sbatch's DNS and socket lines: the controller is not there
             if silent is not None:
                 raise silent from None
@@ -408,8 +408,6 @@ class SlurmExecutor(Executor):
 
     def query(self, job_ids: Sequence[str | None], since: str | None = None) -> SchedulerAnswer:
         """One sacct call (squeue when sacct does not answer)."""
-        from hpc_runner.scheduler.slurm.accounting import query_scheduler
-
         settings = self.profile.settings
         accounting = not uses_workaround(settings, NO_ACCOUNTING, settings.get("partition"))
         return query_scheduler(job_ids, since=since, accounting=accounting)
@@ -417,27 +415,19 @@ class SlurmExecutor(Executor):
     def queue_states(self, job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:
         """One ``squeue -r`` of the jobs: the state of each task still queued or running, in our words (JobState
         values); None without an answer."""
-        from hpc_runner.scheduler.slurm.accounting import job_state, queued_states
-
         states = queued_states(job_ids, timeout)
         return None if states is None else {j: job_state(s).value for j, s in states.items()}
 
     def job_logs(self, folder: Path) -> JobLogs:
         """submitit's log files of each job (``<id>_log.err``, ``<id>_log.out``) and slurmstepd's verdicts."""
-        from hpc_runner.scheduler.slurm.job_logs import slurm_job_logs
-
         return slurm_job_logs(folder)
 
     def still_queued(self, job_ids: Sequence[str]) -> set[str]:
         """The jobs squeue still lists."""
-        from hpc_runner.scheduler.slurm.accounting import still_queued
-
         return still_queued(job_ids)
 
     def cancel(self, job_ids: Sequence[str]) -> list[str]:
         """One scancel of the scheduler's jobs among ``job_ids``."""
-        from hpc_runner.scheduler.slurm.accounting import array_ids, scancel
-
         ids = array_ids(job_ids)
         if ids:
             scancel(ids)
@@ -445,9 +435,6 @@ class SlurmExecutor(Executor):
 
     def set_dependency(self, job_ids: Sequence[str], dependency: str) -> list[str]:
         """One ``scontrol update JobId=... Dependency=...`` for the pending jobs among ``job_ids``."""
-        from hpc_runner.scheduler.slurm.accounting import array_ids
-        from hpc_runner.scheduler.slurm.job_script import check_field
-
         check_field("dependency", dependency)
         ids = array_ids(job_ids)
         if ids:
@@ -456,8 +443,6 @@ class SlurmExecutor(Executor):
 
     def pending_reasons(self, job_ids: Sequence[str]) -> dict[str, str]:
         """One squeue call: the reason of each pending job (array tasks one by one)."""
-        from hpc_runner.scheduler.slurm.accounting import array_ids
-
         ids = array_ids(job_ids)
         if not ids:
             return {}
@@ -472,8 +457,6 @@ class SlurmExecutor(Executor):
 
     def follow(self, job_id: str, stdout: Path, stderr: Path, *, since: str | None = None) -> str:
         """Print the job's log files as they grow, asking sacct now and then, until the job is final."""
-        from hpc_runner.scheduler.slurm.follow import follow_job
-
         return follow_job(job_id, stdout, stderr, since=since)
 
 

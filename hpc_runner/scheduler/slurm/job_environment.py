@@ -14,7 +14,11 @@ from typing import Any, ClassVar
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.job_environment import JobEnvironment, RecordedJob, env_int, positive
+from hpc_runner.scheduler.slurm.hostlist import expand_hostlist, first_host, node_address
+from hpc_runner.scheduler.slurm.job_call import marked_end
+from hpc_runner.scheduler.slurm.job_clock import job_end_time, stop_margin_s
 from hpc_runner.scheduler.slurm.requeue import job_to_requeue, requeue_current_job
+from hpc_runner.scheduler.slurm.site_probes import slurm_site_probes
 from hpc_runner.scheduler.slurm.variables import end_time, in_job, launched_world, own_job_id, restart_count
 
 # what the run page shows of a job (its ids, nodes and CPUs), in this order
@@ -80,13 +84,9 @@ class SlurmJobEnvironment(JobEnvironment):
         return end_time(self.environ)
 
     def ask_end_time(self, job_id: str | None = None) -> float | None:
-        from hpc_runner.scheduler.slurm.job_clock import job_end_time
-
         return job_end_time(job_id or own_job_id(self._environ), self._environ)
 
     def stop_margin_s(self, signal_delay_s: float | None) -> float:
-        from hpc_runner.scheduler.slurm.job_clock import stop_margin_s
-
         return stop_margin_s(signal_delay_s)
 
     # ---------------------------------------------------------------- what the job was granted
@@ -149,8 +149,6 @@ class SlurmJobEnvironment(JobEnvironment):
 
     @property
     def nodes(self) -> list[str]:
-        from hpc_runner.scheduler.slurm.hostlist import expand_hostlist
-
         found = self.node_list()
         if found is None:
             return []
@@ -161,8 +159,6 @@ class SlurmJobEnvironment(JobEnvironment):
                                expected="a list such as gpu[01-03,07],cpu5, as SLURM sets it") from None
 
     def first_node(self) -> tuple[str, str] | None:
-        from hpc_runner.scheduler.slurm.hostlist import first_host
-
         found = self.node_list()
         return None if found is None else (first_host(found[0], found[1]), found[1])
 
@@ -170,8 +166,6 @@ class SlurmJobEnvironment(JobEnvironment):
         return self.environ.get("SLURMD_NODENAME") or None
 
     def node_address(self, host: str) -> str | None:
-        from hpc_runner.scheduler.slurm.hostlist import node_address
-
         return node_address(host)
 
     @property
@@ -231,13 +225,9 @@ class SlurmJobEnvironment(JobEnvironment):
     def around_call(self, args_file: Path) -> contextlib.AbstractContextManager[None]:
         """As under submitit's runner: ``SUBMITIT_FOLDER`` is the log folder, and a job that is no array notes
         when its call ended (scheduler/slurm/job_call.py ``marked_end``)."""
-        from hpc_runner.scheduler.slurm.job_call import marked_end
-
         return marked_end(args_file.parent)
 
     def site_probes(self) -> dict[str, dict[str, Any]]:
-        from hpc_runner.scheduler.slurm.site_probes import slurm_site_probes
-
         return slurm_site_probes(self.job_id)
 
     # ---------------------------------------------------------------- records

@@ -17,6 +17,7 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.profile import ClusterProfile
+from hpc_runner.scheduler.slurm.cluster_info import controller_problem
 
 _ANSWERS: dict[str, str | None] = {}  # script -> refusal (None: it could start); one call per distinct script
 _PREFIXES = ("sbatch: error: ", "sbatch: ", "error: ")
@@ -74,8 +75,6 @@ def unanswered(profile: ClusterProfile) -> ClusterError | None:
     """The error for a refusal that is no refusal: the profile's controller does not answer ``scontrol ping``
     (sbatch then prints DNS and socket lines that say nothing about the job); None when it answers, or when
     scontrol cannot be asked (no answer is not a proof)."""
-    from hpc_runner.scheduler.slurm.cluster_info import controller_problem
-
     problem = controller_problem(timeout=5.0)
     if problem is None or not problem.startswith(("no SLURM controller", "there is no SLURM")):
         return None

@@ -237,6 +237,7 @@ def load_config_from_args(args: argparse.Namespace, **kwargs: Any):
             entry=getattr(args, "entry", None),
             strict_ids=bool(getattr(args, "strict_ids", False)) or getattr(args, "command", None) in STRICT_ID_COMMANDS,
             refuse_unused_ids=getattr(args, "command", None) in UNUSED_ID_COMMANDS,
+            tracking=getattr(args, "tracking_settings", None),
             **kwargs,
         )
     except UserError as err:
@@ -339,10 +340,15 @@ def add_stage_arguments(parser: argparse.ArgumentParser) -> None:
                    "whatever the number of tasks or transform threads (without --stage: HPCR_READ_SLOTS)")
 
 
+def _stage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The --stage options as the keys of a ``stage:`` mapping (None where not given)."""
+    return {k: getattr(args, a, None) for k, a in (("where", "stage_dir"), ("max_gb", "stage_max_gb"),
+                                                    ("clean", "stage_clean"), ("read_slots", "read_slots"))}
+
+
 def stage_settings_from_args(args: argparse.Namespace) -> Any:
     """The StageSettings that --stage and its options state (None without --stage); exit 2 on a bad value."""
-    given = {k: getattr(args, a, None) for k, a in (("where", "stage_dir"), ("max_gb", "stage_max_gb"),
-                                                     ("clean", "stage_clean"), ("read_slots", "read_slots"))}
+    given = _stage_options(args)
     if not getattr(args, "stage", False):
         named = [f"--{a.replace('_', '-')}" for a, v in zip(("stage_dir", "stage_max_gb", "stage_clean", "read_slots"),
                                                             given.values(), strict=True) if v is not None]
@@ -351,6 +357,10 @@ def stage_settings_from_args(args: argparse.Namespace) -> Any:
                             "staged", expected="--stage with them, or neither")
         return None
     return parse_stage_settings({k: v for k, v in given.items() if v is not None}, "--stage options")
+
+
+# the options --stage was given with, while its command runs (stage_request): a profile's stage: fills in the rest
+_STAGE_GIVEN: list[dict[str, Any]] = []
 
 
 @contextlib.contextmanager
@@ -364,8 +374,11 @@ def stage_request(args: argparse.Namespace) -> Iterator[None]:
     try:
         if settings is not None:
             os.environ[ENV] = settings.to_env()
+            _STAGE_GIVEN.append({k: v for k, v in _stage_options(args).items() if v is not None})
         yield
     finally:
+        if settings is not None:
+            _STAGE_GIVEN.pop()
         if before is None:
             os.environ.pop(ENV, None)
         else:
@@ -373,12 +386,17 @@ def stage_request(args: argparse.Namespace) -> Iterator[None]:
 
 
 def apply_profile_stage(profile: Any) -> None:
-    """A profile's ``stage:`` becomes HPCR_STAGE for the jobs, unless --stage already set it (the command line wins)."""
+    """A profile's ``stage:`` becomes HPCR_STAGE for the jobs; with --stage, the options given on the command line
+    win over the profile's (a bare --stage stages where the profile says)."""
     from hpc_runner.data.staging import ENV, checked_staging, parse_stage_settings, settings_from_env
 
     raw = profile.get("stage")
-    if raw is not None and raw is not False and not os.environ.get(ENV):
-        os.environ[ENV] = parse_stage_settings(raw, profile.where).to_env()
+    if raw is not None and raw is not False and (_STAGE_GIVEN or not os.environ.get(ENV)):
+        settings = parse_stage_settings(raw, profile.where)  # the profile's own, checked as it is written
+        if _STAGE_GIVEN:
+            own = {"where": raw} if isinstance(raw, str) else dict(raw) if isinstance(raw, dict) else {}
+            settings = parse_stage_settings({**own, **_STAGE_GIVEN[-1]}, profile.where)
+        os.environ[ENV] = settings.to_env()
     if os.environ.get(ENV) and checked_staging(profile.settings, settings_from_env(),
                                                partition=profile.get("partition")) is None:
         os.environ.pop(ENV, None)  # `cluster check` found no scratch: staging off (said once)

@@ -101,8 +101,12 @@ def _edits(a: str, b: str) -> int:
 def clearly_a_typo(key: str, option: str) -> bool:
     """True when ``--key`` can only be a mistyped ``option`` (``--dryrun``, ``--clsuter``: at most two edits), so it
     is refused before any config is read; a longer difference (``--tracking_uri`` beside ``--tracking``) may be an
-    id of the bundle, which only its config can say."""
-    return _edits(_spelling("--" + key), _spelling(option)) <= 2
+    id of the bundle, which only its config can say. Nor is the option with a word added (``--hold_s`` beside
+    ``--hold``): that is another name, which only the config can say is not one of its ids."""
+    spelled, meant = _spelling("--" + key), _spelling(option)
+    if spelled.startswith(meant + "-"):
+        return False
+    return _edits(spelled, meant) <= 2
 
 
 def option_typos(parser: argparse.ArgumentParser, override_tokens: list[str]) -> dict[str, str]:

@@ -32,7 +32,7 @@ from hpc_runner.config.references import (
     refs_in_string,
     resolve_relative_ids,
 )
-from hpc_runner.errors import BundleError, ConfigError
+from hpc_runner.errors import BundleError, ConfigError, UserError
 from hpc_runner.registry.metadata import metadata_note
 from hpc_runner.registry.search import resolve_bundle
 
@@ -262,11 +262,16 @@ def _refuse_unused(cfg: BundleConfig, added: list[tuple[Override, list[str]]], e
     """Raise ConfigError for the first added id that nothing references: neither it nor an id above it is an
     ``@``/``%`` reference of the config or an id the runner runs, so its value cannot change the run (``--max_epoch
     2`` beside ``max_epochs``). An added id something references stays, as MONAI adds it."""
+    sources = _merged_sources(cfg)
+    if sources is None:  # what MONAI merges before running is not known here: nothing is refused
+        return
     used = {cfg.init_id, cfg.final_id, *USUAL_ENTRIES, *([entry] if entry else [])}
-    for id_path, value in iter_ids(cfg.config):
-        if isinstance(value, str) and ("@" in value or "%" in value):
-            text = resolve_relative_ids(id_path, value.replace("%", "@")) if "::" in value else value.replace("%", "@")
-            used.update(refs_in_string(text))
+    for source in sources:
+        for id_path, value in iter_ids(source):
+            if isinstance(value, str) and ("@" in value or "%" in value):
+                text = value.replace("%", "@")
+                text = resolve_relative_ids(id_path, text) if "::" in value else text
+                used.update(refs_in_string(text))
     for ov, close in added:
         parts = ov.id.split("::")
         if any("::".join(parts[:n]) in used for n in range(1, len(parts) + 1)):
@@ -283,6 +288,29 @@ def _refuse_unused(cfg: BundleConfig, added: list[tuple[Override, list[str]]], e
         )
 
 
+def _merged_sources(cfg: BundleConfig) -> list[Any] | None:
+    """Return what MONAI merges before running, whose references keep an added id: the config (its files, args
+    file and overrides) with ``%`` macros' pieces of other files expanded, and the ``--tracking`` settings' configs
+    (a MONAI settings file, else MONAI's default settings). None when that cannot be known here."""
+    try:
+        sources: list[Any] = [cfg.config, cfg.expanded()]
+    except (UserError, OSError, ValueError):  # a macro's file that cannot be read: reported when it is run
+        return None
+    if cfg.tracking:
+        given = cfg.tracking.get("monai") or {}
+        configs = given.get("configs") if isinstance(given, dict) else None
+        if configs is not None and not isinstance(configs, dict):
+            return None
+        sources.append(configs or {})
+        if not (isinstance(given, dict) and given.get("handlers_id")):  # MONAI's defaults are merged in too
+            try:
+                from monai.bundle.utils import DEFAULT_MLFLOW_SETTINGS  # heavy: only for `run --tracking`
+            except Exception:  # without MONAI the defaults are unknown: refuse nothing
+                return None
+            sources.append(copy.deepcopy(DEFAULT_MLFLOW_SETTINGS.get("configs") or {}))
+    return sources
+
+
 def load_bundle_config(
     bundle: str | Path | None = None,
     config_files: Sequence[str] | str | None = None,
@@ -296,6 +324,7 @@ def load_bundle_config(
     entry: str | None = None,
     strict_ids: bool = False,
     refuse_unused_ids: bool = False,
+    tracking: dict | None = None,
 ) -> BundleConfig:
     """Load, merge, override (files < args_file < env < CLI) and check a bundle's config.
 
@@ -352,6 +381,7 @@ def load_bundle_config(
     name = str(meta.get("name") or (bundle_dir.name if bundle_dir else files[0].stem))
     cfg = BundleConfig(name, bundle_dir, files, meta_path, merged, where, strict_ids=strict_ids,
                        refuse_unused_ids=refuse_unused_ids)
+    cfg.tracking = tracking  # before the overrides: an id its settings reference is not refused as unused
     cfg.logging_file = logging_file_for(logging_file, files)
     if bundle_dir is None:
         cfg.config_root = monai_config_root(files)

@@ -7,7 +7,18 @@ The names below are loaded on first use (PEP 562): the data path's modules impor
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ loads, spelled for type checkers and the static _target_ check
+    from hpc_runner.data.buffer import IDLE_EXIT_S, BufferIterator, ThreadBuffer, buffer_iterator
+    from hpc_runner.data.device_transforms import DeviceTail
+    from hpc_runner.data.items import DataItemError, ItemFetcher
+    from hpc_runner.data.loader import EpochShardSampler, EpochShuffleSampler, ThreadDataLoader
+    from hpc_runner.data.pool import OrderedMap, WorkerPool, thread_map
+    from hpc_runner.data.prefetch import DevicePrefetcher, map_tensors, move_to_device, pin_batch, prefetch_to_device
+    from hpc_runner.data.seeding import copy_transform, isolate, item_seeds
+    from hpc_runner.data.threads import data_thread_setup, lower_thread_priority, single_threaded_torch
+    from hpc_runner.data.workers import available_cpus, default_num_workers
 
 _WHERE = {
     "IDLE_EXIT_S": "buffer", "BufferIterator": "buffer", "ThreadBuffer": "buffer", "buffer_iterator": "buffer",

@@ -582,7 +582,8 @@ def shared_bytes_of(run_dir: Path) -> int | None:
 def check_fits_before_queueing(expanded: Mapping[str, Any], settings: StageSettings, where: str) -> int:
     """Exit 2 before anything is queued when the data is larger than the node's scratch (``node_gb``) or the
     stage cap; return its size in bytes. Without ``node_gb`` nothing can be known here: the job checks."""
-    total = sum(list_source(folder).total_bytes for _, folder in data_folders(expanded, settings.ids))
+    # sizes only (no file is read here: the login side's reads would count as shared-storage reads of the sweep)
+    total = sum(folder_bytes(folder) for _, folder in data_folders(expanded, settings.ids))
     for key, limit in (("node_gb", settings.node_gb), ("max_gb", settings.max_gb)):
         if key == "max_gb" and settings.node_gb is None:
             continue  # a cap alone says nothing about the node: the run reads in place with one warning

@@ -31,7 +31,7 @@ from hpc_runner.config.sandbox_marks import INSIDE_CONTAINER_ENV
 from hpc_runner.engine.sandbox import checked_grant
 from hpc_runner.errors import UserError
 from hpc_runner.records.command_output import run_command
-from hpc_runner.records.read import parse_json_text, read_json_record
+from hpc_runner.records.read import parse_json_text, read_json_cache
 from hpc_runner.records.user_cache import user_cache_dir
 from hpc_runner.scheduler.job_env import job_variables
 
@@ -391,10 +391,9 @@ def check_image(spec: ContainerSpec, cache_dir: Path, environ: Mapping[str, str]
     fingerprint = image_fingerprint(spec.image)
     key = hashlib.sha256(f"2|{spec.runtime}|{fingerprint}|{spec.python}|{spec.options}".encode()).hexdigest()[:24]
     cached = cache_dir / f"image-{key}.json"
-    try:
-        return {**read_json_record(cached, "the image check's cache"), "fingerprint": fingerprint}
-    except (OSError, UserError):
-        pass
+    known = read_json_cache(cached, "the image check's cache")  # {} when absent or damaged: checked again
+    if known:
+        return {**known, "fingerprint": fingerprint}
     mounts = Mounts(paths=tuple(bind_list([cwd])), cwd=cwd, env=container_env(environ))
     argv = container_argv(spec, mounts, [spec.python, "-c", CHECK_CODE])
     try:

@@ -107,7 +107,8 @@ def submit_checks(profile: ClusterProfile, partitions: Sequence[str], folder: Pa
 
 
 def _settled(job: CheckJob) -> bool:
-    """Whether the job's findings are all in: the probes done, and a requeue it asked for answered."""
+    """Whether the job's findings are all in: the probes done, and a requeue it asked for answered (refused, or
+    the requeued attempt came back)."""
     try:
         data = read_findings(job.findings_file)
     except RecordError:

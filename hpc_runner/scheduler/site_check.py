@@ -308,5 +308,8 @@ def run_site_check(findings_file: str, request: dict[str, Any]) -> None:
         job = env.requeue()
         found["requeue"] = (finding(True, f"the scheduler accepted requeueing job {job}", accepted=True) if job
                             else finding(False, "the scheduler refused to requeue the job", accepted=False))
+        if job:  # not done yet: the requeued attempt says it came back, so the job's last record is one that ran
+            _write(path, record)  # (the accounting finding reads it: a requeued attempt cancelled unrun has no usage)
+            return
     record["done"] = True
     _write(path, record)

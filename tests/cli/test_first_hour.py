@@ -10,12 +10,27 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# the SLURM and Grid Engine clients: left off the PATH of a machine "without a scheduler", whatever it has installed
+SCHEDULER_COMMANDS = frozenset({
+    "sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol", "scrontab", "sdiag",
+    "sh5util", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare", "sstat", "strigger", "sview",
+    "qacct", "qalter", "qconf", "qdel", "qhold", "qhost", "qlogin", "qmod", "qrls", "qrsh", "qselect", "qstat", "qsub",
+})
+
+
 def _no_slurm(tmp_path: Path) -> dict[str, str]:
+    """An environment with no scheduler client on PATH (links to /usr/bin and /bin less those), even on a machine
+    that has SLURM installed, and no SLURM_CONF naming a controller."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
+    for folder in (Path("/usr/bin"), Path("/bin")):
+        for exe in folder.iterdir() if folder.is_dir() else ():
+            link = bin_dir / exe.name
+            if exe.name not in SCHEDULER_COMMANDS and not link.exists() and not link.is_symlink():
+                link.symlink_to(exe)
     python_dir = os.path.dirname(os.path.realpath(os.sys.executable))
-    return {"PATH": f"{bin_dir}:{python_dir}:/usr/bin:/bin", "HPCR_CLUSTER_PATH": str(tmp_path / "clusters"),
-            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    return {"PATH": f"{python_dir}:{bin_dir}", "HPCR_CLUSTER_PATH": str(tmp_path / "clusters"),
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "SLURM_CONF": str(tmp_path / "no-slurm.conf")}
 
 
 def test_cluster_init_without_a_scheduler_says_to_copy_a_shipped_profile(cli, tmp_path: Path) -> None:

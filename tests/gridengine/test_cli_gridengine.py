@@ -110,7 +110,7 @@ def test_a_stop_signal_checkpoints_exits_99_and_grid_engine_runs_the_job_again_f
     run_dir = stop / "points" / "0000"
     wait_until(lambda: len(iter_steps(run_dir)) >= 2, 300, "two training steps", run_dir / "log.txt")
     args_file = next(stop.rglob("job-*.json"))
-    pids = subprocess.run(["pgrep", "-f", f"-m hpc_runner job {args_file}"], capture_output=True,
+    pids = subprocess.run(["pgrep", "-f", f"hpc_runner job {args_file}"], capture_output=True,
                           text=True).stdout.split()
     assert pids, "the job's process is not running"
     os.kill(int(pids[0]), 12)  # SIGUSR2: what -notify sends before a kill

@@ -10,6 +10,7 @@ from report_helpers import BUNDLE, assert_png, hpc_runner, tiny_overrides
 
 from hpc_runner.report.build import build_report
 from hpc_runner.report.watch import watch_status
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -27,7 +28,8 @@ def test_slurm_sweep_watch_report_and_exact_rerun(tmp_path: Path, dataset_dir: P
     why = f"{stream.getvalue()[-3000:]}\n{slurm_cluster.explain(sweep, [s.job_id or '' for s in watched.states])}"
     assert watched.finished, why
     assert [s.state for s in watched.states] == ["COMPLETED"] * 4, why
-    assert {s.source for s in watched.states} <= {"sacct", "squeue", "run.yaml"}
+    # where each state was read, in neutral words (scheduler/job_state.py): sacct is the accounting, squeue the queue
+    assert {s.source for s in watched.states} <= {FROM_ACCOUNTING, FROM_QUEUE, "run.yaml"}
     assert "4/4" in stream.getvalue()
 
     report = build_report(sweep)

@@ -8,7 +8,8 @@ The faults are injected through SLURM's own configuration, without touching the 
   gives a job that does not ask), so `scontrol requeue` refuses;
 - task/affinity: the step is bound (SLURM_CPU_BIND=cores) to one CPU of the two per task asked (srun
   --cpus-per-task=1, as before SLURM 22.05 fixed what srun inherits);
-- no scratch folder: TMPDIR names a folder the node does not have;
+- no scratch folder: SLURM_JOB_TMPDIR (the job's own folder, as job_container/tmpfs names it) is a folder the node
+  does not have (a TMPDIR that cannot be made is not one: slurmstepd sets it to /tmp, which the check then finds);
 - a setup line that fails.
 """
 
@@ -109,7 +110,7 @@ def test_a_step_bound_to_fewer_cpus_than_asked_is_found(cli, slurm_cluster):
 
 
 def test_no_scratch_folder_is_found_and_staging_is_off(cli, slurm_cluster):
-    path = _profile(cli, "noscratch", "env: {TMPDIR: /nonexistent/hpcr-scratch}\n")
+    path = _profile(cli, "noscratch", "env: {SLURM_JOB_TMPDIR: /nonexistent/hpcr-scratch}\n")
     res = cli("cluster", "check", "noscratch", "--timeout", "400", timeout=500)
     assert res.returncode == 1
     found = _findings(path)["scratch"]

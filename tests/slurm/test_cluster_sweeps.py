@@ -228,5 +228,6 @@ def test_jade_script_takes_its_parameters_from_the_environment(slurm_cluster, ba
     record = yaml.safe_load((run_dir / "run.yaml").read_text())
     assert config["max_epochs"] == 2
     assert {"id": "max_epochs", "variable": "EPOCHS", "value": "2"} in record["env"]["refs"]
-    assert record["slurm"]["SLURM_JOB_ID"] == job and record["status"] == "completed"
+    assert record["scheduler"]["name"] == "slurm" and record["scheduler"]["job_id"] == job
+    assert record["scheduler"]["variables"]["SLURM_JOB_ID"] == job and record["status"] == "completed"
     assert json.loads((run_dir / "summary.json").read_text())["epochs"] == 2

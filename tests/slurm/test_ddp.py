@@ -134,7 +134,8 @@ def test_two_srun_ranks_train_like_one_process_with_the_whole_batch(slurm_cluste
     text = log.read_text()
     record = yaml.safe_load((out / "run.yaml").read_text())
     assert record["status"] == "completed" and record["attempts"] == 1
-    slurm = record["slurm"]
+    assert record["scheduler"]["name"] == "slurm"
+    slurm = record["scheduler"]["variables"]
     assert slurm["SLURM_NTASKS"] == str(RANKS) and slurm["SLURM_PROCID"] == "0" and "SLURM_STEP_ID" in slurm
     # the job was given both fake GPUs; CUDA is unavailable, so only gloo could have started the group
     assert slurm.get("SLURM_JOB_GPUS", slurm.get("SLURM_STEP_GPUS")) == "0,1", slurm

@@ -184,7 +184,9 @@ def check_resumed_run(cluster, job: str, log: Path, out: Path, reference: Path, 
 
     record = yaml.safe_load((out / "run.yaml").read_text())
     assert record["status"] == "completed" and record["attempts"] == 2
-    assert record["slurm"]["SLURM_JOB_ID"] == job and record["slurm"]["SLURM_RESTART_COUNT"] == "1"
+    sched = record["scheduler"]
+    assert sched["name"] == "slurm" and sched["job_id"] == job and sched["restarts"] == 1
+    assert sched["variables"]["SLURM_JOB_ID"] == job and sched["variables"]["SLURM_RESTART_COUNT"] == "1"
     shown = cluster.run("scontrol", "show", "job", job).stdout
     assert "Restarts=1" in shown, shown
     # each step once, as if the run had never stopped (the resumed attempt drops nothing, redoes nothing)

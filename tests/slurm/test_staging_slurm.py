@@ -43,9 +43,9 @@ def share(tmp_path_factory):
                "hashed": small}  # the files small enough that each point hashes them to know the version
 
 
-def _sweep(cli, share, name: str, *extra: str) -> tuple[Path, int]:
+def _sweep(cli, share, name: str, *extra: str, cluster: str = "staging") -> tuple[Path, int]:
     before = read_bytes(share["mnt"])
-    out = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", "staging", "--output_dir", name,
+    out = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", cluster, "--output_dir", name,
               "--sweep", "seed=range(0,16)", *DATA, "--dataset_dir", str(share["ds"]), *extra)
     assert out.returncode == 0, out.stdout + out.stderr
     done = cli("status", name, *WAIT)
@@ -63,14 +63,14 @@ def test_a_sweep_with_stage_reads_the_shared_folder_once_per_node_and_without_it
     assert staged_read <= 2 * size + 16 * share["hashed"], (staged_read, size)  # + each point hashing small files
     nodes = {p.name for p in stage.iterdir()}
     assert 1 <= len(nodes) <= 2
-    runs = sorted(p for p in staged_dir.rglob("run.yaml"))
+    runs = sorted((staged_dir / "points").rglob("run.yaml"))  # base/run.yaml is the sweep's own, not a point's
     assert len(runs) == 16
     for run in runs:
         record = json.loads(json.dumps(__import__("yaml").safe_load(run.read_text())))
         assert record["data"]["staged"] is True
         assert record["data"]["ids"]["dataset_dir"]["read_from"].startswith(str(stage))
         assert (run.parent / "data_io.json").is_file()
-    collected = cli("collect", str(staged_dir), "--json")
+    collected = cli("collect", str(staged_dir), "--quiet")  # collect has no --json: it writes its tables
     assert collected.returncode == 0, collected.stderr
 
     # a requeue (or a retry) of a point on either node finds the copy: nothing more is read
@@ -80,7 +80,9 @@ def test_a_sweep_with_stage_reads_the_shared_folder_once_per_node_and_without_it
     _, rerun_read = _sweep(cli, share, "staged-again", "--stage")
     assert rerun_read <= 16 * share["hashed"] + (read_bytes(share["mnt"]) - before - rerun_read)
 
-    _, plain_read = _sweep(cli, share, "in-place")
+    # a profile's stage: stages every job of it (docs/data-on-the-cluster.md): the plain sweep uses one without
+    cli.write_profile("plain", "extends: testcluster\narray_parallelism: 16\n")
+    _, plain_read = _sweep(cli, share, "in-place", cluster="plain")
     assert plain_read >= 12 * size, (plain_read, size)  # about 16x: every point reads every volume
 
 

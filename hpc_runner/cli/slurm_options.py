@@ -10,7 +10,7 @@ from typing import Any
 from hpc_runner.cli.common import apply_profile_stage
 from hpc_runner.errors import UserError
 from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
-from hpc_runner.scheduler.select import executor_for, scheduler_option_help
+from hpc_runner.scheduler.select import executor_for
 
 DEFAULT_CLUSTER = "slurm"
 
@@ -22,6 +22,9 @@ class SchedulerOptionAction(argparse._AppendAction):
 
     @property  # type: ignore[override]
     def help(self) -> str:
+        # looked up when the help is shown (the backends' settings, one line each), not when the parser is built
+        from hpc_runner.scheduler.select import scheduler_option_help
+
         return f"{self._help}. {scheduler_option_help()}".replace("%", "%%")
 
     @help.setter

@@ -298,8 +298,13 @@ def run_site_check(findings_file: str, request: dict[str, Any]) -> None:
         return
     found["stop_signal"] = finding(False, "the job ended before a stop signal reached it")
     _write(path, record)
-    left = env.time_left()
-    found["stop_signal"] = wait_for_stop_signal(min(wait_s, left) if left is not None else wait_s, env.time_left)
+    end = env.ask_end_time()  # the environment's word (SLURM >= 23.02), else one scheduler call (22.05 has none)
+
+    def time_left() -> float | None:
+        return None if end is None else max(0.0, end - time.time())
+
+    left = time_left()
+    found["stop_signal"] = wait_for_stop_signal(min(wait_s, left) if left is not None else wait_s, time_left)
     if found["stop_signal"]["ok"] and request.get("requeue"):
         # the scheduler may stop this process as it requeues the job, before it hears the answer: the requeued
         # attempt then says it came back (the login side waits for it)

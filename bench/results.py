@@ -5,7 +5,8 @@ A file holds each figure with its unit, the anchor measured in the same run, the
 the command, the commit, the date, the machine (CPU count, GPU name, load average) and the source paths the
 bench measures: a figure whose paths changed in a commit after its own is shown as stale.
 
-``HPCR_BENCH_RESULTS=DIR`` writes the files elsewhere (``off``: not at all); a ``--quick`` smoke run writes none.
+``HPCR_BENCH_RESULTS=DIR`` writes the files elsewhere (``off``: not at all); a ``--quick`` smoke run writes none,
+and neither does a bench a test runs (under pytest) unless ``HPCR_BENCH_RESULTS`` names a folder.
 ``HPCR_BENCH_COMMIT=SHA`` names the commit when the bench runs in a clean copy of it (``git archive SHA``) rather
 than in a checkout, as while the working tree is being edited.
 """
@@ -87,8 +88,8 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 def results_dir() -> Path | None:
     """Where result files go: ``$HPCR_BENCH_RESULTS`` or bench/results; None when set to ``off``."""
     env = os.environ.get("HPCR_BENCH_RESULTS")
-    if env == "off":
-        return None
+    if env == "off" or (env is None and "PYTEST_CURRENT_TEST" in os.environ):
+        return None  # a test that runs a bench writes no result file into the checkout (git status stays clean)
     return Path(env) if env else RESULTS
 
 

@@ -35,9 +35,14 @@
 #                the kernel kills the step and sacct says OUT_OF_MEMORY. Without one,
 #                JobAcctGatherParams=OverMemoryKill polls RSS every second and kills the step;
 #                22.05 then records FAILED, the job log "Exceeded job memory limit".
-#   binding      task/affinity with TaskPluginParam=None: a step is bound to its CPUs only when asked
+#   binding      task/affinity with TaskPluginParam=None: a step is bound to its own CPUs when asked
 #                (srun --cpu-bind=cores, SLURM_CPU_BIND=cores), so the srun that gets fewer CPUs than
-#                its job shows it (tests/slurm/test_cpu_binding.py); unasked, nothing is bound.
+#                its job shows it (tests/slurm/test_cpu_binding.py). Unasked, the batch script is still
+#                bound to its job's CPUs on the node (task/affinity always does that) and steps inherit it.
+#   own cores    node I's abstract CPU 0 is real core (I-1) mod cores, its CPU 1 the next core: each
+#                slurmd reads this machine's hwloc topology with the CPU ids rotated by I-1 cores
+#                (HWLOC_XMLFILE=etc/hwloc-NAME.xml; see "Own cores" below), so two nodes' first 1-CPU
+#                jobs run on different cores (tests/slurm/test_emulated_cores.py), not both on CPU 0.
 #   node failure SlurmdTimeout=30: a node whose slurmd died is DOWN (its jobs NODE_FAIL) ~30-40 s later.
 #   arrays       MaxArraySize=$LOCAL_SLURM_MAX_ARRAY_SIZE (default 1001, common on real
 #                clusters): array indices must be < MaxArraySize, so --array=0-1000 is
@@ -181,8 +186,8 @@ write_configs() {
   node=$(hostname -s)
   # task/affinity binds a step's tasks to CPUs when asked (--cpu-bind, SLURM_CPU_BIND): as on real
   # clusters, a step that srun gives fewer CPUs than the job then sees fewer. TaskPluginParam=None below:
-  # nothing is bound unless asked, because every emulated node is this same machine and binding by default
-  # would put two nodes' first jobs on the same core.
+  # no step binding of its own unless asked. The batch script is bound to its job's CPUs anyway; each node
+  # maps them onto other real cores (node_topology below), so two nodes' first jobs do not share a core.
   if [[ $MEMORY_LIMITS == cgroup ]]; then
     task_plugin=task/affinity,task/cgroup acct_params="# JobAcctGatherParams: none (the cgroup limits memory)"
   else
@@ -389,19 +394,72 @@ ensure_hosts() {
 # in_own_uts: whether a slurmd can get a host name of its own (unshare --uts needs CAP_SYS_ADMIN).
 in_own_uts() { unshare --uts true 2>/dev/null; }
 
-# start_slurmd NAME PORT: one node's slurmd, in a UTS namespace named after the node when possible,
-# so the jobs on it see `hostname` = NAME (which resolves to the node's own address).
+# Own cores. task/affinity binds every batch script to its job's CPUs on the node, whatever
+# TaskPluginParam says, and slurmd turns the job's abstract CPU numbers (0, 1, ... in core order) into
+# this machine's CPU ids through hwloc's topology. Every node is this machine, so every node's first 1-CPU
+# job ran on CPU 0 while CPU 1 idled (a sweep two points at a time on 2 nodes: each 2.27x slower than alone).
+# Node I therefore reads a topology of its own (HWLOC_XMLFILE): this machine's, with the PUs' CPU ids
+# rotated by (I-1) cores, so node I's abstract CPU 0 is real core (I-1) mod cores (round robin when
+# there are more nodes than cores) and its abstract CPU 1 the next core. slurmd and slurmstepd read
+# it (slurmstepd inherits slurmd's environment; the job's tasks do not). hwloc keeps the objects in
+# cpuset order, so the XML's cpusets stay real and only the os_index it reports moves; that is the
+# CPU id slurmd binds to. The real topology is the one node 1's slurmd (not rotated) writes to its spool.
+
+# node_topology I NAME: write $DIR/etc/hwloc-NAME.xml, this machine's topology with the PUs' os_index
+# rotated by ((I-1) mod cores) cores, and set TOPO to its path; TOPO is empty when nothing moves.
+node_topology() {
+  local real out=$DIR/etc/hwloc-$2.xml
+  TOPO=
+  real=$DIR/state/d-$(node_names | head -n 1)/hwloc_topo_whole.xml
+  wait_until 10 test -s "$real" || die "node 1's slurmd wrote no topology ($real)"
+  awk -v node="$1" '
+    { line[NR] = $0 }
+    /<object type="Core"/ { cores++ }
+    /<object type="PU"/ { match($0, /os_index="[0-9]+"/); id[pus++] = substr($0, RSTART + 10, RLENGTH - 11) }
+    END {
+      if (pus == 0) exit 1
+      if (cores == 0) cores = pus
+      shift = ((node - 1) % cores) * int(pus / cores)
+      if (shift == 0) exit 3
+      for (i = 1; i <= NR; i++) {
+        if (line[i] ~ /<object type="PU"/) sub(/os_index="[0-9]+"/, "os_index=\"" id[(j++ + shift) % pus] "\"", line[i])
+        print line[i]
+      }
+    }' "$real" >"$out.new" || {
+    local rc=$?
+    rm -f "$out.new" "$out"
+    ((rc == 3)) && return 0
+    die "cannot read the PUs of $real"
+  }
+  mv -f "$out.new" "$out"
+  TOPO=$out
+}
+
+# slurmd_topology NAME: the HWLOC_XMLFILE that node NAME's running slurmd was started with (empty: none).
+slurmd_topology() {
+  tr '\0' '\n' <"/proc/$(cat "$DIR/run/slurmd-$1.pid")/environ" 2>/dev/null | sed -n 's/^HWLOC_XMLFILE=//p'
+}
+
+# start_slurmd NAME PORT TOPOLOGY: one node's slurmd, in a UTS namespace named after the node when
+# possible, so the jobs on it see `hostname` = NAME (which resolves to the node's own address), reading
+# TOPOLOGY (node_topology; empty: this machine's). A slurmd already running with another topology (one
+# started by an older version of this script) is restarted; its jobs keep running.
 start_slurmd() {
-  local n=$1 port=$2
+  local n=$1 port=$2 topo=$3 env=()
   if alive "slurmd-$n" slurmd; then
-    return 0
+    [[ $(slurmd_topology "$n") == "$topo" ]] && return 0
+    log "node $n: its slurmd reads another CPU topology than ${topo:-the real one}; restarting it"
+    stop_daemon "slurmd-$n" slurmd
   fi
   port_free "$port" || die "port $port (node $n) is busy and not our slurmd (a system slurmd?)"
   mkdir -p "$DIR/state/d-$n"
+  # HWLOC_THISSYSTEM: the XML describes this machine, so hwloc may bind with it.
+  [[ -n $topo ]] && env=(HWLOC_XMLFILE="$topo" HWLOC_THISSYSTEM=1)
   if ((OWN_UTS)); then
-    unshare --uts sh -c 'hostname "$1" && exec slurmd -N "$1"' sh "$n" || die "slurmd -N $n failed to start"
+    unshare --uts env "${env[@]}" sh -c 'hostname "$1" && exec slurmd -N "$1"' sh "$n" ||
+      die "slurmd -N $n failed to start"
   else
-    slurmd -N "$n" || die "slurmd -N $n failed to start"
+    env "${env[@]}" slurmd -N "$n" || die "slurmd -N $n failed to start"
   fi
 }
 
@@ -471,8 +529,11 @@ start_daemons() {
   fi
   local i names
   mapfile -t names < <(node_names)
+  # node 1 first: it reads this machine's topology and writes it for node_topology
   for ((i = 1; i <= NODES; i++)); do
-    start_slurmd "${names[i - 1]}" "$(node_port "$i")"
+    TOPO=
+    ((i == 1)) || node_topology "$i" "${names[i - 1]}"
+    start_slurmd "${names[i - 1]}" "$(node_port "$i")" "$TOPO"
   done
 }
 

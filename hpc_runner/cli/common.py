@@ -119,7 +119,7 @@ def add_preflight_argument(parser: argparse.ArgumentParser) -> None:
         dest="no_preflight",
         action="store_true",
         help="skip the pre-flight (every _target_ imports, every $ expression compiles, input paths exist, "
-        "sbatch --test-only accepts the resources)",
+        "the scheduler would accept the resources: sbatch --test-only, qsub -w v)",
     )
 
 

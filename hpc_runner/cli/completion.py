@@ -100,6 +100,13 @@ _hpcr_complete() {  # shtab's completer, then the bundle's ids after --
 }
 """
 BASH_REGISTER = "complete -o bashdefault -F _hpcr_complete hpc-runner"
+# shtab's own head says to copy the file to ~/.local/share/bash_completion/ and source it from ~/.bashrc: not what
+# docs/getting-started.md says, and a Python-free but needless cost at every shell's start
+BASH_HEADER = """# hpc-runner's bash completion, made from its parsers by `hpc-runner completion bash` (with shtab).
+# Install it once: hpc-runner completion bash > ~/.local/share/bash-completion/completions/hpc-runner
+# bash-completion loads it at the first TAB after hpc-runner (nothing is added to a shell's start); without
+# bash-completion, `source` this file from ~/.bashrc. Write it again after updating hpc-runner.
+"""
 # shtab's file and folder completers pass the typed word unquoted (split and globbed) and keep names with a
 # newline or an escape sequence: quoted, and such names dropped (bash quotes the rest itself: -o filenames)
 _KEEP_SAFE = "| while IFS= read -r l; do [[ $l != *[[:cntrl:]]* ]] && printf '%s\\n' \"$l\"; done"
@@ -201,6 +208,8 @@ def script(shell: str) -> str:
             if old not in out:
                 raise RuntimeError(f"shtab's bash script changed: {old!r} was not found")
             out = out.replace(old, new)
+        head, _, body = out.partition("\n\n")  # shtab's comment block, then the script
+        out = BASH_HEADER + "\n" + body if all(ln.startswith("#") for ln in head.splitlines()) else out
         return out.replace(register, BASH_REGISTER)
     if shell == "zsh":
         out = shtab.complete(parser, shell="zsh", preamble={"zsh": fill(ZSH_PREAMBLE)})

@@ -84,7 +84,7 @@ def refuse_container(profile: Any, what: str) -> None:
     if isinstance(block, dict) and block.get("image"):
         raise UserError(f"{what} does not run in a container yet, and profile {profile.name} has a container: block "
                         f"({block.get('image')}); nothing was run or queued", where=profile.where,
-                        expected=f"a profile without container: for {what} (--slurm container=null), or "
+                        expected=f"a profile without container: for {what} (--scheduler-option container=null), or "
                         "submit/sweep, which run in the image")
 
 

@@ -37,8 +37,8 @@ def cpus_into_profile_settings(args: argparse.Namespace) -> None:
     if getattr(args, "cpus", None):
         said = [s for s in getattr(args, "slurm", None) or [] if s.replace("-", "_").startswith("cpus_per_task=")]
         if said and said[-1].split("=", 1)[1].strip() != str(args.cpus):
-            raise UserError(f"--cpus {args.cpus} and --slurm {said[-1]} ask for different CPUs per task; nothing was "
-                            "submitted", expected="one of them")
+            raise UserError(f"--cpus {args.cpus} and --scheduler-option {said[-1]} ask for different CPUs per task; "
+                            "nothing was submitted", expected="one of them")
         args.slurm = [*(getattr(args, "slurm", None) or []), f"cpus_per_task={args.cpus}"]
 
 

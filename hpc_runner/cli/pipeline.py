@@ -190,7 +190,7 @@ def resume_main(args: argparse.Namespace) -> int:
     if args.points or args.cause or args.override_tokens:
         raise UserError(f"{args.dir} is a pipeline dir: resume queues again its stages that failed or never ran; "
                         "--points, --cause and overrides are for a sweep dir (one of its stages' folders)",
-                        expected="hpc-runner resume DIR [--cluster P] [--slurm K=V]")
+                        expected="hpc-runner resume DIR [--cluster P] [--scheduler-option K=V]")
     directory = Path(args.dir)
     changes = parse_setting_overrides(args.slurm)
     if args.cluster:
@@ -198,7 +198,7 @@ def resume_main(args: argparse.Namespace) -> int:
     else:
         profile = recorded_profile(PipelineRecord.load(directory))
         if changes:
-            check_settings(changes, "--slurm")
+            check_settings(changes, "--scheduler-option")
             profile.settings.update(changes)
     plan, res = resume_pipeline(directory, profile, log=lambda m: print(m, flush=True), dry_run=args.dry_run,
                                 preflight=not args.no_preflight)

@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-retries", "--max_retries", dest="max_retries", type=nonnegative_int, metavar="N",
                         help="raise (or lower) the sweep's bound on resubmissions of one failed point (default 3)")
     parser.add_argument("--max-submit-calls", "--max_submit_calls", dest="max_submit_calls", type=positive_int,
-                        metavar="N", help="set the sweep's (or tune's) budget of sbatch calls in all, refused and "
+                        metavar="N", help="set the sweep's (or tune's) budget of submit calls in all, refused and "
                         "failed ones included (default: its points x (1 + max_returns + max_retries)); a sweep that "
                         "spent it submits nothing more, and `status` says so")
     add_right_size_arguments(parser)

@@ -63,7 +63,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
         "--dry_run",
         dest="dry_run",
         action="store_true",
-        help="print the sbatch script (and how to print the resolved config); submit nothing, write nothing",
+        help="print the job script (and how to print the resolved config); submit nothing, write nothing",
     )
     g.add_argument(
         "--scheduler-option",
@@ -74,7 +74,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, default_from_env: 
         help="change one profile setting for this submission, in the scheduler's own words, e.g. "
              "--scheduler-option partition=gpu --scheduler-option time=02:00:00 (--slurm is the same option)",
     )
-    g.add_argument("--hold", action="store_true", help="submit held (sbatch --hold); release with scontrol release")
+    g.add_argument("--hold", action="store_true", help="submit held: the jobs wait in the queue until you release them "
+                   "(scontrol release, qrls)")
     return g
 
 

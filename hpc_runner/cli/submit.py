@@ -114,7 +114,7 @@ def _main(args: argparse.Namespace) -> int:
         return 1 if res.local_failures else 0
     if res.dry_run:
         for script in res.scripts:
-            print(f"# sbatch script (profile {profile.name}; nothing submitted)\n{script}")
+            print(f"# job script (profile {profile.name}; nothing submitted)\n{script}")
         for note in res.notes:
             print(note)
         line = runtime_line(cfg.container)

@@ -92,7 +92,7 @@ def _add_tasks(parser: argparse.ArgumentParser) -> None:
                    metavar="N", help="a failed point is resubmitted (by resume or a --retry rule) at most N times "
                    "(default 3)")
     r.add_argument("--max-submit-calls", "--max_submit_calls", dest="max_submit_calls", type=positive_int,
-                   default=None, metavar="N", help="the sweep makes at most N sbatch calls in all, refused and failed "
+                   default=None, metavar="N", help="the sweep makes at most N submit calls in all, refused and failed "
                    "ones included (default: points x (1 + max-returns + max-retries)); then it submits nothing more")
     add_right_size_arguments(r)
 
@@ -192,7 +192,7 @@ def report_submitted(res: Any, profile: Any, pack: int = 1, hold: bool = False, 
     print(
         f"hpc-runner: {len(res.job_ids) + len(res.waiting)} {what} checked ({res.notes[-1]}); "
         f"{len(res.job_ids)} submitted now{packed} as {len(res.arrays)} array(s): {arrays} "
-        f"({len(res.arrays)} sbatch call(s), profile {profile.name}{', held' if hold else ''})"
+        f"({len(res.arrays)} submit call(s), profile {profile.name}{', held' if hold else ''})"
     )
     if res.waiting:
         print(

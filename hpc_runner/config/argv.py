@@ -37,6 +37,11 @@ def split_overrides(parser: argparse.ArgumentParser, tokens: list[str]) -> tuple
                 if tok.startswith("--"):
                     if "=" not in tok and i + 1 < len(tokens) and tokens[i + 1].split("=", 1)[0] in actions:
                         raise _valueless(parser, tok, tokens[i + 1], actions)
+                    if "=" not in tok and i + 1 == len(tokens) and near_option(parser, tok) is None:
+                        raise UserError(  # `run ... --dryrun`: run has no such option, and an override needs a value
+                            f"{tok} is not an option of {parser.prog}, and as a config override it lacks its value; "
+                            "nothing was run or queued",
+                            expected=f"an option of {parser.prog} (see --help), or an override {tok} VALUE")
                     overrides.append(tok)
                     if "=" not in tok and i + 1 < len(tokens):
                         overrides.append(tokens[i + 1])

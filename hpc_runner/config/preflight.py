@@ -375,7 +375,7 @@ def config_problems(cfg: BundleConfig, cache: PreflightCache | None = None, cwd:
                 continue
             target = value["_target_"]
             if isinstance(target, str) and target and not target.startswith(_CODE_PREFIXES):
-                why = _target_problem(target, cfg.bundle_dir, cache)
+                why = _target_problem(target, cfg.code_dir, cache)  # where the run puts scripts/ (MONAI's root)
                 if why:
                     tid = join_id(id_path, "_target_") if id_path else "_target_"
                     problems.append(Problem(cfg.locate(tid), tid, why))

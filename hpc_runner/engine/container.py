@@ -121,8 +121,8 @@ def container_spec(cli_image: str | None, cli_runtime: str | None, profile_block
             not isinstance(block.get("image"), str) or not block["image"].strip()):
         raise UserError(f"the profile's container: block names no image ({block.get('image')!r}); nothing was run "
                         "or queued", where=where,
-                        expected="container: {image: PATH} naming the image, or no container: block (--slurm "
-                        "container=null) to run on the host")
+                        expected="container: {image: PATH} naming the image, or no container: block "
+                        "(--scheduler-option container=null) to run on the host")
     image = cli_image or block.get("image")
     if not image:
         return None
@@ -387,7 +387,9 @@ def check_image(spec: ContainerSpec, cache_dir: Path, environ: Mapping[str, str]
     if shutil.which(program) is None:
         raise UserError(f"the container runtime {spec.runtime} ({program}) is not on PATH; nothing was run or queued",
                         where=spec.where, expected=f"{program} installed here (and on the compute nodes), or "
-                        "--container-runtime naming one that is")
+                        "--container-runtime naming one that is; where only the compute nodes have it (JADE), "
+                        "`on: compute` and the runtime's `path:` there in the profile's container: block "
+                        "(docs/containers.md)")
     fingerprint = image_fingerprint(spec.image)
     key = hashlib.sha256(f"2|{spec.runtime}|{fingerprint}|{spec.python}|{spec.options}".encode()).hexdigest()[:24]
     cached = cache_dir / f"image-{key}.json"

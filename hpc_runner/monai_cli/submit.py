@@ -95,7 +95,7 @@ def submit_command(
     if dry_run:
         script = executor.script(request, 1)
         if script is None:
-            return f"# profile '{profile.name}' runs `hpc-runner {name} {shlex.join(argv)}` here (no sbatch script)"
+            return f"# profile '{profile.name}' runs `hpc-runner {name} {shlex.join(argv)}` here (no job script)"
         return script
     if run_preflight:
         executor.check_resources(request, 1, "the job")

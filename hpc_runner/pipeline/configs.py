@@ -12,7 +12,6 @@ values into the stage's prepared config before the stage can start (pipeline/cho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,32 +23,13 @@ from hpc_runner.config.values import parse_value
 from hpc_runner.errors import ConfigError, UserError
 from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.choice import choice_overrides
+from hpc_runner.pipeline.model import PipelineSpec, StageConfig, StageSpec
 from hpc_runner.registry.search import resolve_bundle
 from hpc_runner.registry.trust import check_trust
 from hpc_runner.scheduler.profiles import ClusterProfile, check_settings
 
 SOURCE = "pipeline"  # the source of the overrides a pipeline sets (overrides.yaml says where each came from)
 PLACEHOLDER = "chosen"  # <pipeline dir>/<select stage>/chosen: the weights before the choice is made
-
-
-@dataclass
-class StageConfig:
-    """What a stage runs: its config (none for a select stage), its points or shards, its profile."""
-
-    stage: ps.StageSpec
-    profile: ClusterProfile
-    cfg: BundleConfig | None = None
-    sweep: Any = None  # SweepSpec of a sweep stage
-    points: list[dict[str, Any]] = field(default_factory=list)  # a sweep's points, a tune's corners
-    tune: Any = None  # TuneSettings of a tune stage
-    inherited: dict[str, Any] = field(default_factory=dict)  # the search's overrides a consumer takes
-    shard_values: dict[str, Any] = field(default_factory=dict)  # num_shards, predictions_dir
-    config_files: list[Path] = field(default_factory=list)  # an export stage's configs
-
-    @property
-    def name(self) -> str:
-        """Return the stage's name."""
-        return self.stage.name
 
 
 def typed(value: Any) -> Any:
@@ -71,7 +51,7 @@ def make_override(spelled_id: str, value: Any, origin: str) -> Override:
     return Override(key, typed(value), SOURCE, origin, add=add)
 
 
-def stage_profile(profile: ClusterProfile, stage: ps.StageSpec, where: str) -> ClusterProfile:
+def stage_profile(profile: ClusterProfile, stage: StageSpec, where: str) -> ClusterProfile:
     """Return the profile a stage's jobs are submitted with: the pipeline's, as its kind changes it (a select
     stage's job asks for one CPU, no GPU and at most 15 minutes), the stage's ``slurm:`` on top."""
     settings = dict(profile.settings)
@@ -82,7 +62,7 @@ def stage_profile(profile: ClusterProfile, stage: ps.StageSpec, where: str) -> C
     return ClusterProfile(profile.name, list(profile.sources), settings)
 
 
-def resolve_bundle_dir(spec: ps.PipelineSpec) -> Path:
+def resolve_bundle_dir(spec: PipelineSpec) -> Path:
     """Return the bundle folder the pipeline names (a folder, or a name on the search path), checked for trust."""
     try:
         bundle_dir = resolve_bundle(spec.bundle)
@@ -93,7 +73,7 @@ def resolve_bundle_dir(spec: ps.PipelineSpec) -> Path:
     return bundle_dir
 
 
-def load_stage_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> BundleConfig:
+def load_stage_config(spec: PipelineSpec, stage: StageSpec, bundle_dir: Path) -> BundleConfig:
     """Load the stage's config files (``config_file``, else its kind's default config, else ``configs/<entry>.*``,
     else train), no overrides."""
     at = f"stages::{stage.index}"
@@ -113,7 +93,7 @@ def load_stage_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Pa
                               strict_ids=True)
 
 
-def _check_entry_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: Path) -> None:
+def _check_entry_config(spec: PipelineSpec, stage: StageSpec, bundle_dir: Path) -> None:
     """A stage's ``entry`` names a config of the bundle (configs/<entry>.*) or an id of its train config."""
     found = find_default_config(bundle_dir, stage.entry)
     if found.stem == stage.entry or has_id(load_file(found).data, stage.entry or ""):
@@ -127,7 +107,7 @@ def _check_entry_config(spec: ps.PipelineSpec, stage: ps.StageSpec, bundle_dir: 
         expected=f"an entry the bundle has: a config among {', '.join(configs)}, or an id of {found.name}")
 
 
-def with_stage_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec, base: BundleConfig,
+def with_stage_overrides(spec: PipelineSpec, stage: StageSpec, base: BundleConfig,
                          inherited: dict[str, Any], extra: Sequence[Override] = ()) -> BundleConfig:
     """Return the stage's config with the pipeline's, the inherited and its own overrides (module doc) and ``extra``."""
     at = f"stages::{stage.index}::overrides"
@@ -144,7 +124,7 @@ def with_stage_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec, base: Bundl
                           expected=exc.expected, hint=exc.hint) from None
 
 
-def check_pipeline_overrides(spec: ps.PipelineSpec, configs: dict[str, StageConfig]) -> None:
+def check_pipeline_overrides(spec: PipelineSpec, configs: dict[str, StageConfig]) -> None:
     """ConfigError for an id of the pipeline's ``overrides`` that no stage's config has (a typo)."""
     loaded = [c.cfg for c in configs.values() if c.cfg is not None]
     for key in spec.overrides:
@@ -162,7 +142,7 @@ def placeholder(directory: Path, select_stage: str) -> str:
     return str((directory / select_stage / PLACEHOLDER).resolve())
 
 
-def inherited_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec) -> dict[str, Any]:
+def inherited_overrides(spec: PipelineSpec, stage: StageSpec) -> dict[str, Any]:
     """Return the overrides of the search (or run) a consumer's select stage chooses from."""
     if stage.source is None:
         return {}
@@ -171,7 +151,7 @@ def inherited_overrides(spec: ps.PipelineSpec, stage: ps.StageSpec) -> dict[str,
     return dict(search.overrides) if search is not None else {}
 
 
-def build_configs(spec: ps.PipelineSpec, profile: ClusterProfile, directory: Path,
+def build_configs(spec: PipelineSpec, profile: ClusterProfile, directory: Path,
                   choices: dict[str, dict[str, Any]] | None = None) -> dict[str, StageConfig]:
     """Load every stage's config (in submission order), with its overrides; nothing is written.
 
@@ -189,7 +169,7 @@ def build_configs(spec: ps.PipelineSpec, profile: ClusterProfile, directory: Pat
     return out
 
 
-def configure_stage(spec: ps.PipelineSpec, sc: StageConfig, bundle_dir: Path, directory: Path,
+def configure_stage(spec: PipelineSpec, sc: StageConfig, bundle_dir: Path, directory: Path,
                     choices: dict[str, dict[str, Any]]) -> None:
     """Load a stage's config into ``sc``: its overrides (module doc), the weights and values it takes from its
     select stage (the placeholder until it has chosen), what its kind adds, then what its kind runs."""
@@ -211,7 +191,7 @@ def configure_stage(spec: ps.PipelineSpec, sc: StageConfig, bundle_dir: Path, di
     stage.kind.plan(spec, sc)
 
 
-def _check_weights_id(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleConfig) -> None:
+def _check_weights_id(spec: PipelineSpec, stage: StageSpec, cfg: BundleConfig) -> None:
     if not has_id(cfg.config, stage.weights_id):
         files = ", ".join(str(f) for f in cfg.config_files)
         raise ConfigError(
@@ -228,7 +208,7 @@ def _check_weights_id(spec: ps.PipelineSpec, stage: ps.StageSpec, cfg: BundleCon
                           expected="one of the two: the chosen point's weights (from:) or the stage's own")
 
 
-def source_points(configs: dict[str, StageConfig], stage: ps.StageSpec) -> list[dict[str, Any]]:
+def source_points(configs: dict[str, StageConfig], stage: StageSpec) -> list[dict[str, Any]]:
     """Return the points a consumer's select stage may choose (a sweep's points, a tune's corners, one run: {})."""
     if stage.source is None:
         return []

@@ -23,16 +23,16 @@ from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.overrides import Override
 from hpc_runner.config.preflight import PreflightCache, config_problems, describe_problems
 from hpc_runner.errors import ClusterError, UserError
-from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.choice import choice_values
-from hpc_runner.pipeline.configs import StageConfig, source_points
+from hpc_runner.pipeline.configs import source_points
+from hpc_runner.pipeline.model import StageConfig, StageSpec
 from hpc_runner.scheduler.executor import Executor, JobRequest, Limit
 from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep.check import make_override
 from hpc_runner.sweep.spec import describe_point
 
 
-def _in_stage(stage: ps.StageSpec, exc: UserError) -> UserError:
+def _in_stage(stage: StageSpec, exc: UserError) -> UserError:
     """The same error, its message prefixed with the stage it is about."""
     out = type(exc)(f"stage '{stage.name}': {exc.message}", where=exc.where, id_path=exc.id_path,
                     expected=exc.expected, hint=exc.hint)
@@ -121,7 +121,7 @@ def plan_slots(order: list[StageConfig], limits: Any) -> dict[str, int]:
             f"the pipeline needs at least {sum(need)} submit slot(s) to start (one job of each of its "
             f"{len(order)} stages), and {free} are free ({limits.describe()}); nothing was queued",
             expected="fewer stages, or the pipeline started when more of your jobs have left the queue",
-            hint="`squeue -u $USER` shows what holds the slots")
+            hint="your jobs in the scheduler's queue hold the slots (`squeue -u $USER`, `qstat -u $USER`)")
     return {sc.name: sum(need[n + 1:]) for n, sc in enumerate(order)}
 
 

@@ -29,13 +29,13 @@ from hpc_runner.config.ids import get_by_id
 from hpc_runner.config.loader import load_file
 from hpc_runner.errors import ClusterError
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.configs import build_configs, stage_profile
+from hpc_runner.pipeline.model import COMPLETED, DEFAULT_WEIGHTS_ID, StageView
 from hpc_runner.pipeline.propagate import cancel_never_satisfied
 from hpc_runner.pipeline.spec import parse_spec
 from hpc_runner.pipeline.stages.registry import kind_of
 from hpc_runner.pipeline.submit import Started, dependency_of, queue_stages
-from hpc_runner.pipeline.view import COMPLETED, StageView, view
+from hpc_runner.pipeline.view import view
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID
 from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
 from hpc_runner.scheduler.select import executor_for
@@ -100,7 +100,7 @@ def took_choice(record: pr.PipelineRecord, name: str, prepared: Path) -> bool:
     choice = record.choice(s["inputs"][0])
     if choice is None:
         return False
-    weights_id = (s.get("spec") or {}).get("weights_id") or ps.DEFAULT_WEIGHTS_ID
+    weights_id = (s.get("spec") or {}).get("weights_id") or DEFAULT_WEIGHTS_ID
     try:
         return str(get_by_id(load_file(prepared / "config.yaml").data, weights_id)) == str(choice.get("run_dir"))
     except Exception:  # an unreadable config: the stage starts anew

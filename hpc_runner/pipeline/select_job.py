@@ -33,8 +33,8 @@ from typing import Any
 
 from hpc_runner.errors import UserError
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline import spec as ps
 from hpc_runner.pipeline.choice import apply_choice
+from hpc_runner.pipeline.model import DEFAULT_WEIGHTS_ID
 from hpc_runner.pipeline.propagate import INPUT_FAILED, cancel_dependents, stage_executor, stop_stages
 from hpc_runner.pipeline.selection import Candidate, Decision, decide, has_weights, metric_value, read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
@@ -207,7 +207,7 @@ def hand_on(directory: Path, record: pr.PipelineRecord, name: str, choice: dict[
         prepared = kind.prepared_dir(record.stage_dir(c["name"]))
         spec = c.get("spec") or {}
         try:
-            applied = apply_choice(prepared, choice, spec.get("weights_id") or ps.DEFAULT_WEIGHTS_ID,
+            applied = apply_choice(prepared, choice, spec.get("weights_id") or DEFAULT_WEIGHTS_ID,
                                    own=set(spec.get("overrides") or {}))
         except UserError as exc:
             message = f"its config does not take the choice of '{name}': {exc.paragraph()}"

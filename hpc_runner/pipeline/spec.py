@@ -22,23 +22,20 @@ A stage's kind is given by its one kind key: ``sweep`` or ``tune`` (a search), `
 point of a search or a run), ``entry`` alone (one run; with ``shards: N`` N array tasks), ``export``
 (MONAI's ckpt_export of the chosen weights); each kind is a class of pipeline/stages/, which checks its own
 fields. Everything refused here is refused before anything is loaded, written or queued (docs/pipelines.md
-has every field).
+has every field). The checked file's types, ``PipelineSpec`` and ``StageSpec``, are in model.py.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpc_runner.config.loader import load_file
 from hpc_runner.errors import UserError
+from hpc_runner.pipeline.model import Kind, PipelineSpec, StageSpec, topological
 from hpc_runner.pipeline.stages.registry import kinds as registered
-
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.stages.base import StageKind
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 RESERVED = frozenset({"attempts", "slurm", "pipeline"})  # folders and files of the pipeline dir itself
@@ -52,65 +49,6 @@ MODES = ("max", "min")
 # `pipeline --dry-run --cluster local` on 2 busy cores: 100 stages 1.4 s (8.1 s with a cold target cache, of
 # which 7.8 s is importing MONAI, as for 3 stages), 200 3 s, 3,000 over 20 s; real studies have fewer than 10
 MAX_STAGES = 100
-DEFAULT_WEIGHTS_ID = "ckpt"  # the id of an evaluate/inference config that names the weights (--ckpt RUN_DIR)
-
-
-@dataclass
-class StageSpec:
-    """One stage of the pipeline file, checked."""
-
-    name: str
-    kind: StageKind  # pipeline/stages/: what the pipeline does with a stage of this kind
-    index: int
-    raw: dict[str, Any]
-    entry: str | None = None
-    config_file: list[str] = field(default_factory=list)
-    overrides: dict[str, Any] = field(default_factory=dict)
-    source: str | None = None  # `from:` (a select stage) or, for a select stage, the stage it chooses from
-    shards: int | None = None
-    slurm: dict[str, Any] = field(default_factory=dict)
-    weights_id: str = DEFAULT_WEIGHTS_ID
-    metric: str | None = None  # select
-    mode: str = "max"  # select
-    sweep: list[str] = field(default_factory=list)
-    zip: bool = False
-    pack: int = 1
-    pack_parallel: int = 1
-    tune: dict[str, Any] = field(default_factory=dict)
-    export: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def inputs(self) -> list[str]:
-        """Return the stages this one waits for (its ``from``, or what a select stage chooses from)."""
-        return [self.source] if self.source else []
-
-    def to_record(self) -> dict[str, Any]:
-        """Return the stage as written in the pipeline record (the file's own fields, and its kind)."""
-        return {"kind": self.kind.name, **self.raw}
-
-
-@dataclass
-class PipelineSpec:
-    """The pipeline file, checked: the bundle, the overrides of every stage and the stages in file order."""
-
-    file: Path
-    bundle: str
-    overrides: dict[str, Any]
-    stages: list[StageSpec]
-    lines: dict[str, int] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict)
-
-    def stage(self, name: str) -> StageSpec:
-        """Return the stage called ``name``."""
-        return next(s for s in self.stages if s.name == name)
-
-    def consumers(self, name: str) -> list[StageSpec]:
-        """Return the stages that wait on stage ``name`` (its ``from`` is ``name``)."""
-        return [s for s in self.stages if s.source == name]
-
-    def order(self) -> list[StageSpec]:
-        """Return the stages in the order they are submitted: each after its inputs, else in file order."""
-        return topological(self.stages)
 
 
 def where(spec_file: Path, lines: dict[str, int], path: str) -> str:
@@ -196,13 +134,13 @@ def _text(value: Any, at: str, fail: Any, expected: str) -> str:
     return value.strip()
 
 
-def _stage_keys(kinds: list[StageKind]) -> tuple[str, ...]:
+def _stage_keys(kinds: list[Kind]) -> tuple[str, ...]:
     """Return the fields a stage may have: STAGE_KEYS, then any other field a registered kind takes."""
     extra = sorted({k for kind in kinds for k in kind.keys} - set(STAGE_KEYS))
     return (*STAGE_KEYS, *extra)
 
 
-def _kind(raw: dict[str, Any], at: str, fail: Any, kinds: list[StageKind]) -> StageKind:
+def _kind(raw: dict[str, Any], at: str, fail: Any, kinds: list[Kind]) -> Kind:
     """Return the stage's kind: the one whose field it has (two: refused), else the first that claims it."""
     keyed = [k for k in kinds if k.key is not None and k.key in raw]
     if len(keyed) > 1:
@@ -268,42 +206,6 @@ def _check_inputs(stages: list[StageSpec], fail: Any) -> None:
         if src.name == s.name:
             raise fail(f"stage '{s.name}' takes from itself", at, expected="another stage")
         s.kind.check_source(s, src, at, fail)
-
-
-def topological(stages: list[StageSpec], fail: Any = None) -> list[StageSpec]:
-    """Return the stages, each after its inputs (file order otherwise); UserError for a cycle."""
-    by_name = {s.name: s for s in stages}
-    done: list[StageSpec] = []
-    placed: set[str] = set()
-    left = list(stages)
-    while left:
-        ready = [s for s in left if all(i in placed or i not in by_name for i in s.inputs)]
-        if not ready:
-            cycle = _cycle(left, by_name)
-            message = f"the stages wait on each other in a cycle: {' -> '.join(cycle)}"
-            first = by_name[cycle[0]]
-            at = first.kind.source_path(first.index)
-            if fail is None:
-                raise UserError(message)
-            raise fail(message, at, expected="each stage after the stages it takes from (no cycle)")
-        for s in ready:
-            done.append(s)
-            placed.add(s.name)
-        left = [s for s in left if s.name not in placed]
-    return done
-
-
-def _cycle(left: list[StageSpec], by_name: dict[str, StageSpec]) -> list[str]:
-    """Return one cycle among ``left`` (each of them waits on another of them)."""
-    start = left[0]
-    path = [start.name]
-    current = start
-    while True:
-        nxt = by_name[current.inputs[0]]
-        if nxt.name in path:
-            return [*path[path.index(nxt.name):], nxt.name]
-        path.append(nxt.name)
-        current = nxt
 
 
 def descendants(stages: list[StageSpec], name: str) -> list[str]:

@@ -30,8 +30,8 @@ from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline import spec as ps
-from hpc_runner.pipeline.configs import StageConfig, build_configs
+from hpc_runner.pipeline.configs import build_configs
+from hpc_runner.pipeline.model import PipelineSpec, StageConfig, StageSpec
 from hpc_runner.pipeline.preflight import check_configs, check_resources, keeping, plan_slots
 from hpc_runner.pipeline.propagate import INPUT_FAILED, stop_stages
 from hpc_runner.pipeline.spec import parse_spec
@@ -77,7 +77,7 @@ def check_new_dir(directory: Path) -> None:
                            expected="a new --output_dir (or `hpc-runner resume DIR` to continue a pipeline)")
 
 
-def new_record(spec: ps.PipelineSpec, configs: dict[str, StageConfig], directory: Path, profile: ClusterProfile,
+def new_record(spec: PipelineSpec, configs: dict[str, StageConfig], directory: Path, profile: ClusterProfile,
                argv: Sequence[str] | None, note: str) -> pr.PipelineRecord:
     """Return the record of a new pipeline: every stage planned, in submission order."""
     data = {"kind": pr.KIND, "version": 1, "created": now_iso(), "file": str(spec.file.resolve()),
@@ -91,7 +91,7 @@ def new_record(spec: ps.PipelineSpec, configs: dict[str, StageConfig], directory
 
 
 def start_pipeline(
-    spec: ps.PipelineSpec,
+    spec: PipelineSpec,
     profile: ClusterProfile,
     directory: Path,
     *,
@@ -187,7 +187,7 @@ def _queue_stage(directory: Path, record: pr.PipelineRecord, sc: StageConfig, co
     out.dependencies[sc.name] = dependency
 
 
-def dependency_of(record: pr.PipelineRecord, stage: ps.StageSpec) -> str | None:
+def dependency_of(record: pr.PipelineRecord, stage: StageSpec) -> str | None:
     """Return the SLURM dependency a stage is queued with (module doc), None for a stage with no input."""
     if not stage.inputs:
         return None
@@ -244,7 +244,7 @@ def submit_points(directory: Path, sc: StageConfig, sweep: Any, dependency: str 
     return submitted(res)
 
 
-def _dry_run(spec: ps.PipelineSpec, order: list[StageConfig], directory: Path, note: str,
+def _dry_run(spec: PipelineSpec, order: list[StageConfig], directory: Path, note: str,
              profile: ClusterProfile) -> Started:
     out = Started(directory, dry_run=True)
     out.notes.append(f"pipeline {spec.file}: {len(order)} stage(s), all checked ({note})")

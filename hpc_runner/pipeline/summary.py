@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.pipeline import record as pr
-from hpc_runner.pipeline.view import StageView, render, view
+from hpc_runner.pipeline.model import StageView
+from hpc_runner.pipeline.view import render, view
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import read_record_text

@@ -9,12 +9,12 @@ pending job with squeue's reason (``Dependency``: it waits on its inputs).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpc_runner.errors import UserError
 from hpc_runner.pipeline import record as pr
+from hpc_runner.pipeline.model import CANCELLED, COMPLETED, FAILED, NOT_SUBMITTED, PENDING, PLANNED, RUNNING, StageView
 from hpc_runner.pipeline.propagate import stage_executor
 from hpc_runner.pipeline.selection import read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
@@ -23,40 +23,8 @@ from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
 from hpc_runner.sweep.targets import load_target
 
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.stages.base import StageKind
-
-PLANNED, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, NOT_SUBMITTED = (
-    "PLANNED", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "NOT-SUBMITTED")
 _RECORDED = {pr.PLANNED: PLANNED, pr.DONE: COMPLETED, pr.FAILED: FAILED, pr.CANCELLED: CANCELLED,
              pr.NOT_SUBMITTED: NOT_SUBMITTED}
-
-
-@dataclass
-class StageView:
-    """One stage as ``status`` shows it."""
-
-    name: str
-    kind: StageKind  # the recorded kind's class (pipeline/stages/): how the stage is looked at
-    state: str
-    folder: Path
-    jobs: list[str] = field(default_factory=list)
-    detail: str = ""
-    cause: dict[str, Any] | None = None
-    reason: str | None = None  # squeue's reason of a pending job (Dependency, Priority, ...)
-    target: Any = None  # the stage's sweep/run target (sweep/targets.py), when it has one
-    points: list[Any] = field(default_factory=list)  # its points' states (sweep/states.py)
-    answer: Any = None  # the scheduler's answer the points' states come from
-
-    @property
-    def active(self) -> bool:
-        """True while the scheduler may still run something of the stage."""
-        return self.state in (PENDING, RUNNING)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the stage as one JSON object (``status --json``)."""
-        return {"stage": self.name, "kind": self.kind.name, "state": self.state, "jobs": self.jobs,
-                "detail": self.detail, "reason": self.reason, "cause": self.cause, "dir": str(self.folder)}
 
 
 def view(directory: str | Path) -> tuple[pr.PipelineRecord, list[StageView]]:

@@ -238,8 +238,10 @@ def read_json_cache(path: Path, what: str, limit: int = MAX_BYTES) -> dict[str, 
     return data if isinstance(data, dict) else {}
 
 
-def read_json_lines(path: Path | str, what: str = "JSON-lines file", limit: int = JSON_LINES_MAX_BYTES) -> JsonLines:
-    """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged."""
+def read_json_lines(path: Path | str, what: str = "JSON-lines file", limit: int = JSON_LINES_MAX_BYTES,
+                    max_line: int | None = None) -> JsonLines:
+    """Read a JSON-lines file: every line that is a JSON object, and which lines were damaged (``max_line``: a
+    line of more bytes is damaged too, unparsed: one its writer never writes)."""
     out = JsonLines()
     data = read_record_bytes(path, what, limit)
     if data is None:
@@ -249,13 +251,7 @@ def read_json_lines(path: Path | str, what: str = "JSON-lines file", limit: int 
     for n, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
-        try:
-            line = raw.decode("utf-8")
-            if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # may nest too deep: bounded before json.loads
-                check_json_depth(line, path)
-            item = json.loads(line)
-        except (ValueError, RecursionError, ConfigError):
-            item = None
+        item = None if max_line is not None and len(raw) > max_line else _json_line(raw, path)
         if isinstance(item, dict):
             out.records.append(item)
         elif n == last and not data.endswith(b"\n"):
@@ -263,3 +259,14 @@ def read_json_lines(path: Path | str, what: str = "JSON-lines file", limit: int 
         else:
             out.damaged.append(n)
     return out
+
+
+def _json_line(raw: bytes, path: Path | str) -> Any:
+    """One line's JSON value, None when it is no JSON (its nesting bounded before json.loads recurses)."""
+    try:
+        line = raw.decode("utf-8")
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # may nest too deep: bounded before json.loads
+            check_json_depth(line, path)
+        return json.loads(line)
+    except (ValueError, RecursionError, ConfigError):
+        return None

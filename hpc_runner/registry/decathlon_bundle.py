@@ -17,19 +17,63 @@ from typing import Any
 
 import yaml
 
+from hpc_runner.errors import BundleError, UserError
 from hpc_runner.records.json_out import dumps_json
-from hpc_runner.registry.decathlon_folder import MIN_SIDE, DecathlonFolder
+from hpc_runner.registry.decathlon_folder import MAX_SAID, DecathlonFolder
 from hpc_runner.registry.scaffold import installed_version, new_metadata, write_files, write_new_bundle
 
 ROI_SIZE = [96, 96, 96]
+STEP = 16                       # the UNet's four stride-2 down-samplings: each side of the crop a multiple of 16
+MIN_SIDE = 32                   # the smallest side init chooses by itself (--roi-size may go down to STEP)
+MAX_SIDE = 1024
 SPLIT_RATIOS = [4, 1]           # training : validation cases, when dataset.json has no "validation" list
 CT_WINDOW = (-175, 250)         # Hounsfield units kept (soft tissue); the rest is clipped
+CROP_OPTION, PAD_OPTION = "--roi-size", "--pad-small"
 
 
 def roi_size(folder: DecathlonFolder) -> list[int]:
-    """Return the crop: ROI_SIZE, made smaller on an axis where the smallest volume is (a multiple of 16, which
-    the UNet's four down-samplings need), so every crop is of the volume and not of padding."""
-    return [max(MIN_SIDE, min(side, (small // 16) * 16)) for side, small in zip(ROI_SIZE, folder.smallest)]
+    """Return the crop init chooses: ROI_SIZE, made smaller on an axis where the smallest volume is (a multiple of
+    16, which the UNet's four down-samplings need), so every crop is of the volume and not of padding; never
+    under MIN_SIDE (a volume smaller than that is refused by :func:`check_crop`, or padded when allowed)."""
+    return [max(MIN_SIDE, min(side, (small // STEP) * STEP)) for side, small in zip(ROI_SIZE, folder.smallest)]
+
+
+def turns_in_plane(crop: list[int]) -> bool:
+    """Return whether the bundle turns its crops a quarter in the x-y plane (RandRotate90d): only a crop that is
+    square there keeps its shape, and the crops of a batch must have one shape."""
+    return crop[0] == crop[1]
+
+
+def parse_crop(text: str) -> list[int]:
+    """Return the crop given as ``--roi-size``: one side for all axes (``64``) or three (``64,64,32``, ``[64,64,32]``),
+    each a multiple of 16 from 16 to 1024; else refuse naming the option."""
+    words = text.strip().strip("[]()").replace(",", " ").split()
+    sides = [int(w) for w in words if w.isascii() and w.isdigit()] if len(words) in (1, 3) else []
+    if len(sides) != len(words) or not sides or not all(STEP <= s <= MAX_SIDE and s % STEP == 0 for s in sides):
+        raise UserError(f"{CROP_OPTION} {text!r:.40} is not a crop the bundle's 3D UNet can train on",
+                        expected=f"{CROP_OPTION} N or X,Y,Z in voxels, each a multiple of {STEP} (its four "
+                        f"down-samplings) from {STEP} to {MAX_SIDE}, e.g. {CROP_OPTION} 64,64,32")
+    return sides * 3 if len(sides) == 1 else sides
+
+
+def check_crop(folder: DecathlonFolder, crop: list[int], *, pad_small: bool) -> list[str]:
+    """Return the training volumes smaller than ``crop`` on an axis once resampled, each as "ref (path) is [x, y, z]";
+    refuse them all at once, naming dataset.json, the crop and the ways out, unless ``pad_small``."""
+    small = [f"{v.ref} ({v.path}) is {v.sides(folder.spacing)}" for v in folder.training_volumes
+             if any(side < c for side, c in zip(v.sides(folder.spacing), crop))]
+    if not small or pad_small:
+        return small
+    fits = [min(c, (s // STEP) * STEP) for c, s in zip(crop, folder.smallest)]  # lowered only where it must be
+    lower = (f"lower the crop with {CROP_OPTION} {','.join(map(str, fits))} (multiples of {STEP} every volume "
+             "holds), " if min(fits) >= STEP else "")
+    more = f" (and {len(small) - MAX_SAID} more)" if len(small) > MAX_SAID else ""
+    raise BundleError(
+        f"{len(small)} volume{'s are' if len(small) > 1 else ' is'} smaller than the crop (roi_size {crop}) on an "
+        f"axis once resampled to the median voxel size {folder.spacing} mm, so {'their' if len(small) > 1 else 'its'} "
+        "crops would be mostly padding: "
+        + "; ".join(small[:MAX_SAID]) + more, where=str(folder.dataset_json),
+        expected=f"every volume at least the crop: {lower}train on them padded to the crop with {PAD_OPTION} "
+        "(SpatialPadd after the random crop), or take them out of dataset.json")
 
 
 def split_ratios(num_training: int) -> list[int]:
@@ -61,11 +105,9 @@ def _datalists(folder: DecathlonFolder) -> dict[str, Any]:
 
 def _intensity(folder: DecathlonFolder) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Return the intensity ids and the transforms that crop to the foreground and scale intensities."""
-    # the foreground box is grown to a multiple of the crop (padded past the image's edge if need be), so every
-    # cached volume holds a whole roi_size crop: no padding after the cache (a deterministic step every epoch) and
-    # none of a whole volume before it
-    crop = {"_target_": "CropForegroundd", "keys": ["image", "label"], "source_key": "image",
-            "k_divisible": "@roi_size", "allow_smaller": False}
+    # the foreground box as it is: a volume smaller than the crop is padded after the cache (augmentation), where
+    # padding is cheap and the cache holds none of it
+    crop = {"_target_": "CropForegroundd", "keys": ["image", "label"], "source_key": "image"}
     if folder.is_ct:  # Hounsfield units mapped to [0, 1], the rest clipped
         return ({"intensity_min": CT_WINDOW[0], "intensity_max": CT_WINDOW[1]},
                 [{"_target_": "ScaleIntensityRanged", "keys": "image", "a_min": "@intensity_min",
@@ -79,12 +121,13 @@ def _dataset(data: str, transform: str) -> dict[str, Any]:
             "cache_dir": "@cache_dir", "cache_rate": 1.0, "num_workers": 1}
 
 
-def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
+def train_config(name: str, folder: DecathlonFolder, crop: list[int] | None = None) -> dict[str, Any]:
     """Return configs/train.yaml of a bundle for ``folder``, as data (written by ``yaml.safe_dump``).
 
     Of dataset.json, only numbers counted from it and the path of the file itself reach the config; its names
     (dataset, labels, modality) stay in metadata.json, checked by ``check_decathlon_folder``."""
     intensity_ids, intensity = _intensity(folder)
+    crop = crop or roi_size(folder)
     pair = ["image", "label"]
     return {
         "bundle_root": ".",
@@ -96,7 +139,7 @@ def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
         "in_channels": len(folder.modality),
         "out_channels": len(folder.labels),
         "pixdim": list(folder.spacing),              # voxel size (mm) every volume is resampled to: the median
-        "roi_size": roi_size(folder),
+        "roi_size": crop,
         "num_samples": 2,
         **intensity_ids,
         "batch_size": 2,
@@ -117,8 +160,13 @@ def train_config(name: str, folder: DecathlonFolder) -> dict[str, Any]:
             {"_target_": "RandCropByPosNegLabeld", "keys": pair, "label_key": "label", "spatial_size": "@roi_size",
              "pos": 1, "neg": 1, "num_samples": "@num_samples", "image_key": "image", "image_threshold": 0,
              "allow_smaller": True},
+            # a crop of a volume (or of a foreground box) smaller than the crop size is padded to it, after the
+            # cache, where padding is cheap; every other crop passes unchanged
+            {"_target_": "SpatialPadd", "keys": pair, "spatial_size": "@roi_size"},
             {"_target_": "RandFlipd", "keys": pair, "prob": 0.5, "spatial_axis": 0},
-            {"_target_": "RandRotate90d", "keys": pair, "prob": 0.5, "spatial_axes": [0, 1]},
+            # a quarter turn in the x-y plane: only when the crop is square there, or the crops of a batch differ
+            *([{"_target_": "RandRotate90d", "keys": pair, "prob": 0.5, "spatial_axes": [0, 1]}]
+              if turns_in_plane(crop) else []),
         ],
         "train_transforms": {"_target_": "hpc_runner.data.compose.chain", "parts": ["@preprocessing", "@augmentation"]},
         "val_transforms": {"_target_": "Compose", "transforms": "@preprocessing"},
@@ -165,15 +213,16 @@ TRAIN_HEADER = """# A 3D UNet learns to segment a Decathlon-style dataset.
 """
 
 
-def train_yaml(name: str, folder: DecathlonFolder) -> str:
+def train_yaml(name: str, folder: DecathlonFolder, crop: list[int] | None = None) -> str:
     """Return the text of configs/train.yaml: the fixed header and ``yaml.safe_dump`` of the config's data."""
-    return TRAIN_HEADER + "\n" + yaml.safe_dump(train_config(name, folder), sort_keys=False, allow_unicode=False,
+    return TRAIN_HEADER + "\n" + yaml.safe_dump(train_config(name, folder, crop), sort_keys=False, allow_unicode=False,
                                                  default_flow_style=None, width=110)
 
 
-def metadata(name: str, folder: DecathlonFolder, author: str) -> dict:
+def metadata(name: str, folder: DecathlonFolder, author: str, crop: list[int] | None = None) -> dict:
     """Return configs/metadata.json of a bundle for ``folder``."""
     channels = len(folder.modality)
+    shape = crop or roi_size(folder)
     base = {
         "schema": "https://github.com/Project-MONAI/MONAI-extra-test-data/releases/download/0.8.1/"
                   "meta_schema_20220324.json",
@@ -191,11 +240,11 @@ def metadata(name: str, folder: DecathlonFolder, author: str) -> dict:
         "network_data_format": {
             "inputs": {"image": {
                 "type": "image", "format": "magnitude", "modality": "/".join(folder.modality.values()),
-                "num_channels": channels, "spatial_shape": roi_size(folder), "dtype": "float32",
+                "num_channels": channels, "spatial_shape": shape, "dtype": "float32",
                 "value_range": [], "is_patch_data": True, "channel_def": dict(folder.modality)}},
             "outputs": {"pred": {
                 "type": "image", "format": "segmentation", "num_channels": len(folder.labels),
-                "spatial_shape": roi_size(folder), "dtype": "float32", "value_range": [0, 1], "is_patch_data": True,
+                "spatial_shape": shape, "dtype": "float32", "value_range": [0, 1], "is_patch_data": True,
                 "channel_def": dict(folder.labels)}},
         },
     }
@@ -219,7 +268,7 @@ validated on {split}. Written by `hpc-runner init {name} --from decathlon {folde
 ```
 hpc-runner verify {name} --net
 hpc-runner run training --bundle {name} --max_epochs 2          # a short trial here
-hpc-runner submit training --bundle {name} --slurm gpus_per_node=1 --max_epochs 300  # on the cluster
+hpc-runner submit training --bundle {name} --scheduler-option gpus_per_node=1 --max_epochs 300  # on the cluster
 ```
 
 Change the voxel size, the crop or the length by override: `--pixdim "[1.5,1.5,2]"`,
@@ -228,11 +277,12 @@ See docs/your-data.md in hpc-runner.
 """
 
 
-def init_decathlon_bundle(name: str, dest: Path, folder: DecathlonFolder, *, author: str) -> Path:
+def init_decathlon_bundle(name: str, dest: Path, folder: DecathlonFolder, *, author: str,
+                          crop: list[int] | None = None) -> Path:
     """Create bundle ``name`` in folder ``dest`` for the checked ``folder``; return ``dest``."""
     files = {
-        "configs/train.yaml": train_yaml(name, folder),
-        "configs/metadata.json": dumps_json(metadata(name, folder, author), indent=4) + "\n",
+        "configs/train.yaml": train_yaml(name, folder, crop),
+        "configs/metadata.json": dumps_json(metadata(name, folder, author, crop), indent=4) + "\n",
         "docs/README.md": readme(name, folder),
         "LICENSE": "TODO: the license of this bundle; the data's own license applies to the data.\n",
     }

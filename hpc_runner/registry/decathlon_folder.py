@@ -41,6 +41,20 @@ MAX_SAID = 20  # bad entries named in one refusal
 _CLASS_NUMBER = re.compile(r"(?:0|[1-9][0-9]{0,5})")
 
 
+@dataclass(frozen=True)
+class Volume:
+    """One image of the datalist as its header says, in the axis order of the bundle's ``Orientationd`` (RAS)."""
+
+    ref: str                        # "training[3].image"
+    path: Path
+    shape: tuple[int, int, int]     # voxels per axis
+    zoom: tuple[float, float, float]  # mm per voxel, each finite and positive
+
+    def sides(self, spacing: list[float]) -> list[int]:
+        """Return the voxels per axis once resampled to ``spacing`` (as ``Spacingd`` does)."""
+        return [max(1, round(d * z / s)) for d, z, s in zip(self.shape, self.zoom, spacing)]
+
+
 @dataclass
 class DecathlonFolder:
     """What a bundle needs to know about a checked Decathlon-style folder."""
@@ -53,8 +67,18 @@ class DecathlonFolder:
     modality: dict[str, str]
     spacing: list[float]            # the median voxel size of the training images, mm
     notes: list[str] = field(default_factory=list)  # defaults taken, for the user to read
-    smallest: list[int] = field(default_factory=lambda: [0, 0, 0])  # per axis, voxels at ``spacing``: the crop fits
+    volumes: list[Volume] = field(default_factory=list)  # every image, training and validation
 
+    @property
+    def training_volumes(self) -> list[Volume]:
+        """Return the volumes of the "training" list: the ones cropped (a validation volume smaller than the crop is
+        padded by the sliding window, which is harmless)."""
+        return [v for v in self.volumes if v.ref.startswith("training[")]
+
+    @property
+    def smallest(self) -> list[int]:
+        """Return the smallest size per axis over the training volumes, in voxels of ``spacing`` (RAS axis order)."""
+        return [min(axis) for axis in zip(*(v.sides(self.spacing) for v in self.training_volumes))] or [0, 0, 0]
 
     @property
     def dataset_json(self) -> Path:
@@ -156,69 +180,62 @@ def _check_disjoint(where: Path, cases: dict[str, list[Path]]) -> None:
                           "validated on must not be trained on, or the validation score says nothing")
 
 
-def _median_spacing(images: list[Path], where: Path) -> list[float]:
-    """Return the median voxel size (x, y, z) of ``images``, read from their headers only; each must be finite
-    and positive."""
+def _read_volumes(where: Path, cases: dict[str, list[Path]]) -> list[Volume]:
+    """Return every image's shape and voxel size from its header (nibabel reads no voxel data), reordered to the
+    RAS axes ``Orientationd`` gives the bundle's volumes; refuse naming every image whose header cannot be read
+    or holds a voxel size that is not finite and positive."""
     import nibabel as nib
 
-    zooms = []
+    volumes, bad = [], []
     quiet = logging.getLogger("nibabel.global")  # it logs, and "fixes", a zero or negative size: refused below
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        for n, path in enumerate(images):
-            zooms.append(_voxel_size(nib, where, n, path))
+        for split, images in cases.items():
+            for n, path in enumerate(images):
+                try:
+                    volumes.append(_volume(nib, f"{split}[{n}].image", path))
+                except ValueError as exc:
+                    bad.append(str(exc))
     finally:
         quiet.setLevel(level)
-    return [round(statistics.median(axis), 3) for axis in zip(*zooms)]
+    if bad:
+        raise BundleError((f"{len(bad)} images cannot be used: " if len(bad) > 1 else "") + "; ".join(bad[:MAX_SAID])
+                          + (f" (and {len(bad) - MAX_SAID} more)" if len(bad) > MAX_SAID else ""), where=str(where),
+                          expected="NIfTI volumes (.nii or .nii.gz) whose header's voxel size (pixdim) is a finite, "
+                          "positive size in mm for every axis")
+    return volumes
 
 
-def _voxel_size(nib: Any, where: Path, n: int, path: Path) -> list[float]:
-    """The voxel size (x, y, z) in the header of ``training[n].image`` as written (pixdim), checked."""
+def _volume(nib: Any, ref: str, path: Path) -> Volume:
+    """The header of one image as a Volume; ValueError naming ``ref`` when it cannot be read or its size is bad."""
     try:
-        header = nib.load(str(path)).header
+        image = nib.load(str(path))
+        header = image.header
         rank = max(1, min(3, int(header["dim"][0])))
         zoom = [float(z) for z in header["pixdim"][1:rank + 1]] if "pixdim" in header else \
-            [float(z) for z in header.get_zooms()[:3]]
+            [float(z) for z in header.get_zooms()[:rank]]
+        shape = [int(d) for d in header.get_data_shape()[:rank]]
+        axes = nib.orientations.io_orientation(image.affine)[:rank, 0]
     except Exception as exc:  # nibabel raises several types for a file it cannot read
-        raise BundleError(f"cannot read the image header: {exc}", where=str(path),
-                          expected="NIfTI volumes (.nii or .nii.gz) as dataset.json says") from None
+        raise ValueError(f"{ref} ({path}): cannot read the image header ({exc})") from None
     if not all(math.isfinite(z) and z > 0 for z in zoom):
-        raise _refuse(where, f"training[{n}].image ({path}) has the voxel size {zoom} in its header, which is not a "
-                      "finite, positive size in mm for every axis; fix the header (pixdim)")
-    return zoom + [1.0] * (3 - len(zoom))
+        raise ValueError(f"{ref} ({path}) has the voxel size {zoom} in its header, which is not a finite, positive "
+                         "size in mm for every axis; fix the header (pixdim)")
+    shape += [1] * (3 - len(shape))
+    zoom += [1.0] * (3 - len(zoom))
+    order = [int(a) for a in axes] if all(math.isfinite(a) for a in axes) else []
+    order += [a for a in range(3) if a not in order]  # an axis the affine leaves undefined keeps its place
+    ras_shape, ras_zoom = [1] * 3, [1.0] * 3
+    for voxel_axis, ras_axis in enumerate(order[:3]):
+        ras_shape[ras_axis], ras_zoom[ras_axis] = shape[voxel_axis], zoom[voxel_axis]
+    return Volume(ref, path, (ras_shape[0], ras_shape[1], ras_shape[2]), (ras_zoom[0], ras_zoom[1], ras_zoom[2]))
 
 
-MIN_SIDE = 32  # voxels per axis (after resampling): the smallest crop the generated UNet (4 down-samplings) trains on
-
-
-def _smallest_shape(where: Path, cases: dict[str, list[Path]], spacing: list[float], notes: list[str]) -> list[int]:
-    """Return the smallest size per axis, in voxels of ``spacing``, of every image (headers only: nibabel reads
-    no voxel data); a note names each volume smaller than MIN_SIDE on an axis once resampled."""
-    import nibabel as nib
-
-    smallest = [1 << 30] * 3
-    small: list[str] = []
-    for split, images in cases.items():
-        for n, path in enumerate(images):
-            try:
-                header = nib.load(str(path)).header
-                shape = [int(d) for d in header.get_data_shape()[:3]]
-                zoom = [float(z) for z in header.get_zooms()[:3]]
-            except Exception as exc:  # nibabel raises several types for a file it cannot read
-                raise BundleError(f"cannot read the image header: {exc}", where=str(path),
-                                  expected="NIfTI volumes (.nii or .nii.gz) as dataset.json says") from None
-            shape += [1] * (3 - len(shape))
-            zoom += [1.0] * (3 - len(zoom))
-            sides = [int(d * z / s) if s > 0 and math.isfinite(z) else d for d, z, s in zip(shape, zoom, spacing)]
-            smallest = [min(a, b) for a, b in zip(smallest, sides)]
-            if min(sides) < MIN_SIDE:
-                small.append(f"{split}[{n}].image ({path}) is {sides} voxels at {spacing} mm")
-    if small:  # trained on all the same: the foreground crop pads them to the crop (roi_size)
-        notes.append(f"{len(small)} volume(s) smaller than {MIN_SIDE} voxels on an axis once resampled to the median "
-                     f"voxel size, the smallest crop the bundle's 3D UNet trains on, are padded to it: "
-                     + "; ".join(small[:MAX_SAID]))
-    return smallest
+def _median_spacing(volumes: list[Volume]) -> list[float]:
+    """Return the median voxel size (RAS axes) of the training images."""
+    zooms = [v.zoom for v in volumes if v.ref.startswith("training[")]
+    return [round(statistics.median(axis), 3) for axis in zip(*zooms)]
 
 
 def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
@@ -236,7 +253,6 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
     if not isinstance(meta, dict):
         raise _refuse(where, f"it holds a JSON {type(meta).__name__}, not an object")
     counts = {}
-    first_images: list[Path] = []
     cases: dict[str, list[Path]] = {}
     bad: list[str] = []  # every bad entry, said at once: a user fixes the list in one go
     for split in SPLITS:
@@ -254,8 +270,6 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
                 bad.append(exc.message)
                 continue
             cases.setdefault(split, []).append(files[0])
-            if split == "training":
-                first_images.append(files[0])
         counts[split] = len(entries)
     if bad:
         more = f" (and {len(bad) - MAX_SAID} more)" if len(bad) > MAX_SAID else ""
@@ -272,8 +286,7 @@ def check_decathlon_folder(folder: str | Path) -> DecathlonFolder:
                       "at least one more, e.g. {\"0\": \"background\", \"1\": \"spleen\"}")
     modality = _names(where, meta, "modality", DEFAULT_MODALITY, notes)
     name = checked_text(where, "\"name\"", meta["name"]) if meta.get("name") is not None else root.name
-    spacing = _median_spacing(first_images, where)
+    volumes = _read_volumes(where, cases)
     return DecathlonFolder(root=root, name=str(name), num_training=counts["training"],
                            num_validation=counts["validation"], labels=labels, modality=modality,
-                           spacing=spacing, notes=notes,
-                           smallest=_smallest_shape(where, cases, spacing, notes))
+                           spacing=_median_spacing(volumes), notes=notes, volumes=volumes)

@@ -121,7 +121,7 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
         lines.append(f"resubmit the failed ones: hpc-runner resume {target.path}")
         if by_cause.get("TIMEOUT"):
             lines.append(f"  only the timed-out ones, longer: hpc-runner resume {target.path} --cause TIMEOUT "
-                         "--slurm time=...")
+                         "--scheduler-option time=...")
     return "\n".join(lines)
 
 

@@ -111,7 +111,7 @@ def sweep_page(sweep: SweepData, plots: list[tuple[Path, bytes, str]]) -> str:
             f"hpc-runner status {d} --all     # states, errors of failed points\n"
             f"hpc-runner collect {d}          # results.csv and results.md\n"
             f"hpc-runner resume {d}           # resubmit failed and missing points\n"
-            f"hpc-runner resume {d} --cause TIMEOUT --slurm time=...  # only the timed-out ones, longer\n"
+            f"hpc-runner resume {d} --cause TIMEOUT --scheduler-option time=...  # only the timed-out ones, longer\n"
             f"hpc-runner rerun {d}/points/NNNN  # run one point again, exactly, in a new dir"
         )
         + "</pre>"

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.numbers import outside_int
+from hpc_runner.records.read import read_record_text
 
 MAX_REQUEUES_ENV = "HPCR_MAX_REQUEUES"
 MAX_REQUEUES = 5  # a job that asked to be requeued this often is stopped instead: bounded by construction
@@ -33,6 +34,7 @@ CPUS_GRANTED_ENV = "HPCR_CPUS_GRANTED"  # a packed slot's share where no schedul
 # the job does not ask to be requeued; it ends with its checkpoint, and `resume` (or a sweep's --retry) resubmits
 REQUEUE_ENV = "HPCR_REQUEUE"
 RESUBMIT = "resubmit"
+MAX_HOST_FILE_BYTES = 16 << 20  # a scheduler's host file: one line per slot or process
 
 
 def env_of(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -53,6 +55,29 @@ def env_int(environ: Mapping[str, str], name: str, default: int | None = None) -
             expected=f"{name} as the scheduler or torchrun set it (a whole number), or {name} unset",
         )
     return value
+
+
+def scheduler_int(environ: Mapping[str, str], name: str, scheduler: str, low: int = 0,
+                  unset: tuple[str, ...] = ()) -> int | None:
+    """Return the whole number a scheduler set in ``environ[name]`` (None when unset, empty or one of ``unset``, the
+    words it writes for none); ClusterError naming the variable when it holds anything else."""
+    raw = environ.get(name)
+    if raw is None or not raw.strip() or raw.strip() in unset:
+        return None
+    value = outside_int(raw, low=low)
+    if value is None:
+        raise ClusterError(f"the environment variable {name}={raw[:40]!r} is not a whole number",
+                           expected=f"{name} as {scheduler} sets it (ASCII digits), or unset")
+    return value
+
+
+def host_file_lines(path: str | None, what: str) -> list[str]:
+    """Return the non-empty lines of a host file a scheduler wrote for the job (None or "": none), stripped;
+    ClusterError for a file that cannot be read as one (too large, not text, not a regular file)."""
+    if not path:
+        return []
+    text = read_record_text(path, what, MAX_HOST_FILE_BYTES, error=ClusterError)
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
 
 
 def checked_world(rank: int | None, world: int | None, rank_name: str, world_name: str,

@@ -11,8 +11,13 @@ The state names are the words hpc-runner's records, status tables and ``--retry`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+
+from hpc_runner.errors import ClusterError
+from hpc_runner.records.command_output import decode_output
+
+MAX_ANSWER_CHARS = 64 << 20  # the most text one scheduler answer may hold (far above sacct of 100,000 jobs)
 
 
 class JobState(str, Enum):
@@ -102,3 +107,23 @@ class Usage:
         if self.gpus is None or self.elapsed_s is None:
             return None
         return self.gpus * self.elapsed_s / 3600.0
+
+
+@dataclass(frozen=True)
+class Report:
+    """One job's (or array task's) state and usage, as one answer of its scheduler gave them."""
+
+    status: JobStatus
+    usage: Usage = field(default_factory=Usage)
+    attempts: tuple[Attempt, ...] = ()  # every run, oldest first, where the answer lists them (a requeued job)
+
+
+def answer_text(answer: str | bytes, what: str, scheduler: str) -> str:
+    """Return a scheduler's answer as text (bytes decoded with bad bytes replaced); ClusterError naming ``what``
+    (``qstat's answer``) when it is no text or larger than ``MAX_ANSWER_CHARS``."""
+    text = decode_output(answer) if isinstance(answer, bytes) else answer
+    if not isinstance(text, str):
+        raise ClusterError(f"{what} is not text", expected=f"{what} of {scheduler}")
+    if len(text) > MAX_ANSWER_CHARS:
+        raise ClusterError(f"{what} is larger than {MAX_ANSWER_CHARS >> 20} MiB", expected=f"{what} of {scheduler}")
+    return text

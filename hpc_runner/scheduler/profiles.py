@@ -192,10 +192,10 @@ def resolve_profile(name: str, first: tuple[Path, dict[str, Any]] | None, overri
         settings.update({k: v for k, v in data.items() if k != "extends"})
     profile = ClusterProfile(chain[0][0], [p for _, p, _ in reversed(chain)], settings)
     if overrides:
-        check_settings(overrides, "--slurm")
+        check_settings(overrides, "--scheduler-option")
         profile.settings.update(overrides)
     for executor in EXECUTORS.values():  # what each file allowed may contradict itself once merged (gres + gpus)
-        executor.check_profile(profile.settings, f"{profile.where}{' with --slurm' if overrides else ''}")
+        executor.check_profile(profile.settings, f"{profile.where}{' with --scheduler-option' if overrides else ''}")
     known = profile.settings.get("partitions")
     partition = profile.settings.get("partition")
     if known and partition is not None and partition not in known:
@@ -208,16 +208,18 @@ def resolve_profile(name: str, first: tuple[Path, dict[str, Any]] | None, overri
 
 
 def parse_setting_overrides(items: list[str] | None) -> dict[str, Any]:
-    """Parse ``--slurm KEY=VALUE`` options into profile settings (values typed like YAML 1.2)."""
+    """Parse ``--scheduler-option KEY=VALUE`` options (alias ``--slurm``) into profile settings (values typed like
+    YAML 1.2)."""
     result: dict[str, Any] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ClusterError(
-                f"--slurm {item!r} is not KEY=VALUE", expected="e.g. --slurm partition=gpu --slurm time=30"
+                f"--scheduler-option {item!r} is not KEY=VALUE",
+                expected="e.g. --scheduler-option partition=gpu --scheduler-option time=30"
             )
         key = key.strip().replace("-", "_")
-        value = parse_value(raw, what=f"value of --slurm {key}")
+        value = parse_value(raw, what=f"value of --scheduler-option {key}")
         if key == "partition" and value is not None:
             value = str(value)
         result[key] = value

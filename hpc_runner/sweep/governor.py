@@ -309,14 +309,15 @@ def send_points(
                 delay = backoff.delays[retries]
                 retries += 1
                 submission.setdefault("refused", []).append({"at": now_iso(), "tasks": n, "message": message[:300]})
-                log(f"hpc-runner: sbatch refused {n} task(s) ({message[:160]}); "
+                log(f"hpc-runner: the scheduler refused {n} task(s) ({message[:160]}); "
                     f"retry {retries}/{len(backoff.delays)} in {delay:g} s")
                 backoff.sleep(delay)
                 limits = reader()
                 out.limits = limits
                 continue
             if limited and give_up == "wait":
-                log(f"hpc-runner: sbatch still refuses after {retries} retries; {len(pending)} task(s) keep waiting")
+                log(f"hpc-runner: the scheduler still refuses after {retries} retries; {len(pending)} task(s) keep "
+                    "waiting")
                 break
             submission["sbatch_calls"] = sbatch_calls
             _record_failure(ledger, [t for _, t in pending], exc, submitted_any=bool(out.job_ids))

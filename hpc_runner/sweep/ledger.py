@@ -4,6 +4,8 @@ Layout of a sweep dir::
 
     sweep.yaml        spec, cluster profile, submissions (array job ids), and one line per point:
                       its params, fixes added on resume, its run dir, its state, job ids and counters
+    results.jsonl     one JSON line per point that ended, appended by its job (sweep/results.py, its one
+                      writer and reader): run.yaml's final status and summary.json's figures, for collect
     base/             the sweep's shared config (config.yaml, overrides.yaml, run.yaml): files merged,
                       CLI/env overrides applied; every point is this plus its own overrides
     points/0007/      the run dir of point 7 (its run.yaml says how the run itself went)
@@ -28,9 +30,11 @@ Beside the states, a point may carry ``node_failures`` (job id -> the nodes its 
 governor excludes a node once a point failed on it twice: sweep/governor.py ``exclude_failing_nodes``).
 
 What the run itself did (running, completed, failed, pruned) is the point's own run.yaml
-(records/rundir.py, one locked writer); what the scheduler did comes from sacct. ``sweep/states.py``
-puts the three together, read-only. A tune's trials are points too, made at the start (one per trial
-of the budget, params empty until a worker claims one), so ``status`` lists them from the start.
+(records/rundir.py, one locked writer), copied when the run ended into the point's line of results.jsonl,
+which names the hand-off it belongs to (the job id and the length of the point's ``jobs`` here); what the
+scheduler did comes from sacct. ``sweep/states.py`` puts them together, read-only. A tune's trials are
+points too, made at the start (one per trial of the budget, params empty until a worker claims one), so
+``status`` lists them from the start.
 
 sweep.yaml is written as JSON (a subset of YAML 1.2), one point a line: at 5,000 points PyYAML takes
 ~0.5 s to read it back (libyaml) where JSON takes ~10 ms; and a job reads only its own point's line

@@ -123,7 +123,7 @@ def resume_sweep(
             ledger.set_bound("max_retries", max_retries)
         if not ledger.submit_calls_left():  # nothing moved yet: the points stay as they are
             raise ClusterError(record.budget_note(), where=str(record.file),
-                               expected=f"at most {record.submit_call_budget()} sbatch calls for this sweep")
+                               expected=f"at most {record.submit_call_budget()} submit calls for this sweep")
         if retry_rules:
             ledger.add_retry_rules(retry_rules)
         # a point a task submitted since the plan was made (it was waiting) is not sent twice

@@ -86,12 +86,12 @@ class Suggestion:
         return "; ".join(self.parts + self.notes) if self.parts or self.notes else "nothing recorded to go by"
 
     def options(self) -> list[str]:
-        """Return the settings as command-line options (``--cpus 2 --slurm mem_gb=4 --slurm time=00:30:00``)."""
+        """Return the settings as command-line options (``--cpus 2 --scheduler-option mem_gb=4 ...``)."""
         out = []
         for key, value in self.settings.items():
             if value is None:
                 continue
-            out.append(f"--cpus {value}" if key == "cpus_per_task" else f"--slurm {key}={value}")
+            out.append(f"--cpus {value}" if key == "cpus_per_task" else f"--scheduler-option {key}={value}")
         return out
 
     def to_json(self) -> dict[str, Any]:

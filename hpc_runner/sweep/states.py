@@ -34,6 +34,7 @@ from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
 from hpc_runner.scheduler.job_status import FAILED_STATES, JobState, JobStatus
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.causes import Cause, decide
+from hpc_runner.sweep.results import RESULTS_FILE, ResultsFile
 
 DONE = JobState.COMPLETED.value
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
@@ -66,7 +67,7 @@ class PointState:
     params: dict[str, Any]
     job_id: str | None
     state: str
-    source: str  # job_state.FROM_ACCOUNTING or FROM_QUEUE, "run.yaml", "record"
+    source: str  # job_state.FROM_ACCOUNTING or FROM_QUEUE, "run.yaml", "results.jsonl", "record"
     elapsed: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -212,11 +213,14 @@ _LEDGER_STATES = {sr.WAITING: WAITING, sr.CANCELLED: "CANCELLED", sr.GAVE_UP: GA
                   sr.SUBMITTING: NOT_SUBMITTED}
 
 
-def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packed: bool = False) -> PointState:
+def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packed: bool = False,
+            results: ResultsFile | None = None) -> PointState:
     """Return one point's state: the scheduler's, except that a completed run.yaml always wins.
 
     ``packed``: the point shares its job id with other points (``--pack K``), so the job's state is
-    the task's, and the point's own run.yaml decides first.
+    the task's, and the point's own run.yaml decides first. ``results``: the sweep's results file
+    (sweep/results.py), asked before the run dir where the run's own record is needed: a line of the point's
+    current hand-off says how its run ended without reading run.yaml.
     """
     job_id = point.get("job_id")
     params = point.get("params", {})
@@ -235,13 +239,24 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
         ps.node = status.node
         ps.history = [{"state": a.state, "node": a.node} for a in answer.attempts.get(job_id, [])[:-1]]
         if packed:
-            ps.state, ps.source = _packed_state(ps, ps.state, run_status(run_dir))
+            ended = results.of(point) if results is not None else None
+            ps.state, ps.source = _packed_state(ps, ps.state, ended.status if ended else run_status(run_dir))
+            if ended is not None and ps.source == "run.yaml":
+                ps.source = RESULTS_FILE
             return ps
         if ps.state in FAILED_STATES and (run_dir / "summary.json").is_file():
             # a job killed after the run finished (e.g. while saving submitit's result) still has results
-            state, src = _state_from_record(run_dir, False)
+            ended = results.of(point) if results is not None else None
+            if ended is not None:
+                state, src = RUN_STATUS_STATES[ended.status], RESULTS_FILE
+            else:
+                state, src = _state_from_record(run_dir, False)
             if state == DONE:
                 ps.state, ps.source = state, src
+        return ps
+    ended = results.of(point) if results is not None else None
+    if ended is not None:
+        ps.state, ps.source = RUN_STATUS_STATES[ended.status], RESULTS_FILE
         return ps
     ps.state, ps.source = _state_from_record(run_dir, is_local_job(job_id), job_id)
     return ps

@@ -143,7 +143,7 @@ def submit_run(
         out = Submitted(path, dry_run=True)
         script = executor.script(request, 1)
         if script is None:
-            out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no sbatch script)")
+            out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no job script)")
         else:
             out.scripts.append(script)
             out.notes.extend(dry_run_notes(cfg, run_id, executor))
@@ -412,7 +412,7 @@ def _dry_run_sweep(
                          describe=f"hpc-runner: each task runs points of {Path(directory).resolve()} "
                          "(points/NNNN/config.yaml; sweep.yaml says which)")
     if executor.script(request, 1) is None:
-        out.notes.append(f"profile '{executor.name}' runs the points here, one after another (no sbatch script)")
+        out.notes.append(f"profile '{executor.name}' runs the points here, one after another (no job script)")
     else:
         limits = limits_reader(executor) if limits_reader else executor.limits()
         out.limits = limits
@@ -436,7 +436,7 @@ def _dry_run_sweep(
             bundle = str(cfg.bundle_dir.resolve()) if cfg.bundle_dir else cfg.name
             described = points_description(Path(directory).resolve(), shown, entry, bundle)
             script = executor.script(dataclasses.replace(request, describe=described), size)
-            out.scripts.append(f"# sbatch script for the array(s) of points {', '.join(covered)}\n{script}")
+            out.scripts.append(f"# job script for the array(s) of points {', '.join(covered)}\n{script}")
         from hpc_runner.engine.runner import check_entry
 
         out.notes.extend(dry_run_notes(cfg, check_entry(cfg, entry), executor))

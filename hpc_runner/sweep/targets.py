@@ -7,7 +7,7 @@ that decides which one a dir is; ``hpc_runner.cli.targets.open_target`` adds pip
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -21,6 +21,7 @@ from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep import states as tracking
 from hpc_runner.sweep.governor import profile_from_record
+from hpc_runner.sweep.results import ResultsFile
 from hpc_runner.sweep.retry import pending_retries
 
 T = TypeVar("T")
@@ -34,10 +35,15 @@ class Target:
     points: list[dict[str, Any]]
     record: sr.SweepRecord | None = None
     run_record: dict[str, Any] | None = None
+    # the sweep's results file (sweep/results.py), read once when first asked; a run dir has none
+    results: ResultsFile = field(init=False, repr=False, compare=False)
 
     kind: ClassVar[str] = ""  # "run", "sweep" or "tune": for people (messages), never compared
     hints_resume: ClassVar[bool] = False  # status names `resume DIR` for its failed points (a sweep's, a tune's)
     right_sizes: ClassVar[bool] = True  # status, collect and report suggest resources once it has ended
+
+    def __post_init__(self) -> None:
+        self.results = ResultsFile(self.path if self.record is not None else None)
 
     @classmethod
     def load(cls, path: Path) -> Target:
@@ -102,8 +108,10 @@ class Target:
         cluster = ((self.run_record or {}).get("job") or {}).get("cluster")
         return executor_for(ClusterProfile.from_record(cluster if isinstance(cluster, dict) else {}))
 
-    def states(self) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
-        """Return every point's state from one scheduler call, with the cause of each failed one.
+    def states(self, results: ResultsFile | None = None) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer]:
+        """Return every point's state from one scheduler call, with the cause of each failed one. ``results``: the
+        sweep's results file, asked before a run dir where the scheduler cannot tell (collect, which reads it for
+        every point's figures anyway; status reads the few run dirs it needs, not the whole file).
 
         Read-only: nothing is written. A tune's trials that no worker has claimed yet wait for one: PENDING
         while one of its workers is queued or running, NOT-STARTED once none is (``resume`` starts more)."""
@@ -116,31 +124,32 @@ class Target:
         packed_sweep = int(((self.record.data.get("pack") if self.record else None) or {}).get("points", 1)) > 1
         packed_sweep = packed_sweep or bool(workers)  # a tune's worker runs trial after trial, like a packed task
         alive = any(tracking.job_alive(answer, w) for w in workers)
-        states = [self._point_state(p, answer, packed_sweep or p.get("job_id") in shared, alive)
+        states = [self._point_state(p, answer, packed_sweep or p.get("job_id") in shared, alive, results)
                   for p in self.points]
         tracking.recheck_requeued(states, answer, executor)
         tracking.explain_failures(states, executor.job_logs(self.job_folder))
         return states, answer
 
     def states_beside(self, work: Callable[[], T]) -> tuple[list[tracking.PointState], tracking.SchedulerAnswer, T]:
-        """Return ``states()`` and what ``work()`` returned. Where the scheduler's answers wait on its services
-        (SLURM's sacct, ~0.2 s), the states are read in a thread while ``work`` runs; elsewhere (the in-memory
-        cluster, local runs) ``work`` runs first, then the states, as both may use the same in-process state."""
+        """Return ``states()`` as collect reads them (with the sweep's results file) and what ``work()`` returned.
+        Where the scheduler's answers wait on its services (SLURM's sacct, ~0.2 s), the states are read in a thread
+        while ``work`` runs; elsewhere (the in-memory cluster, local runs) ``work`` runs first, then the states, as
+        both may use the same in-process state."""
         if not self.executor().answers_wait:
             done = work()
-            return (*self.states(), done)
+            return (*self.states(self.results), done)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1, thread_name_prefix="hpcr-states") as pool:
-            ahead = pool.submit(self.states)
+            ahead = pool.submit(self.states, self.results)
             done = work()
             states, answer = ahead.result()
         return states, answer, done
 
     def _point_state(self, point: dict[str, Any], answer: tracking.SchedulerAnswer, packed: bool,
-                     workers_alive: bool) -> tracking.PointState:
-        """Return one point's state from the scheduler's answer and its run record."""
-        return tracking.combine(point, self.run_dir(point), answer, packed=packed)
+                     workers_alive: bool, results: ResultsFile | None = None) -> tracking.PointState:
+        """Return one point's state from the scheduler's answer and its run record (or its line in ``results``)."""
+        return tracking.combine(point, self.run_dir(point), answer, packed=packed, results=results)
 
     def _worker_jobs(self) -> list[str]:
         """Return the job ids of a tune's workers (none for a sweep or a run)."""
@@ -208,11 +217,11 @@ class TuneTarget(SweepTarget):
         return set()
 
     def _point_state(self, point: dict[str, Any], answer: tracking.SchedulerAnswer, packed: bool,
-                     workers_alive: bool) -> tracking.PointState:
+                     workers_alive: bool, results: ResultsFile | None = None) -> tracking.PointState:
         """A trial no worker has claimed yet waits for one (PENDING while a worker is alive, else NOT-STARTED)."""
         if point.get("trial") is None:
             return tracking.unclaimed_trial(point, self.run_dir(point), workers_alive)
-        return super()._point_state(point, answer, packed, workers_alive)
+        return super()._point_state(point, answer, packed, workers_alive, results)
 
     def _worker_jobs(self) -> list[str]:
         """Return the job ids of the tune's workers, from every submission."""

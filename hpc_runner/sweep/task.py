@@ -21,6 +21,10 @@ Order of events in a task (see docs/packing.md):
    sweep/ledger.py).
 5. If a point was stopped (or points were left unstarted by a stop), the task asks SLURM to requeue it
    once, after every running point has checkpointed; the requeued task skips what is done.
+
+Each point that ended (completed or failed, its run.yaml final) gets its line in the sweep's results file as
+soon as it ends, appended by the process that ran it (sweep/results.py ``record_point_result``): what collect
+reads instead of the point's run dir.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.governor import top_up_after_task
 from hpc_runner.sweep.job import RunFailed, run_sweep_point
 from hpc_runner.sweep.ledger import CANCELLED, GAVE_UP, LOCK_FILE, WAITING, read_point
+from hpc_runner.sweep.results import handoff_of, record_point_result
 from hpc_runner.sweep.targets import states_of
 
 # per-point outcomes of a task (what run_sweep_task returns under "points")
@@ -102,8 +107,8 @@ def _run_task_points(
         todo = []
         for p in points:
             why = _skip_reason(sweep_dir, p, mine.get(p["index"]), task)
-            if why is None:
-                todo.append(p)
+            if why is None:  # with the hand-off the ledger names, which its line in the results file records
+                todo.append({**p, "handoff": handoff_of(mine.get(p["index"]) or {})})
             else:
                 outcomes[p["index"]], messages[p["index"]] = why
         clock = _task_clock(job_record, task)
@@ -190,13 +195,18 @@ def _return_points(sweep_dir: str, indices: list[int], task: str | None, why: st
 def _run_one(
     sweep_dir: str, p: dict[str, Any], entry: str | None, job_record: dict[str, Any] | None, pack: dict[str, Any]
 ) -> tuple[str, str]:
-    """Run one point in this process; return (outcome, message)."""
+    """Run one point in this process; return (outcome, message). A point that ended gets its line in the
+    sweep's results file (one that was stopped to be requeued has not ended)."""
+    run_dir = f"{sweep_dir}/{p['dir']}"
     try:
-        res = run_sweep_point(sweep_dir, p["index"], f"{sweep_dir}/{p['dir']}", p["overrides"], entry,
-                              job_record, pack=pack)
+        res = run_sweep_point(sweep_dir, p["index"], run_dir, p["overrides"], entry, job_record, pack=pack)
     except Exception as exc:  # the point's run.yaml and error.txt say why; go on with the next
+        record_point_result(sweep_dir, p["index"], p.get("handoff"), run_dir)
         return FAILED, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return (PREEMPTED, "checkpointed") if res.get("status") == PREEMPTED else (COMPLETED, "")
+    if res.get("status") == PREEMPTED:
+        return PREEMPTED, "checkpointed"
+    record_point_result(sweep_dir, p["index"], p.get("handoff"), run_dir)
+    return COMPLETED, ""
 
 
 def _run_sequential(
@@ -368,6 +378,7 @@ def _worker_died(sweep_dir: str, slot: _Slot) -> tuple[str, str]:
     if rd.record().get("status") in (None, "prepared", "running"):
         rd.update_record(status=FAILED, ended=now_iso(),
                          error={"type": "WorkerDied", "message": message, "id": None, "exit_code": code})
+    record_point_result(sweep_dir, slot.point["index"], slot.point.get("handoff"), rd.path)
     return FAILED, message
 
 

@@ -162,8 +162,8 @@ def _dry_run(cfg: Any, directory: Path, settings: Any, executor: Any, workers: i
                          hold=hold)
     script = executor.script(request, workers)
     if script is None:
-        out.notes.append(f"profile '{executor.name}' runs the workers here, one after another (no sbatch script)")
+        out.notes.append(f"profile '{executor.name}' runs the workers here, one after another (no job script)")
     else:
-        out.scripts.append(f"# sbatch script for the array of {workers} worker(s)\n{script}")
+        out.scripts.append(f"# job script for the array of {workers} worker(s)\n{script}")
     out.notes.append("# space\n" + "\n".join(f"  {s}" for s in settings.space))
     return out

@@ -121,6 +121,10 @@ def test_the_completion_file_adds_under_a_tenth_of_a_second_to_a_shell_start(tmp
     assert added < 0.1, f"sourcing the completion script adds {added:.3f} s to a shell's start"
     readme = (ROOT / "README.md").read_text()
     assert "completion bash > ~/.local/share/bash-completion/completions/hpc-runner" in readme
+    # first hour, again (issue 47): the file's own head (shtab's) said to copy it to ~/.local/share/bash_completion/
+    # and add a `source` line to ~/.bashrc
+    head = script.read_text().split("\n\n", 1)[0]
+    assert "bash-completion/completions/hpc-runner" in head and "bash_completion/" not in head, head
     assert 'eval "$(hpc-runner completion bash)"' not in readme
 
 

@@ -67,3 +67,11 @@ def test_the_profiler_option_is_torch_profile_and_profile_stays_its_alias() -> N
             args = commands[command].parse_args([*spelling] + (["--trials", "1", "--metric", "m"]
                                                                if command == "tune" else []))
             assert args.profile or args.profile_steps == 2
+
+
+def test_an_unknown_key_last_on_the_line_of_a_command_without_such_an_option_is_named_as_no_option(cli, tmp_path):
+    # first hour, again (issue 47): `run ... --dryrun` said "override --dryrun has no value. Expected --dryrun VALUE"
+    res = cli("run", "--bundle", BUNDLE, "--max_epochs", "1", "--dryrun", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--dryrun is not an option of hpc-runner run" in res.stderr, res.stderr
+    assert "Expected --dryrun VALUE or" not in res.stderr and not (tmp_path / "runs").exists()

@@ -18,6 +18,7 @@ from hpc_runner.engine.container import (
     ContainerSpec,
     Mounts,
     bind_list,
+    check_image,
     config_binds,
     container_argv,
     container_env,
@@ -192,5 +193,16 @@ def test_commands_that_do_not_run_in_an_image_refuse_a_profile_that_asks_for_one
     for what in ("tune", "pipeline", "submit ckpt_export"):
         with pytest.raises(UserError, match=f"{what} does not run in a container yet") as err:
             refuse_container(profile, what)
-        assert "--slurm container=null" in str(err.value)
+        assert "--scheduler-option container=null" in str(err.value)
     refuse_container(ClusterProfile("slurm", [], {"container": None}), "tune")  # no block: nothing to refuse
+
+
+def test_a_runtime_missing_on_the_login_node_names_the_profiles_on_compute_setting(tmp_path: Path) -> None:
+    # first hour, again (issue 47): "apptainer ... is not on PATH. Expected apptainer installed here" named no way out
+    # on a JADE-like site, where the runtime is on the compute nodes only
+    image = tmp_path / "monai.sif"
+    image.write_bytes(b"SIF stand-in")
+    spec = ContainerSpec(image=str(image), runtime="apptainer", path=str(tmp_path / "no-apptainer"), where="jade.yaml")
+    with pytest.raises(UserError, match="is not on PATH") as err:
+        check_image(spec, tmp_path / "cache", {}, str(tmp_path))
+    assert "on: compute" in str(err.value) and "path:" in str(err.value), err.value

@@ -39,7 +39,7 @@ def fuzz_fixtures(fuzz_base: Path) -> Iterator[dict[str, Path]]:
                      ["config", "--bundle", str(BUNDLE), "--ids"],
                      ["sweep", *tiny, "--cluster", "mem", "--sweep", "seed=1,2", "--dry-run"]):
             assert main(argv) == 0, argv
-    make_decathlon_folder(made / "decathlon", cases=2, size=16)
+    make_decathlon_folder(made / "decathlon", cases=2, size=32)  # 32: the smallest crop init takes without --pad-small
     yield {"run": made / "run", "sweep": made / "sweep", "decathlon": made / "decathlon", "data": data,
            "bundle": BUNDLE}
     shutil.rmtree(fuzz_base, ignore_errors=True)

@@ -10,7 +10,7 @@ import pytest
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler.gridengine import answers
-from hpc_runner.scheduler.job_status import JobState
+from hpc_runner.scheduler.job_status import MAX_ANSWER_CHARS, JobState
 
 GOLDEN = Path(__file__).resolve().parents[1] / "scheduler" / "golden" / "gridengine"
 
@@ -137,7 +137,7 @@ def test_a_qstat_answer_that_is_not_its_xml_is_a_cluster_error(text: str) -> Non
 
 def test_a_huge_qstat_answer_is_refused_by_size() -> None:
     with pytest.raises(ClusterError, match="larger"):
-        answers.statuses_from_qstat("<job_info>" + " " * (answers.MAX_ANSWER_CHARS + 1))
+        answers.statuses_from_qstat("<job_info>" + " " * (MAX_ANSWER_CHARS + 1))
 
 
 @pytest.mark.parametrize("mutate", [

@@ -108,6 +108,27 @@ def test_a_job_may_ask_to_be_run_again_until_it_was_restarted_as_often_as_allowe
     assert job_env(JOB_ID="12", RESTARTED="1", HPCR_MAX_REQUEUES="1").requeue() is None
 
 
+def test_a_job_that_exits_99_is_requeued_at_most_max_requeues_times_counted_beside_its_log(tmp_path: Path) -> None:
+    stdout = tmp_path / "hpcr-run.o12"
+    said = []
+    for run in range(5):  # Grid Engine sets RESTARTED=1 on every rerun: only our count tells them apart
+        env = job_env(JOB_ID="12", RESTARTED="1" if run else "0", SGE_STDOUT_PATH=str(stdout), HPCR_MAX_REQUEUES="3")
+        assert env.restarts == min(run, 3)
+        said.append(env.requeue())
+    assert said == ["12", "12", "12", None, None]
+    assert (tmp_path / "hpcr-requeues.12").read_text() == "3\n"  # in the log folder, named by the job's id
+
+
+def test_where_no_requeue_count_can_be_kept_a_job_that_was_rerun_asks_no_more(tmp_path: Path) -> None:
+    assert job_env(JOB_ID="12", RESTARTED="0").requeue() == "12"  # no stdout path: the first requeue only
+    assert job_env(JOB_ID="12", RESTARTED="1").requeue() is None
+    (tmp_path / "hpcr-requeues.12").write_text("many")  # a count file that holds no count
+    assert job_env(JOB_ID="12", RESTARTED="1", SGE_STDOUT_PATH=str(tmp_path / "o12")).requeue() is None
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    assert job_env(JOB_ID="12", RESTARTED="0", SGE_STDOUT_PATH=f"{blocked}/o12").requeue() is None  # unwritable
+
+
 @pytest.mark.parametrize("raw", ["１", "-3", "3.0", "99999999999999999999"])
 def test_a_garbled_slot_count_or_task_is_a_cluster_error_not_a_traceback(raw: str) -> None:
     with pytest.raises(ClusterError):

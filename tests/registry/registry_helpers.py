@@ -48,10 +48,12 @@ def out(proc: subprocess.CompletedProcess) -> str:
 
 
 def make_decathlon_folder(root: Path, cases: int = 4, size: int = 32, *, validation: int = 0,
-                          modality: dict | None = None) -> Path:
+                          modality: dict | None = None, shapes: list[tuple[int, int, int]] | None = None,
+                          affine: list[list[float]] | None = None) -> Path:
     """A Decathlon-style folder: ``cases`` noisy spheres of ``size``^3 (1.5 mm voxels) with their labels.
 
-    The last ``validation`` cases go to dataset.json's "validation" list; the rest to "training".
+    The last ``validation`` cases go to dataset.json's "validation" list; the rest to "training". ``shapes``
+    gives each case its own shape (voxels, as stored) instead; ``affine`` the voxel-to-world matrix of every file.
     """
     import nibabel as nib
     import numpy as np
@@ -59,16 +61,18 @@ def make_decathlon_folder(root: Path, cases: int = 4, size: int = 32, *, validat
     rng = np.random.default_rng(0)
     (root / "imagesTr").mkdir(parents=True)
     (root / "labelsTr").mkdir()
-    grid = np.indices((size,) * 3).transpose(1, 2, 3, 0)
-    affine = np.diag([1.5, 1.5, 1.5, 1.0])
+    shapes = shapes or [(size,) * 3] * cases
+    cases = len(shapes)
+    matrix = np.array(affine, dtype=float) if affine is not None else np.diag([1.5, 1.5, 1.5, 1.0])
     entries = []
-    for i in range(cases):
-        centre = rng.uniform(size * 0.35, size * 0.65, 3)
-        label = (np.linalg.norm(grid - centre, axis=-1) < size * rng.uniform(0.15, 0.3)).astype(np.uint8)
+    for i, shape in enumerate(shapes):
+        grid = np.indices(shape).transpose(1, 2, 3, 0)
+        centre = rng.uniform(0.35, 0.65, 3) * np.array(shape)
+        label = (np.linalg.norm(grid - centre, axis=-1) < min(shape) * rng.uniform(0.15, 0.3)).astype(np.uint8)
         image = (100 + 200 * label + rng.normal(0, 30, label.shape)).astype(np.float32)
         name = f"case_{i:03d}.nii.gz"
-        nib.save(nib.Nifti1Image(image, affine), root / "imagesTr" / name)
-        nib.save(nib.Nifti1Image(label, affine), root / "labelsTr" / name)
+        nib.save(nib.Nifti1Image(image, matrix), root / "imagesTr" / name)
+        nib.save(nib.Nifti1Image(label, matrix), root / "labelsTr" / name)
         entries.append({"image": f"./imagesTr/{name}", "label": f"./labelsTr/{name}"})
     kept = cases - validation
     dataset = {"name": "Spheres", "modality": modality or {"0": "MRI"},

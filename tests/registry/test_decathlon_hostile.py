@@ -51,7 +51,7 @@ def test_a_hostile_dataset_json_is_refused_naming_the_field_and_nothing_is_writt
 
 
 def test_names_with_yaml_and_json_syntax_reach_the_bundle_as_data(cli, tmp_path: Path) -> None:
-    data = make_decathlon_folder(tmp_path / "data", size=8)
+    data = make_decathlon_folder(tmp_path / "data", size=32)
     hostile = 'x"\n: {a: b} # \'"}, "evil": 1'.replace("\n", " ")
     _rewrite(data, lambda j: j.update(name=hostile, labels={"0": "bg", "1": "a: [b, '$c'] #"}))
     proc = cli("init", "spheres", "--from", "decathlon", data, cwd=tmp_path)

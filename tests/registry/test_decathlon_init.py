@@ -115,7 +115,7 @@ def test_from_takes_a_template_or_decathlon_dir(cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize("order", ["name first", "name last"])
 def test_init_takes_the_name_before_or_after_from_decathlon_dir(cli, tmp_path: Path, order: str) -> None:
     # 6ca9a4e: `init --from decathlon DIR NAME` was "the following arguments are required: NAME"
-    data = make_decathlon_folder(tmp_path / "data", size=8)
+    data = make_decathlon_folder(tmp_path / "data", size=32)
     words = ["spheres", "--from", "decathlon", data] if order == "name first" else ["--from", "decathlon", data,
                                                                                     "spheres"]
     proc = cli("init", *words)
@@ -151,10 +151,111 @@ def test_the_crop_fits_the_volumes_and_the_runner_has_no_advice_or_warning_for_t
 def test_a_volume_deleted_after_init_stops_the_run_before_it_starts_naming_the_datalist_entry(
         cli, tmp_path: Path, command: list[str]) -> None:
     # 6ca9a4e: the pre-flight passed and the job failed 12 s in, in LoadImaged
-    data = make_decathlon_folder(tmp_path / "data", size=8)
+    data = make_decathlon_folder(tmp_path / "data", size=32)
     assert cli("init", "spheres", "--from", "decathlon", data).returncode == 0
     (data / "labelsTr" / "case_002.nii.gz").unlink()
     proc = cli(*command, "--bundle", "spheres", "--trust", "--output_dir", tmp_path / "r")
     assert proc.returncode == 2, out(proc)
     assert "training[2].label names './labelsTr/case_002.nii.gz', which does not exist" in proc.stderr, out(proc)
     assert "dataset.json" in proc.stderr and not (tmp_path / "r").exists()
+
+
+# first hour, again (issue 47): a volume smaller than the crop was padded with a note (a crop of mostly padding)
+SMALL = [(32, 32, 32), (32, 32, 32), (32, 32, 32), (20, 48, 24), (48, 16, 48)]
+
+
+def test_volumes_smaller_than_the_crop_are_refused_at_once_naming_each_shape_the_crop_and_the_way_out(
+        cli, tmp_path: Path) -> None:
+    data = make_decathlon_folder(tmp_path / "data", shapes=SMALL)
+    proc = cli("init", "spheres", "--from", "decathlon", data)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, out(proc)
+    for words in [str(data / "dataset.json"), "2 volumes are smaller than the crop (roi_size [32, 32, 32])",
+                  "training[3].image", "is [20, 48, 24]", "training[4].image", "is [48, 16, 48]",
+                  "--roi-size 16,16,16", "--pad-small"]:
+        assert words in proc.stderr, (words, out(proc))
+    assert "training[0]" not in proc.stderr and not (tmp_path / "bundles").exists()
+
+
+def test_an_explicit_crop_is_checked_the_same_and_pad_small_trains_on_them_padded(cli, tmp_path: Path) -> None:
+    data = make_decathlon_folder(tmp_path / "data", shapes=SMALL)
+    proc = cli("init", "spheres", "--from", "decathlon", data, "--roi-size", "16,16,32")
+    assert proc.returncode == 2 and "training[3].image" in proc.stderr and "training[4]" not in proc.stderr, out(proc)
+    assert "roi_size [16, 16, 32]" in proc.stderr and "--roi-size 16,16,16" in proc.stderr, out(proc)
+    proc = cli("init", "small", "--from", "decathlon", data, "--roi_size", "[16,16,16]")
+    assert proc.returncode == 0, out(proc)
+    train = yaml.safe_load((tmp_path / "bundles" / "small" / "configs" / "train.yaml").read_text())
+    meta = json.loads((tmp_path / "bundles" / "small" / "configs" / "metadata.json").read_text())
+    assert train["roi_size"] == [16, 16, 16] == meta["network_data_format"]["inputs"]["image"]["spatial_shape"]
+    proc = cli("init", "padded", "--from", "decathlon", data, "--pad-small")
+    assert proc.returncode == 0 and "2 volumes smaller than the crop [32, 32, 32] are padded" in proc.stdout, out(proc)
+    train = yaml.safe_load((tmp_path / "bundles" / "padded" / "configs" / "train.yaml").read_text())
+    pad = train["augmentation"][1]  # after the cache, right after the random crop: as the runner advises
+    assert (pad["_target_"], pad["spatial_size"]) == ("SpatialPadd", "@roi_size"), train["augmentation"]
+    assert "k_divisible" not in str(train["preprocessing"])
+    proc = cli("run", "training", "--trust", "--bundle", "padded", "--max_epochs", "1", "--val_interval", "1",
+               "--num_samples", "1", "--output_dir", tmp_path / "run")
+    assert proc.returncode == 0, out(proc)
+    assert "advice:" not in proc.stdout and "warning" not in out(proc).lower(), out(proc)
+    proc = cli("config", "--bundle", "padded", "--cache-plan")
+    assert proc.returncode == 0 and "warnings: none" in proc.stdout, out(proc)
+
+
+@pytest.mark.parametrize("crop", ["50", "0", "a,b,c", "16,16", "16,-16,16", "4096"])
+def test_a_crop_the_unet_cannot_take_is_refused_naming_the_option(cli, tmp_path: Path, crop: str) -> None:
+    data = make_decathlon_folder(tmp_path / "data")
+    proc = cli("init", "spheres", "--from", "decathlon", data, "--roi-size", crop)
+    assert proc.returncode == 2 and "--roi-size" in proc.stderr and "multiple of 16" in proc.stderr, out(proc)
+    assert not (tmp_path / "bundles").exists()
+
+
+def test_voxel_sizes_and_shapes_are_read_in_the_axis_order_the_bundle_resamples_in(cli, tmp_path: Path) -> None:
+    # stored z, y, x (3 mm slices first): Orientationd makes it RAS before Spacingd applies pixdim
+    permuted = [[0, 0, 1.5, 0], [0, 1.5, 0, 0], [3.0, 0, 0, 0], [0, 0, 0, 1]]
+    data = make_decathlon_folder(tmp_path / "data", shapes=[(40, 64, 64)] * 3, affine=permuted)
+    proc = cli("init", "spheres", "--from", "decathlon", data)
+    assert proc.returncode == 0, out(proc)
+    train = yaml.safe_load((tmp_path / "bundles" / "spheres" / "configs" / "train.yaml").read_text())
+    assert (train["pixdim"], train["roi_size"]) == ([1.5, 1.5, 3.0], [64, 64, 32]), train
+
+
+def test_every_unreadable_header_is_named_at_once(cli, tmp_path: Path) -> None:
+    data = make_decathlon_folder(tmp_path / "data")
+    for case in ("case_001", "case_003"):
+        (data / "imagesTr" / f"{case}.nii.gz").write_bytes(b"not a NIfTI file")
+    proc = cli("init", "spheres", "--from", "decathlon", data)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, out(proc)
+    assert "training[1].image" in proc.stderr and "training[3].image" in proc.stderr, out(proc)
+
+
+def test_a_crop_not_square_in_x_y_is_not_turned_a_quarter(cli, tmp_path: Path) -> None:
+    # first hour, again: a [32, 16, 32] crop turned by RandRotate90d became [16, 32, 32], and the batch failed to stack
+    data = make_decathlon_folder(tmp_path / "data")
+    proc = cli("init", "spheres", "--from", "decathlon", data, "--roi-size", "32,16,32")
+    assert proc.returncode == 0 and "not square in x-y" in proc.stdout, out(proc)
+    train = yaml.safe_load((tmp_path / "bundles" / "spheres" / "configs" / "train.yaml").read_text())
+    assert "RandRotate90d" not in [t["_target_"] for t in train["augmentation"]], train["augmentation"]
+
+
+def test_the_first_run_of_a_bundle_init_wrote_does_not_warn_that_its_config_runs_code(cli, tmp_path: Path) -> None:
+    # first hour, again: "warning: .../train.yaml: every `_target_` is imported and called ... run only configs you
+    # trust" on the bundle hpc-runner had just written; an edited file is warned about again
+    data = make_decathlon_folder(tmp_path / "data")
+    assert cli("init", "spheres", "--from", "decathlon", data).returncode == 0
+    # max_epochs 0 stops the run where the trainer is built, after the warning would have been shown: seconds, not
+    # a training
+    run = ["run", "training", "--bundle", "spheres", "--max_epochs", "0", "--output_dir"]
+    proc = cli(*run, tmp_path / "r1")
+    assert "Trainer max_epochs 0" in proc.stderr and "run only configs you trust" not in out(proc), out(proc)
+    train = tmp_path / "bundles" / "spheres" / "configs" / "train.yaml"
+    train.write_text(train.read_text() + "\n# edited\n")
+    proc = cli(*run, tmp_path / "r2")
+    assert "Trainer max_epochs 0" in proc.stderr and "run only configs you trust" in out(proc), out(proc)
+
+
+def test_a_validation_volume_smaller_than_the_crop_is_neither_refused_nor_lowers_the_crop(cli, tmp_path: Path) -> None:
+    # it is never cropped: the sliding window pads what is smaller than its window
+    data = make_decathlon_folder(tmp_path / "data", shapes=[(48, 48, 48)] * 3 + [(16, 16, 16)], validation=1)
+    proc = cli("init", "spheres", "--from", "decathlon", data)
+    assert proc.returncode == 0, out(proc)
+    train = yaml.safe_load((tmp_path / "bundles" / "spheres" / "configs" / "train.yaml").read_text())
+    assert train["roi_size"] == [48, 48, 48]

@@ -139,7 +139,8 @@ def test_help_does_not_import_torch_or_monai():
 
 @pytest.mark.parametrize("args, words", [
     (["--slurm", "gres=gpu:2"], ["gres 'gpu:2' and gpus_per_node 1 both ask for GPUs", "gpus_per_node=null"]),
-    (["--cpus", "4", "--slurm", "cpus_per_task=8"], ["--cpus 4 and --slurm cpus_per_task=8 ask for different CPUs"]),
+    (["--cpus", "4", "--slurm", "cpus_per_task=8"],
+     ["--cpus 4 and --scheduler-option cpus_per_task=8 ask for different CPUs"]),
     (["--slurm", "gpus=2"], ["unknown key gpus", "Did you mean: gpus_per_node?"]),
 ])
 def test_a_request_that_contradicts_itself_or_misnames_a_key_is_refused_naming_both(offline_cli, args, words):

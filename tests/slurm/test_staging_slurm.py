@@ -4,7 +4,9 @@ requeue reads nothing more (docs/data-on-the-cluster.md). The two slurmd of scri
 machine, so each node's "node-local" folder is ``stage/{node}``.
 
 The volumes are the seed's kind (create_test_image_3d, image and label .nii.gz); the test makes 10 of 32^3 so
-that CI's 2 CPUs train 16 points in a few minutes. HPCR_STAGE_TEST_FULL=1 makes the seed's 100 of 128^3."""
+that CI's 2 CPUs train 16 points in a few minutes. HPCR_STAGE_TEST_FULL=1 makes the seed's 100 of 128^3.
+The points are packed 4 to a task (``--pack 4``: one interpreter per 4 points, as a site with a start-up cost
+would run them); each point still reads its own data, so without staging the share is read once per point."""
 
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def share(tmp_path_factory):
 def _sweep(cli, share, name: str, *extra: str, cluster: str = "staging") -> tuple[Path, int]:
     before = read_bytes(share["mnt"])
     out = cli("sweep", "training", "--bundle", BUNDLE, "--cluster", cluster, "--output_dir", name,
-              "--sweep", "seed=range(0,16)", *DATA, "--dataset_dir", str(share["ds"]), *extra)
+              "--sweep", "seed=range(0,16)", "--pack", "4", *DATA, "--dataset_dir", str(share["ds"]), *extra)
     assert out.returncode == 0, out.stdout + out.stderr
     done = cli("status", name, *WAIT)
     assert done.returncode == 0, done.stdout + done.stderr

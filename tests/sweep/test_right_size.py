@@ -29,7 +29,7 @@ def test_the_issues_example_asks_for_what_was_used_with_headroom() -> None:
     assert s.line() == ("asked 8 CPUs, used at most 1.3: --cpus 2; peak memory 3.1 GB of 32 GB: mem_gb 4; "
                         "longest point 12 min of 4 h: time 00:30:00")
     assert s.settings == {"cpus_per_task": 2, "mem_gb": 4, "mem": None, "time": "00:30:00"}
-    assert s.options() == ["--cpus 2", "--slurm mem_gb=4", "--slurm time=00:30:00"]
+    assert s.options() == ["--cpus 2", "--scheduler-option mem_gb=4", "--scheduler-option time=00:30:00"]
     assert s.to_json()["settings"] == {"cpus_per_task": 2, "mem_gb": 4, "time": "00:30:00"}
 
 

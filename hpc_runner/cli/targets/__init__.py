@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.cli.pipeline import cancel_main, collect_main, report_main, resume_main, status_main
+from hpc_runner.cli.targets.points_collect import collect_cases, collect_points, collect_tune
+from hpc_runner.cli.targets.points_resume import resume_run_dir, resume_sweep_dir, resume_tune_dir
+from hpc_runner.cli.targets.points_status import show_points
 from hpc_runner.pages.run_report import report_run
 from hpc_runner.pipeline.record import is_pipeline_dir
 from hpc_runner.records.json_out import dumps_json
@@ -63,8 +66,6 @@ class PointsCommands(CommandTarget):
 
     def status(self, args: argparse.Namespace) -> int:
         """Print the points' states (cli/status.py), topping up the waiting ones unless --no-submit."""
-        from hpc_runner.cli.targets.points_status import show_points  # deferred: cycle (points_* import cli.targets)
-
         return show_points(args, self.readable())
 
     def cancel(self, args: argparse.Namespace) -> int:
@@ -75,9 +76,6 @@ class PointsCommands(CommandTarget):
 
     def collect(self, args: argparse.Namespace) -> int:
         """Write results.csv and results.md (cli/collect.py), then what this kind adds to them."""
-        # deferred: cycle (points_* import cli.targets)
-        from hpc_runner.cli.targets.points_collect import collect_points
-
         return self.collect_more(collect_points(args, self.readable()), args.out)
 
     def report(self, args: argparse.Namespace) -> int:
@@ -129,8 +127,6 @@ class Run(RunTarget, PointsCommands):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Resubmit the run when it failed (cli/resume.py)."""
-        from hpc_runner.cli.targets.points_resume import resume_run_dir  # deferred: cycle (points_* import cli.targets)
-
         return resume_run_dir(args, self.readable())
 
     def write_report(self, each_run: bool) -> Any:
@@ -147,18 +143,12 @@ class Sweep(SweepTarget, PointsCommands):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Resubmit the failed and missing points (cli/resume.py)."""
-        # deferred: cycle (points_* import cli.targets)
-        from hpc_runner.cli.targets.points_resume import resume_sweep_dir
-
         return resume_sweep_dir(args, self)
 
     def collect_more(self, states: list[Any], out: str | None) -> int:
         """A sharded sweep merges its shards' cases.csv into one table (1 when a shard has none)."""
         assert self.record is not None  # a sweep dir always has its sweep.yaml
         if self.record.data.get("shards"):
-            # deferred: cycle (points_* import cli.targets)
-            from hpc_runner.cli.targets.points_collect import collect_cases
-
             return collect_cases(self, states, out)
         return 0
 
@@ -176,15 +166,10 @@ class Tune(TuneTarget, Sweep):
 
     def resume(self, args: argparse.Namespace) -> int:
         """Restart the tune's workers (cli/resume.py)."""
-        # deferred: cycle (points_* import cli.targets)
-        from hpc_runner.cli.targets.points_resume import resume_tune_dir
-
         return resume_tune_dir(args, self)
 
     def collect_more(self, states: list[Any], out: str | None) -> int:
         """Write tune.md and tune.json (trials, best, rungs, importances) and print the summary."""
-        from hpc_runner.cli.targets.points_collect import collect_tune  # deferred: cycle (points_* import cli.targets)
-
         collect_tune(self, out)
         return super().collect_more(states, out)
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from hpc_runner.records.read import read_record_text
-from hpc_runner.sweep.collect import read_summaries, result_rows, write_results
+from hpc_runner.sweep.collect import result_rows, summaries_of, write_results
 from hpc_runner.sweep.right_size import for_target, suggested_for
 from hpc_runner.sweep.shards import merge_cases, write_cases
 from hpc_runner.sweep.usage import usages
@@ -28,14 +28,16 @@ def collect_points(args: argparse.Namespace, target: Any) -> list[Any]:
         if len(text) > MAX_PRINTED_ROWS + 2:
             print(f"... {len(text) - MAX_PRINTED_ROWS - 2} more rows in {md_path}")
     print(f"hpc-runner: {len(rows)} rows -> {csv_path} and {md_path}")
+    if target.results.note():  # damaged lines of the sweep's results file: their points were read from run dirs
+        print(f"hpc-runner: {target.results.note()}")
     _right_size(target, states, answer, used)
     return states
 
 
 def _states_and_summaries(target: Any) -> tuple[list[Any], Any, dict[str, Any]]:
-    """Every point's state, and every point's summary.json read while the scheduler answers (10,000 small reads
-    at 10,000 points, hidden behind sacct's ~0.2 s on SLURM)."""
-    return target.states_beside(lambda: read_summaries(target.run_dir(p) for p in target.points))
+    """Every point's state, and the summary.json of each point the sweep's results file has no line of, read
+    while the scheduler answers (up to 10,000 small reads at 10,000 points, hidden behind sacct's ~0.2 s)."""
+    return target.states_beside(lambda: summaries_of(target))
 
 
 def _right_size(target, states, answer, used=None) -> None:

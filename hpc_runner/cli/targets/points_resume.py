@@ -9,6 +9,7 @@ from typing import Any
 from hpc_runner.cli.sweep import apply_right_size
 from hpc_runner.config.overrides import parse_cli_overrides
 from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.engine.sandbox import recorded_grants
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.scheduler.profiles import check_settings, checked_from_record, load_profile, parse_setting_overrides
 from hpc_runner.sweep.check import check_extra_overrides
@@ -32,7 +33,7 @@ def _profile(args: argparse.Namespace, recorded: dict):
     profile = checked_from_record(
         recorded, f"the profile recorded for this sweep ({recorded.get('profile') or 'recorded'})")
     if changes:
-        check_settings(changes, "--slurm")
+        check_settings(changes, "--scheduler-option")
         profile.settings.update(changes)
     return profile
 
@@ -68,8 +69,7 @@ def resume_sweep_dir(args: argparse.Namespace, target: Any) -> int:
     rules = parse_rules(args.retry)
     profile = _recorded_profile(args, target)
     if target.record.data.get("sandbox") is not None:  # a received sweep.yaml's grants: refused before anything is
-        from hpc_runner.engine.sandbox import recorded_grants  # written, unless --writable/--readable say them again
-
+        # written, unless --writable/--readable say them again
         recorded_grants(target.record.data["sandbox"], str(target.record.file))
     _set_submit_budget(args, target)
     record = target.record
@@ -126,7 +126,8 @@ def _resume_tune(args: argparse.Namespace, target, profile) -> int:
     """Restart the tune's workers: those whose trial was left running, then some for the unspent budget."""
     if args.points or args.cause or args.override_tokens:
         raise UserError(f"{target.path} is a tune dir: resume restarts its workers; --points, --cause and "
-                        "overrides are for sweep dirs", expected="hpc-runner resume DIR [--cluster P] [--slurm K=V]")
+                        "overrides are for sweep dirs",
+                        expected="hpc-runner resume DIR [--cluster P] [--scheduler-option K=V]")
     plan, res = resume_tune(target.path, target.record, profile, hold=args.hold, preflight=not args.no_preflight,
                             dry_run=args.dry_run, log=lambda m: print(m, flush=True))
     print(f"hpc-runner: tune workers {plan.alive or 'none'} still queued or running (kept); "
@@ -148,7 +149,7 @@ def resume_run_dir(args: argparse.Namespace, target: Any) -> int:
     """``resume DIR`` of a run dir: resubmit the run when it failed (it continues from its newest checkpoint)."""
     if args.retry:
         raise ClusterError("--retry rules are for sweep dirs", where=str(target.path),
-                           expected="hpc-runner resume RUN_DIR [--slurm KEY=VALUE] [--right-size DIR]")
+                           expected="hpc-runner resume RUN_DIR [--scheduler-option KEY=VALUE] [--right-size DIR]")
     if args.override_tokens:
         raise ClusterError(
             "a single run dir resumes with its recorded config",

@@ -1,4 +1,4 @@
-"""The kinds of pipeline stages, one class each (pipeline/stages/base.py says what a kind answers), in one registry.
+"""The kinds of pipeline stages, one class each (model.py's ``Kind`` says what a kind answers), in one registry.
 
 A new kind of stage is one subclass of ``StageKind`` (its fields, config, pre-flight, submission, resume,
 view and summary) and one line of ``KINDS`` (a field of its own is known from its ``keys``). The pipeline

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpc_runner.config.ids import has_id
 from hpc_runner.errors import ConfigError
-from hpc_runner.pipeline.stages.base import Fail, Log, StageKind
+from hpc_runner.pipeline import record as pr
+from hpc_runner.pipeline.configs import load_stage_config
+from hpc_runner.pipeline.export_job import exported_file, stage_fields, submit_export
+from hpc_runner.pipeline.model import Fail, Log, PipelineSpec, StageConfig, StageSpec, StageView
+from hpc_runner.pipeline.record import PipelineRecord
+from hpc_runner.pipeline.spec import _mapping, _unknown_keys, where
+from hpc_runner.pipeline.stages.base import StageKind
+from hpc_runner.pipeline.submit import one_job
+from hpc_runner.pipeline.view import COMPLETED, FAILED, from_job
 from hpc_runner.records.numbers import starts_with_digit
-
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.configs import StageConfig
-    from hpc_runner.pipeline.record import PipelineRecord
-    from hpc_runner.pipeline.spec import PipelineSpec, StageSpec
-    from hpc_runner.pipeline.view import StageView
 
 FIELDS = ("net_id", "filepath", "key_in_ckpt", "use_trace", "input_shape")  # of ``export:``
 
@@ -31,8 +33,6 @@ class ExportKind(StageKind):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``export``: ckpt_export's fields; ``from`` is required (the weights it exports)."""
-        from hpc_runner.pipeline.spec import _mapping, _unknown_keys  # deferred: cycle (pipeline/__init__ loads stages)
-
         export = _mapping(raw.get("export"), f"{at}::export", fail)
         _unknown_keys(export, FIELDS, f"{at}::export", fail)
         stage.export = {"net_id": "network_def", "filepath": "model.ts", **export}
@@ -42,9 +42,6 @@ class ExportKind(StageKind):
     def configure(self, spec: PipelineSpec, sc: StageConfig, bundle_dir: Path, directory: Path,
                   choices: dict[str, dict[str, Any]]) -> None:
         """Its config files as they are (its job gives them to ckpt_export), checked for the network's id."""
-        from hpc_runner.pipeline.configs import load_stage_config  # deferred: cycle (pipeline/__init__ loads stages)
-        from hpc_runner.pipeline.spec import where  # deferred: cycle (pipeline/__init__ loads stages)
-
         stage = sc.stage
         base = load_stage_config(spec, stage, bundle_dir)
         sc.cfg, sc.config_files = base, list(base.config_files)
@@ -57,16 +54,11 @@ class ExportKind(StageKind):
 
     def record_fields(self, sc: StageConfig) -> dict[str, Any]:
         """Its config files and the bundle, for its job."""
-        from hpc_runner.pipeline.export_job import stage_fields  # deferred: cycle (pipeline/__init__ loads stages)
-
         return stage_fields(sc)
 
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its job (pipeline/export_job.py)."""
-        from hpc_runner.pipeline.export_job import submit_export  # deferred: cycle (pipeline/__init__ loads stages)
-        from hpc_runner.pipeline.submit import one_job  # deferred: cycle (pipeline/__init__ loads stages)
-
         return one_job(executor, submit_export(executor, directory, sc.name, dependency), log)
 
     def describe(self, sc: StageConfig) -> str:
@@ -75,11 +67,6 @@ class ExportKind(StageKind):
 
     def look(self, record: PipelineRecord, v: StageView, state: str | None) -> None:
         """Its job's state; ran here (the local executor): its file says how it went."""
-        # deferred, all three: cycle (pipeline/__init__ loads stages)
-        from hpc_runner.pipeline import record as pr
-        from hpc_runner.pipeline.export_job import exported_file
-        from hpc_runner.pipeline.view import COMPLETED, FAILED, from_job
-
         if state != pr.QUEUED:
             return
         if v.jobs and not [j for j in v.jobs if j and starts_with_digit(j)]:
@@ -92,7 +79,5 @@ class ExportKind(StageKind):
 
     def chain_entry(self, record: PipelineRecord, v: StageView) -> dict[str, Any]:
         """The file it exported (None until it is written)."""
-        from hpc_runner.pipeline.export_job import exported_file  # deferred: cycle (pipeline/__init__ loads stages)
-
         path = exported_file(record, v.name)
         return {"exported": str(path) if path.is_file() else None}

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpc_runner.pipeline.stages.base import ConfigStage, Log
+from hpc_runner.pipeline.model import Log, StageConfig, StageView
+from hpc_runner.pipeline.record import PipelineRecord
+from hpc_runner.pipeline.stages.base import ConfigStage
+from hpc_runner.pipeline.view import metrics_line
 from hpc_runner.sweep.states import ENDED_WELL
 from hpc_runner.sweep.submission import submit_run
-
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.configs import StageConfig
-    from hpc_runner.pipeline.record import PipelineRecord
-    from hpc_runner.pipeline.view import StageView
 
 
 class RunKind(ConfigStage):
@@ -43,15 +41,12 @@ class RunKind(ConfigStage):
 
     def look(self, record: PipelineRecord, v: StageView, state: str | None) -> None:
         """Its run's state; once it ended well, its results."""
-        from hpc_runner.pipeline.view import metrics_line  # deferred: cycle (pipeline/__init__ loads stages)
         super().look(record, v, state)
         if v.points and v.points[0].state in ENDED_WELL:
             v.detail = "completed: " + metrics_line(v.folder)
 
     def chain_entry(self, record: PipelineRecord, v: StageView) -> dict[str, Any]:
         """Its results (summary.json)."""
-        from hpc_runner.pipeline.view import metrics_line  # deferred: cycle (pipeline/__init__ loads stages)
-
         if v.target is None:
             return {}
         return {"results": metrics_line(v.folder), "summary": str(v.folder / "summary.json")}

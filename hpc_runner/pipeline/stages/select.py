@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpc_runner.pipeline.stages.base import Fail, Log, StageKind
+from hpc_runner.pipeline.model import Fail, Log, PipelineSpec, StageConfig, StageSpec, StageView
+from hpc_runner.pipeline.record import PipelineRecord
+from hpc_runner.pipeline.select_job import submit_select, wait_on_sweep
+from hpc_runner.pipeline.spec import MODES, _text, _unknown_keys
+from hpc_runner.pipeline.stages.base import StageKind
+from hpc_runner.pipeline.submit import one_job
 from hpc_runner.scheduler.dependency import AFTER_ANY
-from hpc_runner.scheduler.profiles import parse_time_minutes
+from hpc_runner.scheduler.profiles import ClusterProfile, parse_time_minutes
 from hpc_runner.sweep.spec import format_cell
-
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.configs import StageConfig
-    from hpc_runner.pipeline.record import PipelineRecord
-    from hpc_runner.pipeline.spec import PipelineSpec, StageSpec
-    from hpc_runner.pipeline.view import StageView
-    from hpc_runner.scheduler.profiles import ClusterProfile
 
 FIELDS = ("from", "metric", "mode")  # of ``select:``
 # its job needs no GPU and little time: these settings of the profile are dropped for it
@@ -35,9 +33,6 @@ class SelectKind(StageKind):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``select``: the stage it chooses from, the metric and the mode."""
-        # deferred: cycle (pipeline/__init__ loads stages)
-        from hpc_runner.pipeline.spec import MODES, _text, _unknown_keys
-
         sel = raw.get("select")
         if not isinstance(sel, dict):
             raise fail("select is not a mapping", f"{at}::select", expected="select: {from: search, metric: val_dice, "
@@ -81,15 +76,10 @@ class SelectKind(StageKind):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its job (pipeline/select_job.py)."""
-        from hpc_runner.pipeline.select_job import submit_select  # deferred: cycle (pipeline/__init__ loads stages)
-        from hpc_runner.pipeline.submit import one_job  # deferred: cycle (pipeline/__init__ loads stages)
-
         return one_job(executor, submit_select(executor, directory, sc.name, dependency), log)
 
     def after_queued(self, directory: Path, sc: StageConfig, jobs: list[str]) -> None:
         """The sweep's top-ups make its job wait on them too."""
-        from hpc_runner.pipeline.select_job import wait_on_sweep  # deferred: cycle (pipeline/__init__ loads stages)
-
         if jobs:
             wait_on_sweep(directory / str(sc.stage.source), jobs[0])
 

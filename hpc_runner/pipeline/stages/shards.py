@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpc_runner.config.bundle_config import config_value
+from hpc_runner.config.bundle_config import BundleConfig, config_value
 from hpc_runner.config.overrides import Override
-from hpc_runner.pipeline.stages.base import ConfigStage, Fail, Log
+from hpc_runner.pipeline.model import Fail, Log, StageConfig, StageSpec, StageView
+from hpc_runner.pipeline.record import PipelineRecord
+from hpc_runner.pipeline.spec import _positive
+from hpc_runner.pipeline.stages.base import ConfigStage
+from hpc_runner.pipeline.submit import submit_points
+from hpc_runner.pipeline.summary import predictions
 from hpc_runner.sweep.ledger import BASE_DIR
 from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, PREDICTIONS_ID, check_shardable
 from hpc_runner.sweep.spec import build_spec
-
-if TYPE_CHECKING:
-    from hpc_runner.config.bundle_config import BundleConfig
-    from hpc_runner.pipeline.configs import StageConfig
-    from hpc_runner.pipeline.record import PipelineRecord
-    from hpc_runner.pipeline.spec import StageSpec
-    from hpc_runner.pipeline.view import StageView
 
 
 class ShardsKind(ConfigStage):
@@ -34,8 +32,6 @@ class ShardsKind(ConfigStage):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``shards``: a number of array tasks."""
-        from hpc_runner.pipeline.spec import _positive  # deferred: cycle (pipeline/__init__ loads stages)
-
         stage.shards = _positive(raw.get("shards"), f"{at}::shards", fail, "a number of shards")
 
     def extra_overrides(self, sc: StageConfig, base: BundleConfig, directory: Path) -> list[Override]:
@@ -55,7 +51,6 @@ class ShardsKind(ConfigStage):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """A sweep over ``shard_index`` through the governor (its top-ups keep its dependency)."""
-        from hpc_runner.pipeline.submit import submit_points  # deferred: cycle (pipeline/__init__ loads stages)
         sweep = build_spec([f"shard_index=range(0,{sc.stage.shards})"])
         return submit_points(directory, sc, sweep, dependency, log, reserve, argv, shards=sc.shard_values)
 
@@ -69,6 +64,4 @@ class ShardsKind(ConfigStage):
 
     def chain_entry(self, record: PipelineRecord, v: StageView) -> dict[str, Any]:
         """Its predictions and the shards' cases merged (cases.csv written into its folder)."""
-        from hpc_runner.pipeline.summary import predictions  # deferred: cycle (pipeline/__init__ loads stages)
-
         return predictions(v) if v.target is not None else {}

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpc_runner.config import preflight as config_preflight
 from hpc_runner.errors import UserError
-from hpc_runner.pipeline.stages.base import Fail, Log, SearchStage
+from hpc_runner.pipeline.model import Fail, Log, PipelineSpec, StageConfig, StageSpec
+from hpc_runner.pipeline.spec import _positive, where
+from hpc_runner.pipeline.stages.base import SearchStage
+from hpc_runner.pipeline.submit import submit_points
 from hpc_runner.sweep.check import check_points as check_values
 from hpc_runner.sweep.check import preflight_overrides
 from hpc_runner.sweep.spec import build_spec
-
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.configs import StageConfig
-    from hpc_runner.pipeline.spec import PipelineSpec, StageSpec
 
 
 class SweepKind(SearchStage):
@@ -28,8 +27,6 @@ class SweepKind(SearchStage):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``sweep`` (a list of --sweep options), ``zip``, ``pack`` and ``pack_parallel``."""
-        from hpc_runner.pipeline.spec import _positive  # deferred: cycle (pipeline/__init__ loads stages)
-
         sweeps = raw.get("sweep")
         sweeps = [sweeps] if isinstance(sweeps, str) else sweeps
         if not isinstance(sweeps, list) or not sweeps or not all(isinstance(s, str) and s.strip() for s in sweeps):
@@ -43,7 +40,6 @@ class SweepKind(SearchStage):
 
     def plan(self, spec: PipelineSpec, sc: StageConfig) -> None:
         """Its sweep and points (sweep/spec.py)."""
-        from hpc_runner.pipeline.spec import where  # deferred: cycle (pipeline/__init__ loads stages)
         stage = sc.stage
         try:
             sc.sweep = build_spec(stage.sweep, stage.zip)
@@ -66,8 +62,6 @@ class SweepKind(SearchStage):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its points, through the governor (sweep/submission.py), the later stages' slots kept."""
-        from hpc_runner.pipeline.submit import submit_points  # deferred: cycle (pipeline/__init__ loads stages)
-
         return submit_points(directory, sc, sc.sweep, dependency, log, reserve, argv)
 
     def describe(self, sc: StageConfig) -> str:

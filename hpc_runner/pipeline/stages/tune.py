@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hpc_runner.pipeline.stages.base import Fail, Log, SearchStage
+from hpc_runner.pipeline.model import Fail, Log, PipelineSpec, StageConfig, StageSpec
+from hpc_runner.pipeline.spec import MODES, _mapping, _positive, _text, _unknown_keys
+from hpc_runner.pipeline.stages.base import SearchStage
+from hpc_runner.pipeline.submit import submitted
 from hpc_runner.tune.settings import TuneSettings
 from hpc_runner.tune.space import parse_space, space_corners
 from hpc_runner.tune.submit import submit_tune
 from hpc_runner.tune.tune_dir import check_space
-
-if TYPE_CHECKING:
-    from hpc_runner.pipeline.configs import StageConfig
-    from hpc_runner.pipeline.spec import PipelineSpec, StageSpec
 
 FIELDS = ("space", "trials", "metric", "mode", "direction", "parallel", "pruner", "sampler", "seed",
           "pruner_options", "sampler_options")  # of ``tune:``
@@ -29,9 +28,6 @@ class TuneKind(SearchStage):
 
     def parse(self, stage: StageSpec, raw: dict[str, Any], at: str, fail: Fail) -> None:
         """``tune``: a space, a number of trials and a metric at least (as ``hpc-runner tune``)."""
-        # deferred: cycle (pipeline/__init__ loads stages)
-        from hpc_runner.pipeline.spec import MODES, _mapping, _positive, _text, _unknown_keys
-
         tune = _mapping(raw.get("tune"), f"{at}::tune", fail)
         _unknown_keys(tune, FIELDS, f"{at}::tune", fail)
         space = tune.get("space")
@@ -70,7 +66,6 @@ class TuneKind(SearchStage):
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
         """Its workers, as ``hpc-runner tune`` queues them (tune/submit.py)."""
-        from hpc_runner.pipeline.submit import submitted  # deferred: cycle (pipeline/__init__ loads stages)
         stage = sc.stage
         res = submit_tune(sc.cfg, stage.entry, sc.tune, sc.profile, directory / sc.name,
                           parallel=int(stage.tune.get("parallel", 1)), argv=argv, log=log, preflight=False)

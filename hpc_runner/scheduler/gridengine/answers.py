@@ -7,7 +7,7 @@
 - ``limits_from_sconf`` / ``queue_limits``: ``qconf -sconf`` (``max_u_jobs``, ``max_jobs``, ``max_aj_tasks``,
   ``max_aj_instances``; 0 is "no limit") and ``qconf -sq QUEUE`` (``slots``, ``h_rt``, ``h_vmem``, ``pe_list``).
 
-An answer is someone else's text: bounded (``MAX_ANSWER_CHARS``), bad bytes already replaced
+An answer is someone else's text: bounded (job_status.py ``answer_text``), bad bytes already replaced
 (records.command_output), numbers read by records.numbers (ASCII digits only), an XML answer with a DOCTYPE refused
 (no entity is ever expanded), a field that cannot be read treated as absent. A state word no table here knows is
 ``UNKNOWN``, never a guess; an answer that is not Grid Engine's at all is a ClusterError.
@@ -42,15 +42,13 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.command_output import decode_output
 from hpc_runner.records.numbers import outside_int
-from hpc_runner.scheduler.job_status import Attempt, JobState, JobStatus, Usage
+from hpc_runner.scheduler.job_status import Attempt, JobState, JobStatus, Report, Usage, answer_text
 
-MAX_ANSWER_CHARS = 64 << 20
 MAX_TASKS = 1_000_000  # the most array tasks one answer may expand to (a range in qstat, -t in qsub)
 _ID = r"[0-9]{1,18}"
 _TASK = r"[0-9]{1,9}"
@@ -88,15 +86,6 @@ class Submitted:
 
 
 @dataclass(frozen=True)
-class Report:
-    """One job's (or array task's) state and usage, as one answer gave them."""
-
-    status: JobStatus
-    usage: Usage = field(default_factory=Usage)
-    attempts: tuple[Attempt, ...] = ()  # every run, oldest first, when there were several (a requeued job)
-
-
-@dataclass(frozen=True)
 class GlobalLimits:
     """The global configuration's limits (None: no limit, Grid Engine's 0)."""
 
@@ -118,12 +107,7 @@ class QueueLimits:
 
 
 def _text(answer: str | bytes, what: str) -> str:
-    text = decode_output(answer) if isinstance(answer, bytes) else answer
-    if not isinstance(text, str):
-        raise ClusterError(f"{what} is not text", expected=f"{what} of Grid Engine")
-    if len(text) > MAX_ANSWER_CHARS:
-        raise ClusterError(f"{what} is larger than {MAX_ANSWER_CHARS >> 20} MiB", expected=f"{what} of Grid Engine")
-    return text
+    return answer_text(answer, what, "Grid Engine")
 
 
 # ------------------------------------------------------------------------------------------------ ids

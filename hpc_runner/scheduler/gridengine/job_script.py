@@ -1,10 +1,11 @@
 """The ``#$`` job script, written from checked values and read back before it is returned.
 
-qsub reads the ``#$`` lines at the top of a script as option words. Every value that reaches one is checked for
-its field first (settings.py for the profile's; here the job name, the folders, the array, the dependencies), each
-word is written through ``shlex.quote`` (a checked word needs no quoting, so the line is what Grid Engine's docs
-show), the shell lines' words too, and the script is parsed back (``prove_script``): its ``#$`` block must hold
-exactly the options intended and its last line exactly the command's words. Nothing else can be in it.
+qsub reads every line of a script that starts with ``#$`` as option words. Every value that reaches one is checked
+for its field first (settings.py for the profile's; here the job name, the folders, the array, the dependencies),
+each word is written as it is (``directive_word``: a checked word is one ``shlex.quote`` leaves alone, so the line
+is what Grid Engine's docs show, and a word that would need quoting is refused: qsub's own parser quotes
+differently), and the script is written and proven by scheduler/batch_script.py (its ``#$`` lines must hold
+exactly the options intended and its last line exactly the command's words).
 
 Choices, each as qsub(1) of Grid Engine 8.1.9 writes it:
 
@@ -27,11 +28,12 @@ import shlex
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler import batch_script
+from hpc_runner.scheduler.batch_script import Dialect, count_in_range
 from hpc_runner.scheduler.gridengine.settings import GridEngineSettings
 
-DIRECTIVE = "#$ "
+DIRECTIVE = "#$"
 SHELL = "/bin/bash"
 _PATH = re.compile(r"/[A-Za-z0-9_.+=:,/@%-]{0,4095}")
 _JOB_ID = re.compile(r"[0-9]{1,18}")
@@ -43,6 +45,16 @@ def safe_job_name(name: str) -> str:
     ``-``, at most 64 characters, starting with a letter (a name of digits would read as a job id in -hold_jid)."""
     cleaned = re.sub(r"[^A-Za-z0-9_.+-]", "-", str(name))[:64] or "hpcr"
     return cleaned if cleaned[0].isalpha() else f"j{cleaned}"[:64]
+
+
+def directive_word(word: str) -> str:
+    """Return a ``#$`` word as it is; ClusterError for one that would need quoting (no checked value does)."""
+    if shlex.quote(word) != word:
+        raise ClusterError(f"the #$ word {word[:80]!r} would need quoting", expected="values checked for their field")
+    return word
+
+
+GRID_ENGINE = Dialect(DIRECTIVE, directive_word)
 
 
 def _path(value: str, what: str) -> str:
@@ -64,14 +76,10 @@ def directives(settings: GridEngineSettings, *, job_name: str, log_folder: str, 
         lines.append(["-r", "y"])
     if settings.notify:
         lines.append(["-notify"])
-    if array_size is not None and array_size > 1:
-        if not isinstance(array_size, int) or array_size > MAX_ARRAY:
-            raise ClusterError(f"an array of {array_size} tasks is more than {MAX_ARRAY}")
+    if array_size is not None and count_in_range(array_size, "the array's size", MAX_ARRAY) > 1:
         lines.append(["-t", f"1-{array_size}"])
         if max_running:
-            if not isinstance(max_running, int) or max_running < 1:
-                raise ClusterError(f"at most {max_running!r} tasks at once is not a number of tasks")
-            lines.append(["-tc", str(max_running)])
+            lines.append(["-tc", str(count_in_range(max_running, "the array's tasks at once", MAX_ARRAY))])
     if hold_jids:
         bad = [j for j in hold_jids if not isinstance(j, str) or not _JOB_ID.fullmatch(j)]
         if bad:
@@ -99,46 +107,11 @@ def job_script(settings: GridEngineSettings, *, job_name: str, log_folder: str, 
                hold_jids: Sequence[str] = (), hold: bool = False, setup: Sequence[str] = (),
                describe: str | None = None) -> str:
     """Return the job script: ``#$`` lines, the profile's ``setup`` lines (its own shell code, e.g.
-    ``module load``; checked for control characters), then ``exec`` of ``command`` (each word quoted).
-    ``describe``: a comment line saying what runs. Proven by ``prove_script`` before it is returned."""
+    ``module load``), then ``exec`` of ``command`` (each word quoted); ``-wd`` (or ``-cwd``) is the working folder.
+    ``describe``: a comment line saying what runs. Proven before it is returned (scheduler/batch_script.py)."""
     options = directives(settings, job_name=job_name, log_folder=log_folder, workdir=workdir,
                          array_size=array_size, max_running=max_running, hold_jids=hold_jids, hold=hold)
-    for line in [*setup, *(command or ["?"]), describe or ""]:
-        found = find_control_character(str(line))
-        if found is not None:
-            raise ClusterError(f"a line of the job script holds the control character {found[1]!r}",
-                               expected="setup lines, a command and a description without control characters")
-    if not command:
-        raise ClusterError("the job runs no command")
-    lines = ["#!/bin/bash"]
-    if describe:  # the first comment says what runs (qsub reads the #$ lines past a comment)
-        lines.append(f"# {' '.join(describe.split())}")
-    lines += [DIRECTIVE + " ".join(shlex.quote(w) for w in words) for words in options]
-    lines.extend(setup)
-    lines.append("exec " + shlex.join(command))
-    text = "\n".join(lines) + "\n"
-    prove_script(text, options, command)
-    return text
-
-
-def prove_script(text: str, options: list[list[str]], command: Sequence[str]) -> None:
-    """ClusterError unless ``text``'s ``#$`` lines hold exactly ``options`` and its last line runs exactly
-    ``command``."""
-    read: list[list[str]] = []
-    body = text.splitlines()[1:]
-    if body and body[0].startswith("# "):  # the description
-        body = body[1:]
-    for line in body:
-        if not line.startswith("#$"):
-            break
-        read.append(shlex.split(line[2:]))
-    last = text.rstrip("\n").splitlines()[-1]
-    if read != options or shlex.split(last) != ["exec", *command]:
-        raise ClusterError("the job script does not say what was meant (a value changed its options)",
-                           expected="values checked for their field")
-    for words in read:  # a #$ word that needed quoting would reach qsub's own parser, which quotes differently
-        if any(shlex.quote(w) != w for w in words):
-            raise ClusterError(f"the #$ line {' '.join(words)[:80]!r} holds a word that needs quoting")
+    return batch_script.job_script(GRID_ENGINE, options, command, setup=setup, describe=describe)
 
 
 def log_paths(log_folder: str, job_name: str, job_id: str, ge_task: int | None) -> tuple[str, str]:

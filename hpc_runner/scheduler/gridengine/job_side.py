@@ -10,13 +10,19 @@ Active when ``JOB_ID`` and ``SGE_TASK_ID`` are both set (Grid Engine sets ``SGE_
 - ``TMPDIR``: the job's scratch folder, which Grid Engine makes and removes. Debian's 8.1.9 sets ``TMP`` to it
   and, in the jobs seen here, not ``TMPDIR``: both are read, ``TMPDIR`` first;
 - ``RESTARTED``: 1 when this run is a rerun (after exit 99, or a host that died); Grid Engine does not count
-  them, so ``restarts`` is 0 or 1;
+  them, so we do (below);
 - ``SGE_STDOUT_PATH``/``SGE_STDERR_PATH``: the job's own logs.
 
 Requeue: a rerunnable job (``-r y``, job_script.py) that exits with status 99 is put back in the queue and run
 again (qacct: ``failed 25 : rescheduling``, then a second record). ``requeue`` says yes (the job's id) when this
 process may ask; the caller then exits with ``requeue_exit_code``. ``-notify`` sends SIGUSR2 the queue's
 ``notify`` seconds before a SIGKILL (h_rt, qdel) and SIGUSR1 before a SIGSTOP.
+
+Bounded as SLURM's requeue is (``HPCR_MAX_REQUEUES``, default 5): each yes is counted first in a file in the
+job's log folder (``hpcr-requeues.<JOB_ID>[.<task>]`` beside ``SGE_STDOUT_PATH``, ASCII digits; the log folder
+outlives every run of the job, and a rerun keeps its job id), and ``restarts`` is the larger of that count and
+``RESTARTED``. Where the count cannot be kept (no stdout path, a file
+that cannot be written, or one that holds no count), a job that was rerun already (``RESTARTED=1``) asks no more.
 """
 
 from __future__ import annotations
@@ -27,13 +33,22 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import read_record_text
 from hpc_runner.scheduler.gridengine.answers import REQUEUE_EXIT, our_task_id
 from hpc_runner.scheduler.gridengine.job_call import memory_error_as_kill
-from hpc_runner.scheduler.job_environment import JobEnvironment, RecordedJob, max_requeues
+from hpc_runner.scheduler.job_environment import (
+    MAX_REQUEUES_ENV,
+    JobEnvironment,
+    RecordedJob,
+    host_file_lines,
+    max_requeues,
+    scheduler_int,
+)
 
-MAX_HOSTFILE_BYTES = 16 << 20
+MAX_COUNT_BYTES = 64
+REQUEUE_COUNT_NAME = "hpcr-requeues"  # in the job's log folder: how many requeues it asked for and was told yes
 # the variables that make a process part of this job: a job submitted from inside must not inherit them
 JOB_VARIABLES = ("JOB_ID", "SGE_TASK_ID", "SGE_TASK_FIRST", "SGE_TASK_LAST", "SGE_TASK_STEPSIZE", "NSLOTS",
                  "NHOSTS", "NQUEUES", "PE", "PE_HOSTFILE", "RESTARTED", "SGE_JOB_SPOOL_DIR", "JOB_SCRIPT",
@@ -43,14 +58,7 @@ _SHOWN = ("JOB_ID", "SGE_TASK_ID", "JOB_NAME", "QUEUE", "NSLOTS", "NHOSTS", "PE"
 
 
 def _number(environ: Mapping[str, str], name: str, low: int = 0) -> int | None:
-    raw = environ.get(name)
-    if raw is None or not raw.strip() or raw.strip() == "undefined":
-        return None
-    value = outside_int(raw, low=low)
-    if value is None:
-        raise ClusterError(f"the environment variable {name}={raw[:40]!r} is not a whole number",
-                           expected=f"{name} as Grid Engine sets it (ASCII digits), or unset")
-    return value
+    return scheduler_int(environ, name, "Grid Engine", low, unset=("undefined",))
 
 
 def pe_hosts(text: str) -> list[tuple[str, int]]:
@@ -116,7 +124,32 @@ class GridEngineJobEnvironment(JobEnvironment):
 
     @property
     def restarts(self) -> int:
-        return (_number(self.environ, "RESTARTED") or 0) if self.in_job() else 0
+        """How often this job was run again: our count of its requeues, or ``RESTARTED`` (0 or 1) when larger."""
+        if not self.in_job():
+            return 0
+        return max(_number(self.environ, "RESTARTED") or 0, self.requeue_count() or 0)
+
+    def requeue_count_file(self) -> Path | None:
+        """Where this job's (task's) requeues are counted: ``hpcr-requeues.<JOB_ID>[.<task>]`` in its log folder
+        (the folder of ``SGE_STDOUT_PATH``, or that path when it is the folder), None when Grid Engine names none."""
+        stdout = self.environ.get("SGE_STDOUT_PATH", "").strip() if self.in_job() else ""
+        number = self.own_number
+        if not stdout.startswith("/") or number is None:
+            return None
+        folder = Path(stdout) if Path(stdout).is_dir() else Path(stdout).parent
+        return folder / f"{REQUEUE_COUNT_NAME}.{number}"
+
+    def requeue_count(self) -> int | None:
+        """How many requeues this job asked for and was told yes (0 before the first); None when not counted here
+        (no count file's place, or a file that holds no count)."""
+        path = self.requeue_count_file()
+        if path is None:
+            return None
+        try:
+            text = read_record_text(path, "requeue count", MAX_COUNT_BYTES, error=ClusterError)
+        except (ClusterError, OSError):
+            return None
+        return 0 if text is None else outside_int(text.strip())
 
     def cpu_grant(self) -> tuple[int, str, str] | None:
         slots = _number(self.environ, "NSLOTS", low=1) if self.in_job() else None
@@ -132,10 +165,7 @@ class GridEngineJobEnvironment(JobEnvironment):
 
     def _hosts(self) -> list[tuple[str, int]]:
         path = self.environ.get("PE_HOSTFILE") if self.in_job() else None
-        if not path:
-            return []
-        text = read_record_text(path, "Grid Engine PE_HOSTFILE", MAX_HOSTFILE_BYTES, error=ClusterError)
-        return pe_hosts(text or "")
+        return pe_hosts("\n".join(host_file_lines(path, "Grid Engine PE_HOSTFILE")))
 
     def node_list(self) -> tuple[str, str] | None:
         if not self.in_job():
@@ -167,13 +197,29 @@ class GridEngineJobEnvironment(JobEnvironment):
         return max(1, len(self._hosts())) if self.in_job() else super().num_nodes
 
     def job_to_requeue(self) -> str | None:
-        if not self.in_job() or self.global_rank != 0 or self.restarts >= max_requeues(self.environ):
+        if not self.in_job() or self.global_rank != 0:
+            return None
+        bound, restarts = max_requeues(self.environ), self.restarts
+        if restarts >= bound or (self.requeue_count() is None and restarts >= 1):
+            print(f"hpc-runner: job {self.job_id} was run again {restarts} time(s) already ({MAX_REQUEUES_ENV}="
+                  f"{bound}{'' if self.requeue_count() is not None else '; no requeue count kept beside its log'}); "
+                  "not requeued again", flush=True)
             return None
         return self.job_id
 
     def _requeue(self) -> str | None:
-        """Grid Engine requeues a job that exits 99: yes (this job's id) when it may ask; the caller exits 99."""
-        return self.job_to_requeue()
+        """Grid Engine requeues a job that exits 99: yes (this job's id) when it may ask, counted first (the module's
+        text); the caller exits 99. None past the bound, or when the count cannot be written."""
+        job = self.job_to_requeue()
+        path = self.requeue_count_file()
+        if job is None or path is None:
+            return job
+        try:
+            write_text_atomic(path, f"{self.restarts + 1}\n")
+        except OSError as exc:
+            print(f"hpc-runner: job {job} not requeued: its requeue count {path} cannot be written ({exc})", flush=True)
+            return None
+        return job
 
     def around_call(self, args_file: Path) -> contextlib.AbstractContextManager[None]:
         """A ``MemoryError`` in the call ends the job as the kill past ``h_vmem`` would (job_call.py)."""

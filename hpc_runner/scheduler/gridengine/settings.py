@@ -31,9 +31,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.gridengine.answers import ge_memory_bytes, ge_time_s
 from hpc_runner.scheduler.profile import KeySpec, keys_of, setting
+from hpc_runner.scheduler.setting_values import refuse_unknown, true_or_false, whole_number
 
 KEYS = ("queue", "pe", "slots", "h_rt", "h_vmem", "project", "options", "notify", "rerunnable")  # in gridengine:
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")  # a queue, a PE, a project (sge_types(1) "name")
@@ -83,10 +83,7 @@ class GridEngineSettings:
         for an unknown key or a value Grid Engine would not take."""
         if not isinstance(values, Mapping):
             raise ClusterError("gridengine: must be a mapping", where=where, expected=f"keys among {', '.join(KEYS)}")
-        unknown = sorted(str(k)[:40] for k in values if k not in KEYS)
-        if unknown:
-            raise ClusterError(f"unknown Grid Engine setting(s) {', '.join(unknown)}", where=where,
-                               expected=f"one of {', '.join(KEYS)}")
+        refuse_unknown(values, KEYS, "Grid Engine", where)
         out: dict[str, Any] = {}
         if values.get("queue") is not None:
             out["queue"] = _checked(values["queue"], "queue", _QUEUE, where, "a queue name such as all.q")
@@ -95,11 +92,7 @@ class GridEngineSettings:
                 out[key] = _checked(values[key], key, _NAME, where, "a name of letters, digits, _ . + -")
         slots = values.get("slots", cpus)
         if slots is not None:
-            n = slots if isinstance(slots, int) and not isinstance(slots, bool) else outside_int(str(slots))
-            if n is None or not 1 <= n <= MAX_SLOTS:
-                raise ClusterError(f"gridengine: slots {str(slots)[:40]!r} is not a number of slots", where=where,
-                                   expected=f"a whole number from 1 to {MAX_SLOTS}")
-            out["slots"] = n
+            out["slots"] = whole_number(slots, "gridengine: slots", 1, MAX_SLOTS, where)
         h_rt = values.get("h_rt")
         if h_rt is None and time_minutes is not None:
             h_rt = str(int(time_minutes) * 60)
@@ -129,9 +122,7 @@ class GridEngineSettings:
         out["options"] = words
         for key in ("notify", "rerunnable"):
             if key in values:
-                if not isinstance(values[key], bool):
-                    raise ClusterError(f"gridengine: {key} must be true or false", where=where)
-                out[key] = values[key]
+                out[key] = true_or_false(values[key], f"gridengine: {key}", where)
         return cls(**out)
 
     @classmethod

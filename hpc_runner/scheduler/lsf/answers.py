@@ -1,7 +1,7 @@
 """What LSF answers, in our words: ``bsub``'s job id, and ``bjobs -a -json -o "<FIELDS>"``'s records as
 ``JobStatus`` and ``Usage``.
 
-An answer is someone else's text: bounded (``MAX_ANSWER_CHARS``), parsed with its nesting bounded
+An answer is someone else's text: bounded (job_status.py ``answer_text``), parsed with its nesting bounded
 (records.read.parse_json_text), each number read by records.numbers or an anchored ASCII pattern; a field of the
 wrong kind reads as absent, a ``STAT`` no table here knows is ``UNKNOWN``, a record with ``ERROR`` (a job bjobs no
 longer knows) is left out, and an answer that is not bjobs' JSON is a ClusterError (exit 2).
@@ -30,12 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.command_output import decode_output
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import parse_json_text
-from hpc_runner.scheduler.job_status import JobState, JobStatus, Usage
+from hpc_runner.scheduler.job_status import JobState, JobStatus, Report, Usage, answer_text
 
-MAX_ANSWER_CHARS = 64 << 20
 FIRST_INDEX = 1  # LSF's first array index; our task = index - FIRST_INDEX
 # the fields asked of bjobs -o (their JSON keys are the same words in capitals)
 FIELDS = ("jobid", "jobindex", "stat", "exit_code", "exit_reason", "exec_host", "run_time", "cpu_used", "max_mem",
@@ -75,19 +73,8 @@ class Submitted:
     queue: str
 
 
-@dataclass(frozen=True)
-class Report:
-    """One job's (or array element's) state and usage, as one bjobs answer gave them."""
-
-    status: JobStatus
-    usage: Usage
-
-
 def _text(answer: str | bytes, what: str) -> str:
-    text = decode_output(answer) if isinstance(answer, bytes) else answer
-    if len(text) > MAX_ANSWER_CHARS:
-        raise ClusterError(f"{what} is larger than {MAX_ANSWER_CHARS >> 20} MiB", expected=f"{what} of LSF")
-    return text
+    return answer_text(answer, what, "LSF")
 
 
 def parse_submission(answer: str | bytes) -> Submitted:

@@ -1,20 +1,19 @@
 """LSF's commands as argv lists (no shell), and the one place they are run: submit, states, cancel.
 
-Each is run by records.command_output.run_command (bounded, decoded with bad bytes replaced) and its answer
-parsed by answers.py. Nothing here is run on this machine's tests: tests/scheduler/test_pbs_lsf.py puts stand-ins
+Each is run by scheduler/client_command.py (bounded, decoded with bad bytes replaced) and its answer parsed by
+answers.py. Nothing here is run on this machine's tests: tests/scheduler/test_pbs_lsf.py puts stand-ins
 that print the golden answers on PATH.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.command_output import run_command
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import read_record_text
+from hpc_runner.scheduler.client_command import client_answer
 from hpc_runner.scheduler.lsf.answers import (
     FIELDS,
     FIRST_INDEX,
@@ -24,7 +23,7 @@ from hpc_runner.scheduler.lsf.answers import (
     reports_from_bjobs,
 )
 
-TIMEOUT_S = 60
+CLIENT = "an LSF client"
 MAX_SCRIPT_BYTES = 1 << 20
 
 
@@ -51,30 +50,20 @@ def cancel_argv(job_ids: Sequence[str]) -> list[str]:
     return ["bkill", *(native_id(j) for j in job_ids)]
 
 
-def _run(argv: list[str], what: str, stdin: str | None = None) -> str:
-    try:
-        out = run_command(argv, timeout=TIMEOUT_S, input=stdin)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ClusterError(f"{what} could not be run ({exc})", expected=f"{argv[0]} on PATH (an LSF client)") from None
-    if out.returncode != 0 and not out.stdout.strip():
-        raise ClusterError(f"{what} failed (exit {out.returncode}): {out.stderr.strip()[:300]}")
-    return out.stdout
-
-
 def submit(script: Path) -> Submitted:
     text = read_record_text(script, "job script", MAX_SCRIPT_BYTES, error=ClusterError)
     if text is None:
         raise ClusterError("the job script is missing", where=str(script))
-    return parse_submission(_run(submit_argv(), "bsub", stdin=text))
+    return parse_submission(client_answer(submit_argv(), CLIENT, stdin=text))
 
 
 def job_reports(native_ids: Sequence[str]) -> dict[str, Report]:
     """The reports of these jobs (each array's elements listed by bjobs) in one bjobs call."""
     if not native_ids:
         return {}
-    return reports_from_bjobs(_run(status_argv(native_ids), "bjobs"))
+    return reports_from_bjobs(client_answer(status_argv(native_ids), CLIENT))
 
 
 def cancel(job_ids: Sequence[str]) -> None:
     if job_ids:
-        _run(cancel_argv(job_ids), "bkill")
+        client_answer(cancel_argv(job_ids), CLIENT)

@@ -5,8 +5,8 @@ words. Every value that reaches one is checked for its field first (settings.py,
 folder, the array, the dependencies). A word that needs no quoting is written as it is (``shlex.quote`` leaves it
 alone); one that holds ``[ ] ( ) %`` (an array, a resource string, ``done(ID)``) is written in double quotes, as
 IBM's documentation writes them, after a check that it holds nothing special inside double quotes (no ``" $ `
-\\ !``). The script is parsed back (``prove_script``): its ``#BSUB`` block must hold exactly the options intended
-and its last line exactly the command's words.
+\\ !``). The script is written and proven by scheduler/batch_script.py (its ``#BSUB`` lines must hold exactly the
+options intended and its last line exactly the command's words).
 
 Choices, each as IBM Spectrum LSF 10.1's bsub documentation writes it:
 
@@ -20,12 +20,12 @@ Choices, each as IBM Spectrum LSF 10.1's bsub documentation writes it:
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler import batch_script
+from hpc_runner.scheduler.batch_script import Dialect, count_in_range
 from hpc_runner.scheduler.lsf.answers import FIRST_INDEX
 from hpc_runner.scheduler.lsf.settings import LsfSettings, lsf_memory, lsf_run_limit
 
@@ -54,13 +54,13 @@ def directive_word(word: str) -> str:
                        expected="letters, digits and _ . - [ ] ( ) % : = , / and spaces")
 
 
+LSF = Dialect(DIRECTIVE, directive_word)
+
+
 def check_folder(path: Path | str, what: str) -> str:
-    """Return an absolute folder's text; ClusterError when a #BSUB line or a cd could not take it."""
-    text = str(Path(path).expanduser().absolute())
-    if find_control_character(text) or not _PATH.fullmatch(text):
-        raise ClusterError(f"{what} {text[:80]!r} holds characters a #BSUB path cannot ('%', quotes, control "
-                           "characters)", expected=f"{what} of letters, digits, spaces and _ . + , = @ : / -")
-    return text
+    """Return an absolute folder's text; ClusterError when a #BSUB line or a cd could not take it (no ``%``: bsub
+    replaces ``%J`` and ``%I``; no quotes)."""
+    return batch_script.absolute_folder(path, what, _PATH, LSF, "letters, digits, spaces and _ . + , = @ : / -")
 
 
 def intended_options(settings: LsfSettings, *, job_name: str, log_folder: Path | str, array_size: int | None = None,
@@ -72,13 +72,10 @@ def intended_options(settings: LsfSettings, *, job_name: str, log_folder: Path |
     logs = check_folder(log_folder, "the log folder")
     name = job_name
     if array_size is not None:
-        if not 1 <= array_size <= MAX_ARRAY:
-            raise ClusterError(f"an array of {array_size} tasks is out of range", expected=f"1 to {MAX_ARRAY}")
+        count_in_range(array_size, "the array's size", MAX_ARRAY)
         name = f"{job_name}[{FIRST_INDEX}-{array_size - 1 + FIRST_INDEX}]"
         if max_running is not None:
-            if not 1 <= max_running <= MAX_ARRAY:
-                raise ClusterError(f"at most {max_running} tasks at once is out of range", expected=f"1 to {MAX_ARRAY}")
-            name += f"%{max_running}"
+            name += "%" + str(count_in_range(max_running, "the array's tasks at once", MAX_ARRAY))
     lines = [["-J", name]]
     if settings.queue:
         lines.append(["-q", settings.queue])
@@ -110,43 +107,10 @@ def intended_options(settings: LsfSettings, *, job_name: str, log_folder: Path |
 def job_script(settings: LsfSettings, *, job_name: str, log_folder: Path | str, command: Sequence[str],
                workdir: Path | str | None = None, array_size: int | None = None, max_running: int | None = None,
                after_ok: Sequence[str] = (), hold: bool = False, setup: Sequence[str] = ()) -> str:
-    """Return the job script for ``command`` (an argv list), for ``bsub < script``: the ``#BSUB`` block, the
-    profile's ``setup`` lines, a ``cd`` to ``workdir`` and ``exec`` of the command (``shlex.quote``-d words);
-    proven before it is returned."""
+    """Return the job script for ``command`` (an argv list), for ``bsub < script``: the ``#BSUB`` lines, the
+    profile's ``setup`` lines, a ``cd`` to ``workdir`` and ``exec`` of the command; proven before it is returned
+    (scheduler/batch_script.py)."""
     options = intended_options(settings, job_name=job_name, log_folder=log_folder, array_size=array_size,
                                max_running=max_running, after_ok=after_ok, hold=hold)
-    words = [str(w) for w in command]
-    if not words or any(find_control_character(w) for w in words):
-        raise ClusterError("the job's command is empty or holds a control character",
-                           expected="a program and its arguments, each on one line")
-    setup_lines = [str(s) for s in setup]
-    for line in setup_lines:
-        if find_control_character(line) or line.lstrip().startswith(DIRECTIVE):
-            raise ClusterError(f"setup line {line[:60]!r} holds a control character or a #BSUB option",
-                               expected="shell lines, one each (LSF's options belong in the profile's settings)")
-    lines = ["#!/bin/bash", *(" ".join([DIRECTIVE, *map(directive_word, opt)]) for opt in options), ""]
-    if setup_lines:
-        lines += ["# setup", *setup_lines, ""]
-    if workdir is not None:
-        lines.append("cd " + shlex.quote(check_folder(workdir, "the working directory")))
-    lines.append("exec " + " ".join(map(shlex.quote, words)))
-    script = "\n".join(lines) + "\n"
-    prove_script(script, options, words)
-    return script
-
-
-def prove_script(script: str, options: list[list[str]], words: list[str]) -> None:
-    """ClusterError unless ``script``'s ``#BSUB`` block is exactly ``options`` and its last line runs exactly
-    ``words``."""
-    lines = script.rstrip("\n").split("\n")
-    found = []
-    for line in lines[1:]:
-        if line.strip() and not line.startswith("#"):
-            break
-        if line.startswith(DIRECTIVE):
-            found.append(shlex.split(line[len(DIRECTIVE):]))
-    if found != options:
-        raise ClusterError("the generated #BSUB block is not the one intended; nothing was submitted",
-                           expected="values without shell syntax in the job's fields")
-    if shlex.split(lines[-1]) != ["exec", *words]:
-        raise ClusterError("the generated job script's command is not the one intended; nothing was submitted")
+    folder = None if workdir is None else check_folder(workdir, "the working directory")
+    return batch_script.job_script(LSF, options, command, setup=setup, workdir=folder)

@@ -19,12 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.numbers import outside_int
-from hpc_runner.records.read import read_record_text
+from hpc_runner.scheduler.job_environment import host_file_lines, scheduler_int
 from hpc_runner.scheduler.lsf.answers import our_job_id
 from hpc_runner.scheduler.lsf.settings import REQUEUE_EXIT
-
-MAX_HOSTFILE_BYTES = 16 << 20
 
 
 def activated(environ: Mapping[str, str]) -> bool:
@@ -47,23 +44,12 @@ class LsfJob:
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:
-    raw = environ.get(name)
-    if raw is None or not raw.strip():
-        return None
-    value = outside_int(raw)
-    if value is None:
-        raise ClusterError(f"the environment variable {name}={raw[:40]!r} is not a whole number",
-                           expected=f"{name} as LSF sets it (ASCII digits), or unset")
-    return value
+    return scheduler_int(environ, name, "LSF")
 
 
 def _hosts(environ: Mapping[str, str]) -> list[str]:
-    path = environ.get("LSB_DJOB_HOSTFILE")
-    if path:
-        text = read_record_text(path, "LSF host file", MAX_HOSTFILE_BYTES, error=ClusterError)
-        if text is not None:
-            return [line.strip() for line in text.splitlines() if line.strip()]
-    return environ.get("LSB_HOSTS", "").split()
+    """The slots' hosts: ``LSB_DJOB_HOSTFILE``'s lines, else ``LSB_HOSTS``' words."""
+    return host_file_lines(environ.get("LSB_DJOB_HOSTFILE"), "LSF host file") or environ.get("LSB_HOSTS", "").split()
 
 
 def this_job(environ: Mapping[str, str]) -> LsfJob | None:

@@ -9,18 +9,23 @@ so the site's ``LSF_UNIT_FOR_LIMITS`` cannot scale them), ``run_limit`` (``-W [h
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.numbers import outside_int
-from hpc_runner.scheduler.units import parse_size_bytes
+from hpc_runner.scheduler.setting_values import (
+    name_of,
+    one_line,
+    refuse_unknown,
+    size_bytes,
+    true_or_false,
+    whole_number,
+)
 
-_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 MAX_COUNT = 1 << 20
+KEYS = ("queue", "slots", "mem", "run_limit", "gpus", "project", "one_host", "requeue_exit")
 REQUEUE_EXIT = 99  # the exit value that asks LSF to requeue (written -Q "99"; Grid Engine's is 99 too)
 
 
@@ -41,36 +46,26 @@ class LsfSettings:
     def from_mapping(cls, values: Mapping[str, Any], where: str | None = None) -> LsfSettings:
         """Return the settings of a profile's ``lsf:`` mapping (``mem: 32G``, ``run_limit: "2:00"``);
         ClusterError naming the key for an unknown key or a value LSF would not take."""
-        known = {"queue", "slots", "mem", "run_limit", "gpus", "project", "one_host", "requeue_exit"}
-        unknown = sorted(str(k) for k in values if k not in known)
-        if unknown:
-            raise ClusterError(f"unknown LSF setting(s) {', '.join(unknown)}", where=where,
-                               expected=f"one of {', '.join(sorted(known))}")
+        refuse_unknown(values, KEYS, "LSF", where)
         out: dict[str, Any] = {}
         for key in ("queue", "project"):
             if values.get(key) is not None:
-                out[key] = _name(values[key], key, where)
+                out[key] = name_of(values[key], key, "LSF", where)
         for key, low, high in (("slots", 1, MAX_COUNT), ("gpus", 0, 1024), ("requeue_exit", 1, 255)):
             if values.get(key) is not None:
-                out[key] = _count(values[key], key, low, high, where)
+                out[key] = whole_number(values[key], key, low, high, where)
         if values.get("mem") is not None:
-            text = _text(values["mem"], "mem", where).strip()
-            size = parse_size_bytes(re.sub(r"(?i)(?<=[kmgtp])b\Z", "", text))
-            if size is None or not 1 <= size <= 1 << 60:
-                raise ClusterError(f"mem {text[:60]!r} is not a size", where=where, expected="a size such as 32G")
-            out["mem_bytes"] = int(size)
+            out["mem_bytes"] = size_bytes(values["mem"], "mem", where)
         if values.get("run_limit") is not None:
             out["run_limit_s"] = _run_limit(values["run_limit"], where)
         if values.get("one_host") is not None:
-            if not isinstance(values["one_host"], bool):
-                raise ClusterError("one_host must be true or false", where=where, expected="true or false")
-            out["one_host"] = values["one_host"]
+            out["one_host"] = true_or_false(values["one_host"], "one_host", where)
         return cls(**out)
 
     def __post_init__(self) -> None:
         for key in ("queue", "project"):
             if getattr(self, key) is not None:
-                _name(getattr(self, key), key, None)
+                name_of(getattr(self, key), key, "LSF", None)
         for key, low, high in (("slots", 1, MAX_COUNT), ("gpus", 0, 1024)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -79,34 +74,9 @@ class LsfSettings:
             raise ClusterError(f"requeue_exit {self.requeue_exit!r} is out of range", expected="1 to 255")
 
 
-def _text(value: Any, key: str, where: str | None) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ClusterError(f"{key}: {value!r} is not a single value", where=where, expected="text or a number")
-    text = str(value)
-    if find_control_character(text):
-        raise ClusterError(f"{key} {text[:60]!r} holds a control character", where=where, expected=f"{key} on one line")
-    return text
-
-
-def _name(value: Any, key: str, where: str | None) -> str:
-    text = _text(value, key, where)
-    if not _NAME.fullmatch(text):
-        raise ClusterError(f"{key} {text[:60]!r} is not an LSF name", where=where,
-                           expected="letters, digits and _ . + - (at most 64)")
-    return text
-
-
-def _count(value: Any, key: str, low: int, high: int, where: str | None) -> int:
-    number = value if isinstance(value, int) and not isinstance(value, bool) else outside_int(_text(value, key, where))
-    if number is None or not low <= number <= high:
-        raise ClusterError(f"{key} {value!r} is not a whole number from {low} to {high}", where=where,
-                           expected=f"{key} written with the digits 0-9")
-    return number
-
-
 def _run_limit(value: Any, where: str | None) -> int:
     """bsub -W's ``[hours:]minutes`` (``120``, ``2:00``) in seconds."""
-    text = _text(value, "run_limit", where).strip()
+    text = one_line(value, "run_limit", where).strip()
     hours, sep, minutes = text.rpartition(":")
     h = outside_int(hours) if sep else 0
     m = outside_int(minutes)

@@ -1,7 +1,7 @@
 """What PBS answers, in our words: ``qsub``'s job id, and ``qstat -f -F json -x -t``'s jobs as ``JobStatus``
 and ``Usage``.
 
-An answer is someone else's text: it is bounded (``MAX_ANSWER_CHARS``), parsed with its nesting bounded
+An answer is someone else's text: it is bounded (job_status.py ``answer_text``), parsed with its nesting bounded
 (records.read.parse_json_text), every number read by records.numbers, and a field of the wrong kind (a string
 for ``Exit_status``, a list for ``resources_used``) is treated as absent. A job whose state word no table here
 knows is ``UNKNOWN``, never a guess; an answer that is not PBS's at all is a ClusterError (exit 2).
@@ -29,13 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.command_output import decode_output
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.records.read import parse_json_text
-from hpc_runner.scheduler.job_status import JobState, JobStatus, Usage
+from hpc_runner.scheduler.job_status import JobState, JobStatus, Report, Usage, answer_text
 from hpc_runner.scheduler.units import parse_duration_s
 
-MAX_ANSWER_CHARS = 64 << 20
 # a job id as qsub prints it: sequence number, [] for an array or [N] for a subjob, then .server
 PBS_JOB_ID = re.compile(r"([0-9]{1,18})(\[([0-9]{0,9})\])?(\.[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254})?")
 
@@ -62,19 +60,8 @@ class Submitted:
     array: bool
 
 
-@dataclass(frozen=True)
-class Report:
-    """One job's (or subjob's) state and usage, as one qstat answer gave them."""
-
-    status: JobStatus
-    usage: Usage
-
-
 def _text(answer: str | bytes, what: str) -> str:
-    text = decode_output(answer) if isinstance(answer, bytes) else answer
-    if len(text) > MAX_ANSWER_CHARS:
-        raise ClusterError(f"{what} is larger than {MAX_ANSWER_CHARS >> 20} MiB", expected=f"{what} of PBS")
-    return text
+    return answer_text(answer, what, "PBS")
 
 
 def our_job_id(native: str) -> str | None:

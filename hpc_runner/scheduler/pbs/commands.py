@@ -1,21 +1,20 @@
 """PBS's commands as argv lists (no shell), and the one place they are run: submit, states, cancel.
 
-Each is run by records.command_output.run_command (bounded, decoded with bad bytes replaced) and its answer
-parsed by answers.py. Nothing here is run on this machine's tests: tests/scheduler/test_pbs_lsf.py puts stand-ins
+Each is run by scheduler/client_command.py (bounded, decoded with bad bytes replaced) and its answer parsed by
+answers.py. Nothing here is run on this machine's tests: tests/scheduler/test_pbs_lsf.py puts stand-ins
 that print the golden answers on PATH.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.records.command_output import run_command
+from hpc_runner.scheduler.client_command import client_answer
 from hpc_runner.scheduler.pbs.answers import PBS_JOB_ID, Report, Submitted, parse_submission, reports_from_qstat
 
-TIMEOUT_S = 60
+CLIENT = "a PBS client"
 
 
 def _native(job_id: str) -> str:
@@ -41,18 +40,8 @@ def cancel_argv(job_ids: Sequence[str]) -> list[str]:
     return ["qdel", *(_native(j) for j in job_ids)]
 
 
-def _run(argv: list[str], what: str) -> str:
-    try:
-        out = run_command(argv, timeout=TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ClusterError(f"{what} could not be run ({exc})", expected=f"{argv[0]} on PATH (a PBS client)") from None
-    if out.returncode != 0 and not out.stdout.strip():
-        raise ClusterError(f"{what} failed (exit {out.returncode}): {out.stderr.strip()[:300]}")
-    return out.stdout
-
-
 def submit(script: Path) -> Submitted:
-    return parse_submission(_run(submit_argv(script), "qsub"))
+    return parse_submission(client_answer(submit_argv(script), CLIENT))
 
 
 def job_reports(native_ids: Sequence[str]) -> dict[str, Report]:
@@ -60,9 +49,9 @@ def job_reports(native_ids: Sequence[str]) -> dict[str, Report]:
     is unknown yet prints the others, so its stdout is parsed whatever its exit status."""
     if not native_ids:
         return {}
-    return reports_from_qstat(_run(status_argv(native_ids), "qstat"))
+    return reports_from_qstat(client_answer(status_argv(native_ids), CLIENT))
 
 
 def cancel(job_ids: Sequence[str]) -> None:
     if job_ids:
-        _run(cancel_argv(job_ids), "qdel")
+        client_answer(cancel_argv(job_ids), CLIENT)

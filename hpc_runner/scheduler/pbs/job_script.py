@@ -3,9 +3,9 @@
 qsub(1B) reads the ``#PBS`` lines at the top of the script as option words. Every value that reaches one is
 checked for its field first (settings.py, and here the job name, the log folder, the array, the dependencies),
 each ``#PBS`` word is written bare (``directive_word``: a checked value holds only letters, digits and
-``_ @ % + = : , . / [ ] -``, so the line is what Altair's docs show, ``1234[]`` included), the shell lines'
-words with ``shlex.quote``, and the script is parsed back (``prove_script``): its ``#PBS`` block must hold
-exactly the options intended and its last line exactly the command's words. Nothing else can be in it.
+``_ @ % + = : , . / [ ] -``, so the line is what Altair's docs show, ``1234[]`` included); the script is
+written and proven by scheduler/batch_script.py (its ``#PBS`` lines must hold exactly the options intended and
+its last line exactly the command's words).
 
 Choices, each as Altair's PBS Professional Reference Guide writes it:
 
@@ -22,12 +22,12 @@ Choices, each as Altair's PBS Professional Reference Guide writes it:
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler import batch_script
+from hpc_runner.scheduler.batch_script import Dialect, count_in_range
 from hpc_runner.scheduler.pbs.answers import PBS_JOB_ID
 from hpc_runner.scheduler.pbs.settings import PbsSettings, pbs_size, pbs_walltime
 
@@ -55,26 +55,13 @@ def directive_word(word: str) -> str:
     return word
 
 
+PBS = Dialect(DIRECTIVE, directive_word)
+
+
 def check_folder(path: Path | str, what: str) -> str:
-    """Return an absolute folder's text; ClusterError when PBS could not take it as a path."""
-    text = str(Path(path).expanduser().absolute())
-    if find_control_character(text) or not _PATH.fullmatch(text):
-        raise ClusterError(f"{what} {text[:80]!r} holds characters a #PBS path cannot (':', spaces, quotes, "
-                           "control characters)", expected=f"{what} of letters, digits and _ . + , = @ / -")
-    return text
-
-
-def check_command(command: Sequence[str]) -> list[str]:
-    """Return the words the job runs; ClusterError for none, or for a word with a control character."""
-    words = [str(w) for w in command]
-    if not words:
-        raise ClusterError("the job's command has no words", expected="a program and its arguments")
-    for word in words:
-        found = find_control_character(word)
-        if found:
-            raise ClusterError(f"the job's command word {word[:60]!r} holds a control character",
-                               expected="command words on one line")
-    return words
+    """Return an absolute folder's text; ClusterError when PBS could not take it as a path (``[host:]path``, so no
+    ``:``, and no spaces or quotes either)."""
+    return batch_script.absolute_folder(path, what, _PATH, PBS, "letters, digits and _ . + , = @ / -")
 
 
 def intended_options(settings: PbsSettings, *, job_name: str, log_folder: Path | str, array_size: int | None = None,
@@ -102,16 +89,11 @@ def intended_options(settings: PbsSettings, *, job_name: str, log_folder: Path |
     if settings.place:
         lines.append(["-l", f"place={settings.place}"])
     lines.append(["-r", "y" if settings.rerunnable else "n"])
-    if array_size is not None:
-        if not 1 <= array_size <= MAX_ARRAY:
-            raise ClusterError(f"an array of {array_size} tasks is out of range", expected=f"1 to {MAX_ARRAY}")
-        if array_size > 1:
-            lines.append(["-J", f"0-{array_size - 1}"])
-            if max_running is not None:
-                if not 1 <= max_running <= MAX_ARRAY:
-                    raise ClusterError(f"at most {max_running} tasks at once is out of range",
-                                       expected=f"1 to {MAX_ARRAY}")
-                lines.append(["-W", f"max_run_subjobs={max_running}"])
+    if array_size is not None and count_in_range(array_size, "the array's size", MAX_ARRAY) > 1:
+        lines.append(["-J", f"0-{array_size - 1}"])
+        if max_running is not None:
+            count_in_range(max_running, "the array's tasks at once", MAX_ARRAY)
+            lines.append(["-W", f"max_run_subjobs={max_running}"])
     if after_ok:
         for job in after_ok:
             if not PBS_JOB_ID.fullmatch(str(job)):
@@ -127,51 +109,10 @@ def intended_options(settings: PbsSettings, *, job_name: str, log_folder: Path |
 def job_script(settings: PbsSettings, *, job_name: str, log_folder: Path | str, command: Sequence[str],
                workdir: Path | str | None = None, array_size: int | None = None, max_running: int | None = None,
                after_ok: Sequence[str] = (), hold: bool = False, setup: Sequence[str] = ()) -> str:
-    """Return the job script for ``command`` (an argv list): the ``#PBS`` block, the profile's ``setup`` lines
-    (its own shell lines, one line each), a ``cd`` to ``workdir`` (PBS starts a job in ``$HOME``) and
-    ``exec`` of the command, every word ``shlex.quote``-d; proven before it is returned."""
+    """Return the job script for ``command`` (an argv list): the ``#PBS`` lines, the profile's ``setup`` lines,
+    a ``cd`` to ``workdir`` (PBS starts a job in ``$HOME``) and ``exec`` of the command; proven before it is
+    returned (scheduler/batch_script.py)."""
     options = intended_options(settings, job_name=job_name, log_folder=log_folder, array_size=array_size,
                                max_running=max_running, after_ok=after_ok, hold=hold)
-    words = check_command(command)
-    setup_lines = _setup_lines(setup)
-    lines = ["#!/bin/bash", *(" ".join([DIRECTIVE, *map(directive_word, opt)]) for opt in options), ""]
-    if setup_lines:
-        lines += ["# setup", *setup_lines, ""]
-    if workdir is not None:
-        lines.append("cd " + shlex.quote(check_folder(workdir, "the working directory")))
-    lines.append("exec " + " ".join(map(shlex.quote, words)))
-    script = "\n".join(lines) + "\n"
-    prove_script(script, options, words, setup_lines)
-    return script
-
-
-def _setup_lines(setup: Sequence[str]) -> list[str]:
-    out = []
-    for line in setup:
-        text = str(line)
-        if find_control_character(text):
-            raise ClusterError(f"setup line {text[:60]!r} holds a control character", expected="one line each")
-        if text.lstrip().startswith(DIRECTIVE):
-            raise ClusterError(f"setup line {text[:60]!r} would be read as a #PBS option",
-                               expected="shell lines, not #PBS lines (use the profile's PBS settings)")
-        out.append(text)
-    return out
-
-
-def prove_script(script: str, options: list[list[str]], words: list[str], setup: list[str]) -> None:
-    """ClusterError unless ``script``'s ``#PBS`` block is exactly ``options`` and its last line runs exactly
-    ``words`` (qsub reads ``#PBS`` lines up to the first line that is neither blank nor a comment)."""
-    lines = script.rstrip("\n").split("\n")
-    found = []
-    for line in lines[1:]:
-        if line.strip() and not line.startswith("#"):
-            break
-        if line.startswith(DIRECTIVE):
-            found.append(shlex.split(line[len(DIRECTIVE):]))
-    if found != options:
-        raise ClusterError("the generated #PBS block is not the one intended; nothing was submitted",
-                           expected="values without shell syntax in the job's fields")
-    if shlex.split(lines[-1]) != ["exec", *words]:
-        raise ClusterError("the generated job script's command is not the one intended; nothing was submitted")
-    if setup and not all(line in lines for line in setup):
-        raise ClusterError("the generated job script lost a setup line; nothing was submitted")
+    folder = None if workdir is None else check_folder(workdir, "the working directory")
+    return batch_script.job_script(PBS, options, command, setup=setup, workdir=folder)

@@ -21,11 +21,8 @@ from pathlib import Path
 
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
-from hpc_runner.records.numbers import outside_int
-from hpc_runner.records.read import read_record_text
+from hpc_runner.scheduler.job_environment import host_file_lines, scheduler_int
 from hpc_runner.scheduler.pbs.answers import our_job_id
-
-MAX_NODEFILE_BYTES = 16 << 20
 
 
 def activated(environ: Mapping[str, str]) -> bool:
@@ -49,21 +46,7 @@ class PbsJob:
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:
-    raw = environ.get(name)
-    if raw is None or not raw.strip():
-        return None
-    value = outside_int(raw)
-    if value is None:
-        raise ClusterError(f"the environment variable {name}={raw[:40]!r} is not a whole number",
-                           expected=f"{name} as PBS sets it (ASCII digits), or unset")
-    return value
-
-
-def _node_file(path: str | None) -> list[str]:
-    if not path:
-        return []
-    text = read_record_text(path, "PBS node file", MAX_NODEFILE_BYTES, error=ClusterError)
-    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return scheduler_int(environ, name, "PBS")
 
 
 def this_job(environ: Mapping[str, str]) -> PbsJob | None:
@@ -74,7 +57,7 @@ def this_job(environ: Mapping[str, str]) -> PbsJob | None:
     ours = our_job_id(native)
     if ours is None:
         raise ClusterError(f"PBS_JOBID={native[:60]!r} is not a PBS job id", expected="1234.server or 1234[3].server")
-    hosts = _node_file(environ.get("PBS_NODEFILE"))
+    hosts = host_file_lines(environ.get("PBS_NODEFILE"), "PBS node file")
     scratch = environ.get("TMPDIR")
     return PbsJob(job_id=ours, native_id=native, array_task=_int(environ, "PBS_ARRAY_INDEX"),
                   cpus=_int(environ, "NCPUS"), nodes=tuple(dict.fromkeys(hosts)), processes=len(hosts) or None,

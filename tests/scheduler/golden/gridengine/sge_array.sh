@@ -16,5 +16,8 @@
 #$ -l h_rt=2:00:00,h_vmem=8G
 #$ -P rad-ai
 #$ -l gpu=1
+
+# setup
 module load cuda/12.2
+
 exec /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/logs/array-0123456789ab.json

@@ -7,4 +7,5 @@
 #$ -V
 #$ -r y
 #$ -notify
+
 exec python 'a b'

@@ -136,7 +136,7 @@ def child_sweep(n: int, folder: Path, per_task_folders: bool = False) -> dict:
     from hpc_runner.sweep.ledger import SweepRecord
 
     if per_task_folders:
-        sweep_record.SWEEP_JOB_FOLDER = "slurm/%j"
+        sweep_record.JOB_FOLDER = "jobs/%j"
     argv = ["training", "--bundle", str(BUNDLE), "--cluster", "slurm", "--slurm", "time=5", "--hold",
             "--output_dir", str(folder)]
     with contextlib.redirect_stdout(io.StringIO()):  # warm-up: every lazy import happens before the clock

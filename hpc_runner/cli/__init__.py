@@ -185,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hpc-runner {name}: error: {typo.paragraph()}", file=sys.stderr)
         return typo.exit_code
     if "--torch-profile" in subparsers[name]._option_string_actions:
-        from hpc_runner.cli.common import cluster_profile_mixup  # deferred: cycle (cli.common imports cli)
+        # deferred: cli.common loads the engine and data layers, which --help and the light commands never need
+        from hpc_runner.cli.common import cluster_profile_mixup
 
         mixup = cluster_profile_mixup(subparsers[name], rest)
         if mixup is not None:

@@ -12,7 +12,15 @@ from hpc_runner.config.bundle_config import load_bundle_config
 from hpc_runner.config.overrides import load_args_file, parse_cli_overrides
 from hpc_runner.config.safe_mode import check_safe
 from hpc_runner.config.sandbox_marks import static_check_skipped
-from hpc_runner.data.staging import check_fits_before_queueing, parse_stage_settings, settings_from_env
+from hpc_runner.data.staging import (
+    ENV as STAGE_ENV,
+)
+from hpc_runner.data.staging import (
+    check_fits_before_queueing,
+    checked_staging,
+    parse_stage_settings,
+    settings_from_env,
+)
 from hpc_runner.engine.profiler import DEFAULT_STEPS, ENV
 from hpc_runner.engine.sandbox import checked_grant
 from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission
@@ -367,39 +375,37 @@ _STAGE_GIVEN: list[dict[str, Any]] = []
 def stage_request(args: argparse.Namespace) -> Iterator[None]:
     """Set HPCR_STAGE (which jobs inherit) for the duration when --stage was given; a cluster profile's ``stage:``
     (``apply_profile_stage``) may set it meanwhile. HPCR_STAGE is as before afterwards, either way."""
-    from hpc_runner.data.staging import ENV
 
     settings = stage_settings_from_args(args)
-    before = os.environ.get(ENV)
+    before = os.environ.get(STAGE_ENV)
     try:
         if settings is not None:
-            os.environ[ENV] = settings.to_env()
+            os.environ[STAGE_ENV] = settings.to_env()
             _STAGE_GIVEN.append({k: v for k, v in _stage_options(args).items() if v is not None})
         yield
     finally:
         if settings is not None:
             _STAGE_GIVEN.pop()
         if before is None:
-            os.environ.pop(ENV, None)
+            os.environ.pop(STAGE_ENV, None)
         else:
-            os.environ[ENV] = before
+            os.environ[STAGE_ENV] = before
 
 
 def apply_profile_stage(profile: Any) -> None:
     """A profile's ``stage:`` becomes HPCR_STAGE for the jobs; with --stage, the options given on the command line
     win over the profile's (a bare --stage stages where the profile says)."""
-    from hpc_runner.data.staging import ENV, checked_staging, parse_stage_settings, settings_from_env
 
     raw = profile.get("stage")
-    if raw is not None and raw is not False and (_STAGE_GIVEN or not os.environ.get(ENV)):
+    if raw is not None and raw is not False and (_STAGE_GIVEN or not os.environ.get(STAGE_ENV)):
         settings = parse_stage_settings(raw, profile.where)  # the profile's own, checked as it is written
         if _STAGE_GIVEN:
             own = {"where": raw} if isinstance(raw, str) else dict(raw) if isinstance(raw, dict) else {}
             settings = parse_stage_settings({**own, **_STAGE_GIVEN[-1]}, profile.where)
-        os.environ[ENV] = settings.to_env()
-    if os.environ.get(ENV) and checked_staging(profile.settings, settings_from_env(),
+        os.environ[STAGE_ENV] = settings.to_env()
+    if os.environ.get(STAGE_ENV) and checked_staging(profile.settings, settings_from_env(),
                                                partition=profile.get("partition")) is None:
-        os.environ.pop(ENV, None)  # `cluster check` found no scratch: staging off (said once)
+        os.environ.pop(STAGE_ENV, None)  # `cluster check` found no scratch: staging off (said once)
 
 
 def check_stage_before_queueing(cfg: Any, where: str = "--stage") -> None:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 
+from hpc_runner.errors import UserError
+from hpc_runner.scheduler.job_call import exit_status, task_call, task_index
+from hpc_runner.scheduler.job_env import current
+
 HELP = "run what a job's arguments file names (what a job script runs; by hand too)"
 DESCRIPTION = """Run the call a job's arguments file names (array-<id>.json or job-<id>.json beside the job's logs),
 as the job script does: the function, one of hpc-runner's job entries, with the task's arguments.
 Given a run or sweep dir, the newest arguments file in it (or in its job folder) is run.
 In a job the task comes from the scheduler (the array task); by hand, --task N (0-based)."""
 EPILOG = """examples:
-  hpc-runner job runs/synthetic_seg/sweep-2026-11-21_10-00-00/slurm/array-0123456789ab.json --task 3
+  hpc-runner job runs/synthetic_seg/sweep-2026-11-21_10-00-00/jobs/array-0123456789ab.json --task 3
   hpc-runner job runs/synthetic_seg/run-2026-11-21_10-00-00"""
 
 ARGS_PATTERNS = ("array-*.json", "job-*.json")
@@ -36,7 +40,6 @@ def arguments_file(target: str) -> str:
     or one folder below it (UserError when there is none)."""
     from pathlib import Path
 
-    from hpc_runner.errors import UserError
 
     path = Path(target)
     if not path.is_dir():
@@ -55,9 +58,6 @@ def main(args: argparse.Namespace) -> int:
     import traceback
     from pathlib import Path
 
-    from hpc_runner.errors import UserError
-    from hpc_runner.scheduler.job_call import exit_status, task_call, task_index
-    from hpc_runner.scheduler.job_env import current
 
     side = current()
     args_file = Path(arguments_file(args.target))

@@ -52,6 +52,7 @@ from hpc_runner.records.numbers import require_decimal, require_int
 from hpc_runner.records.read import RecordError, open_regular, parse_json_text, read_json_record
 from hpc_runner.scheduler.job_env import node_name as scheduler_node
 from hpc_runner.scheduler.job_env import scratch_dir
+from hpc_runner.scheduler.site_findings import NO_STAGING, uses_workaround
 
 ENV = "HPCR_STAGE"  # the settings as JSON: set by --stage (or a profile's stage:), inherited by jobs
 STAGE_IDS = ("dataset_dir", "cache_dir")  # the ids whose folders are staged, when the config has them
@@ -133,7 +134,6 @@ def checked_staging(profile_settings: Mapping[str, Any], settings: StageSettings
                     partition: str | None = None) -> StageSettings | None:
     """``settings``, or None (staging off, said in one warning) when they stage to the node's scratch and the
     profile's ``cluster check`` found none there (scheduler/site_findings.py ``NO_STAGING``)."""
-    from hpc_runner.scheduler.site_findings import NO_STAGING, uses_workaround
 
     if settings is None or not (settings.where == "scratch" or settings.where.startswith("$")):
         return settings

@@ -28,6 +28,7 @@ from hpc_runner.pipeline.configs import source_points
 from hpc_runner.pipeline.model import StageConfig, StageSpec
 from hpc_runner.scheduler.executor import Executor, JobRequest, Limit
 from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.check import make_override
 from hpc_runner.sweep.spec import describe_point
 
@@ -102,8 +103,8 @@ def check_resources(order: list[StageConfig], directory: Path, cwd: str) -> None
         executor.check_time()
         if executor.runs_here:
             continue
-        request = JobRequest(job_name=f"hpcr-{sc.stage.kind.name}-{sc.name}", folder=directory / sc.name / "slurm",
-                             chdir=cwd)
+        request = JobRequest(job_name=f"hpcr-{sc.stage.kind.name}-{sc.name}",
+                             folder=directory / sc.name / sr.JOB_FOLDER, chdir=cwd)
         try:
             executor.check_resources(request, group_size(sc), f"stage '{sc.name}'")
         except UserError as exc:

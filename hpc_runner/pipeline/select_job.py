@@ -53,7 +53,6 @@ from hpc_runner.sweep.targets import load_target
 
 Log = Callable[[str], None]
 CHOICE_FILE = "choice.json"
-JOB_FOLDER = "slurm"
 NO_CHOICE = "NO_CHOICE"
 STALLED = "STALLED"
 CHOICE_REFUSED = "CHOICE_REFUSED"
@@ -121,9 +120,9 @@ def choose(folder: Path, metric: str | None, mode: str) -> tuple[Decision, Exami
 
 def submit_select(executor: Any, directory: Path, name: str, dependency: str | None, cwd: str | None = None) -> str:
     """Queue the job of select stage ``name`` (waiting on ``dependency``); return its job id."""
-    request = JobRequest(job_name=f"hpcr-select-{name}", folder=directory / name / JOB_FOLDER,
+    request = JobRequest(job_name=f"hpcr-select-{name}", folder=directory / name / sr.JOB_FOLDER,
                          chdir=cwd or os.getcwd(), dependency=dependency)
-    (directory / name / JOB_FOLDER).mkdir(parents=True, exist_ok=True)
+    (directory / name / sr.JOB_FOLDER).mkdir(parents=True, exist_ok=True)
     with outside_the_job():
         job = executor.submit(run_select_stage, [[str(directory.resolve())], [name]], request)[0]
     return job.job_id

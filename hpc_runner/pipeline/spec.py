@@ -38,7 +38,8 @@ from hpc_runner.pipeline.model import Kind, PipelineSpec, StageSpec, topological
 from hpc_runner.pipeline.stages.registry import kinds as registered
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
-RESERVED = frozenset({"attempts", "slurm", "pipeline"})  # folders and files of the pipeline dir itself
+RESERVED = frozenset({"attempts", "jobs", "slurm", "pipeline"})  # folders and files of the pipeline dir itself
+# (jobs/: a job folder, ledger.JOB_FOLDER; slurm/: its name in pipeline dirs made before)
 TOP_KEYS = ("bundle", "overrides", "stages", "description")
 # the fields of a stage, as the messages list them; a kind's field not here is known too (``_stage_keys``).
 # Which fields each kind takes: its class's ``keys`` (pipeline/stages/).

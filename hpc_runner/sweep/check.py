@@ -22,6 +22,7 @@ from hpc_runner.config.ids import get_by_id, has_id, split_id
 from hpc_runner.config.overrides import Override, check_value_type
 from hpc_runner.config.safe_mode import EXPECTED, policy_for_user, safe_problems
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES
+from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission
 from hpc_runner.errors import ClusterError, ConfigError
 from hpc_runner.records.json_out import json_copy
 from hpc_runner.registry.problems import problems_error
@@ -179,7 +180,6 @@ def check_safe_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> No
             err = problems_error(problems, f"--safe refuses sweep point {n} ({describe_point(point)}), nothing was "
                                  "submitted", expected=EXPECTED)
             raise ClusterError(err.message)
-        from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission  # a swept path its sandbox hides
 
         refuse_hidden_at_submission(cfg, new.config, f"sweep point {n} ({describe_point(point)})")
 

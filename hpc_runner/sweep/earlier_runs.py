@@ -16,8 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hpc_runner.errors import UserError
+from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.read import read_yaml_record
+from hpc_runner.scheduler.job_env import stop_margin_s
+from hpc_runner.sweep.right_size import TIME_HEADROOM, human_s, round_limit_minutes, slurm_time
 
 MAX_RECORDS = 200  # run.yaml files read at most, newest folders first
 RATIO = 10  # a time limit more than RATIO x the longest earlier run is noted ...
@@ -80,9 +82,6 @@ def longest_earlier_s(bundle_name: str, entry: str | None, root: Path = Path("ru
 def time_note(profile: Any, bundle_name: str, entry: str | None, root: Path = Path("runs")) -> str | None:
     """The dry run's one line when ``profile``'s time limit is more than ``RATIO`` x the longest earlier run of
     the bundle's ``entry`` (and more than an hour); None otherwise, or when no earlier run is known."""
-    from hpc_runner.errors import ClusterError
-    from hpc_runner.scheduler.job_env import stop_margin_s
-    from hpc_runner.sweep.right_size import TIME_HEADROOM, human_s, round_limit_minutes, slurm_time
 
     try:
         minutes = profile.time_minutes()

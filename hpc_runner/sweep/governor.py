@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.engine.sandbox import recorded_grants
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.records.rundir import now_iso
 from hpc_runner.resources.threads import variables_set_here
@@ -259,7 +260,6 @@ def send_points(
     clock = {k: settings.get(k) for k in ("signal_delay_s", "point_minutes") if settings.get(k) is not None}
     job_record = {"cluster": executor.name, "sweep": sweep_dir, "clock": clock}  # what a task needs, no more
     if record.data.get("sandbox") is not None:  # a --safe sweep: its submission's grants, checked again, or
-        from hpc_runner.engine.sandbox import recorded_grants  # resume's own; a received sweep.yaml grants nothing
 
         record.data["sandbox"] = job_record["sandbox"] = recorded_grants(record.data["sandbox"],
                                                                          str(record.file)).to_record()

@@ -30,7 +30,7 @@ from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID, job_entry
 from hpc_runner.scheduler.job_env import log_files, own_job_id, requeue_job
 from hpc_runner.sweep.check import make_override
-from hpc_runner.sweep.ledger import BASE_DIR, RUN_JOB_FOLDER
+from hpc_runner.sweep.ledger import BASE_DIR, JOB_FOLDERS
 
 
 class RunFailed(RuntimeError):
@@ -49,7 +49,7 @@ def run_keeping_overrides(run_dir: Path, entry: str | None, job_record: dict[str
         with sampling(run_dir):  # GPU use at a low rate, when nvidia-ml-py and a GPU are there (else nothing)
             record = RunDir(run_dir).record()
             if grants is not None:  # submitted with --safe: the bundle's code runs only inside
-                inside = functools.partial(run_recorded_in_sandbox, run_dir, entry, grants, protect=(RUN_JOB_FOLDER,))
+                inside = functools.partial(run_recorded_in_sandbox, run_dir, entry, grants, protect=JOB_FOLDERS)
             elif record.get("container") and not inside_container():  # the image runs the bundle; SLURM stays here
                 inside = functools.partial(run_recorded_in_container, run_dir, entry, record)
             else:

@@ -9,7 +9,8 @@ Layout of a sweep dir::
     base/             the sweep's shared config (config.yaml, overrides.yaml, run.yaml): files merged,
                       CLI/env overrides applied; every point is this plus its own overrides
     points/0007/      the run dir of point 7 (its run.yaml says how the run itself went)
-    slurm/            submitit's files for each array (submission script, pickles, stdout/stderr logs)
+    jobs/             the scheduler's files for each array (job script, the job's arguments, stdout/stderr logs;
+                      slurm/ in sweeps made before it had this name: sweep.yaml records which)
     attempts/         run dirs of points that were resumed with different overrides
 
 A point's *submission state* (field ``submit``) moves only through the transitions of
@@ -44,6 +45,7 @@ sweep.yaml is written as JSON (a subset of YAML 1.2), one point a line: at 5,000
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,12 +62,13 @@ from hpc_runner.records.rundir import now_iso
 SWEEP_FILE = "sweep.yaml"
 BASE_DIR = "base"
 POINTS_DIR = "points"
-SLURM_DIR = "slurm"
-# submitit's folder for logs and pickles: one that exists before sbatch runs. With %j or %A in it,
-# submitit makes the job's folder only after sbatch returns, and a job that starts first fails at once
+# the folder of a run's or a sweep's scheduler files (job scripts, the job's arguments, stdout/stderr logs), the
+# same name on every scheduler: one that exists before the submit call runs. With %j or %A in it, the job's
+# folder would be made only after the submit call returns, and a job that starts first fails at once
 # (ExitCode 0:53, no log: SLURM before 23.02 does not create the folders of --output/--error).
-SWEEP_JOB_FOLDER = "slurm"
-RUN_JOB_FOLDER = "slurm"
+JOB_FOLDER = "jobs"
+OLD_JOB_FOLDER = "slurm"  # its name before it was neutral: run dirs, sweeps and pipelines made then keep it
+JOB_FOLDERS = (JOB_FOLDER, OLD_JOB_FOLDER)  # every name a job folder may have (the sandbox protects each)
 ATTEMPTS_DIR = "attempts"
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
@@ -102,8 +105,18 @@ SWEEP_TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
 }
 MAX_RETURNS = 3  # a point whose tasks return it unrun this often fails with cause RETURNED
 MAX_RETRIES = 3  # resubmissions of a failed point (resume, automatic retries)
-# sbatch calls of any outcome (queued, refused by a limit, failed) a sweep may make in all: the ``max_submit_calls``
+# submit calls of any outcome (queued, refused by a limit, failed) a sweep may make in all: the ``max_submit_calls``
 # bound, by default N x (1 + max_returns + max_retries) (SweepRecord.submit_call_budget; resume raises it)
+
+
+def job_folder_of(run_dir: str | Path) -> Path:
+    """Return the job folder of a single run dir (one submitted without a sweep): ``jobs/``, or ``slurm/`` where
+    only that one is there (a run submitted before the folder had its neutral name), else ``jobs/``."""
+    path = Path(run_dir)
+    for name in JOB_FOLDERS:
+        if os.path.lexists(path / name):
+            return path / name
+    return path / JOB_FOLDER
 
 
 def point_dir_name(index: int, count: int) -> str:
@@ -178,7 +191,7 @@ class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_poi
         """ClusterError unless the job folder, the base config, points/ (and each point's run dir) and attempts/
         resolve inside the sweep dir (records/confine.py): a record that named another folder would have
         ``resume`` write job scripts and pickles there, ``collect`` its results."""
-        inside(self.path, self.data.get("job_folder", SWEEP_JOB_FOLDER), "job_folder", self.file)
+        inside(self.path, self.data.get("job_folder", JOB_FOLDER), "job_folder", self.file)
         inside(self.path, self.data.get("base", BASE_DIR), "base", self.file)
         for folder in (POINTS_DIR, ATTEMPTS_DIR):  # each point's dir is points/NNNN (_check_point): its link too
             links_inside(inside(self.path, folder, f"the folder {folder}/", self.file), self.path,
@@ -191,8 +204,9 @@ class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_poi
 
     @property
     def job_folder(self) -> Path:
-        """Return submitit's folder pattern for this sweep's jobs."""
-        return self.path / self.data.get("job_folder", SWEEP_JOB_FOLDER)
+        """Return the folder of this sweep's scheduler files as sweep.yaml records it (every sweep and tune records
+        it: one made before the neutral name says ``slurm``)."""
+        return self.path / self.data.get("job_folder", JOB_FOLDER)
 
     @property
     def is_tune(self) -> bool:
@@ -217,24 +231,24 @@ class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_poi
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
     def submit_call_budget(self) -> int:
-        """Return how many sbatch calls, of any outcome, the sweep may make in all: its ``max_submit_calls`` bound
+        """Return how many submit calls, of any outcome, the sweep may make in all: its ``max_submit_calls`` bound
         as recorded, else N x (1 + max_returns + max_retries) for N points (a tune's workers count in it too)."""
         per_point = 1 + self.limit("max_returns", MAX_RETURNS) + self.limit("max_retries", MAX_RETRIES)
         return self.limit("max_submit_calls", max(len(self.points), 1) * per_point)
 
     def submit_calls(self) -> int:
-        """Return how many sbatch calls the sweep has made so far (``Ledger.count_submit_call``)."""
+        """Return how many submit calls the sweep has made so far (``Ledger.count_submit_call``)."""
         value = self.data.get("submit_calls", 0)
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
     def submit_calls_left(self) -> int:
-        """Return how many more sbatch calls the sweep may make (0: it submits nothing more until resume raises
+        """Return how many more submit calls the sweep may make (0: it submits nothing more until resume raises
         ``--max-submit-calls``)."""
         return max(0, self.submit_call_budget() - self.submit_calls())
 
     def budget_note(self) -> str:
-        """Return what ``status`` and the top-ups say of a sweep whose sbatch budget is spent."""
-        return (f"the sweep made {self.submit_calls()} of its {self.submit_call_budget()} sbatch calls "
+        """Return what ``status`` and the top-ups say of a sweep whose submit budget is spent."""
+        return (f"the sweep made {self.submit_calls()} of its {self.submit_call_budget()} submit calls "
                 f"(max_submit_calls, refused and failed calls included) and submits nothing more; "
                 f"`hpc-runner resume {self.path} --max-submit-calls N` raises the budget")
 
@@ -379,16 +393,16 @@ class Ledger(Transactions[SweepRecord]):
         return entry
 
     def count_submit_call(self) -> None:
-        """Count one sbatch call of the sweep before it is made, whatever its outcome (sweep/governor.py's
+        """Count one submit call of the sweep before it is made, whatever its outcome (sweep/governor.py's
         ``send_points``, tune/submit.py's ``send_workers``); ClusterError when the budget is spent."""
         if self.record.submit_calls_left() <= 0:
             raise ClusterError(self.record.budget_note(), where=str(self.record.file),
-                               expected=f"at most {self.record.submit_call_budget()} sbatch calls for this sweep")
+                               expected=f"at most {self.record.submit_call_budget()} submit calls for this sweep")
         self.data["submit_calls"] = self.record.submit_calls() + 1
         self.events.append(("count_submit_call", None))
 
     def submit_calls_left(self) -> int:
-        """Return how many more sbatch calls the sweep may make (its ``max_submit_calls`` budget)."""
+        """Return how many more submit calls the sweep may make (its ``max_submit_calls`` budget)."""
         return self.record.submit_calls_left()
 
     def set_bound(self, name: str, value: int) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.overrides import Override
 from hpc_runner.config.recorded import load_recorded_config
+from hpc_runner.engine.sandbox import received_grants, recorded_grants
 from hpc_runner.engine.sandbox_job import recorded_safe
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside
@@ -198,13 +199,14 @@ def resume_run(
     job_record = {"cluster": profile.to_record(), "submitted": now_iso(), "previous": previous}
 
     if recorded_safe(target.path):  # a --safe run goes on in its sandbox (its mark grants nothing), with the grants
-        from hpc_runner.engine.sandbox import received_grants, recorded_grants  # of resume's command line, else of
         # its submission when run.yaml is this account's own (a received run.yaml grants nothing)
         found = received_grants(old.get("sandbox") or {"writable": [], "readable": []}, rd.file("run.yaml"))
         job_record["sandbox"] = recorded_grants(found, str(rd.file("run.yaml"))).to_record()
     name = (rec.get("bundle") or {}).get("name", "run")
-    # a slurm/ that is a link out of the run dir would get the job script and the pickles the job unpickles
-    folder = inside(target.path, sr.RUN_JOB_FOLDER, f"the job folder {sr.RUN_JOB_FOLDER}/", rd.file("run.yaml"))
+    # a job folder that is a link out of the run dir would get the job script and the arguments the job reads
+    # (jobs/, or slurm/ in a run dir submitted before the folder had its neutral name)
+    folder_name = sr.job_folder_of(target.path).name
+    folder = inside(target.path, folder_name, f"the job folder {folder_name}/", rd.file("run.yaml"))
     request = JobRequest(job_name=f"hpcr-run-{name}", folder=folder, chdir=(rec.get("command") or {}).get("cwd"),
                          hold=hold)
     if preflight:

@@ -33,6 +33,7 @@ from hpc_runner.scheduler.read_ahead import read_ahead
 from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.check import check_points, preflight_overrides
+from hpc_runner.sweep.earlier_runs import time_note
 from hpc_runner.sweep.governor import (
     group_tasks,
     outside_the_job,
@@ -135,7 +136,7 @@ def submit_run(
     path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
     check_folder_path(path)  # a dry run too: it promises the real submission would go through
     # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
-    request = JobRequest(job_name=_job_name(cfg.name, "run"), folder=path / sr.RUN_JOB_FOLDER, chdir=os.getcwd(),
+    request = JobRequest(job_name=_job_name(cfg.name, "run"), folder=path / sr.JOB_FOLDER, chdir=os.getcwd(),
                          describe=f"hpc-runner: runs entry {entry or 'run'} of {Path(path).resolve()}/config.yaml "
                          f"(what `hpc-runner run --resume {Path(path).resolve()}` runs)",
                          hold=hold, dependency=dependency)
@@ -177,7 +178,6 @@ def submit_run(
 def dry_run_notes(cfg: BundleConfig, run_id: str, executor: Executor) -> list[str]:
     """The dry run's notes on what the jobs would meet before they run: the scheduler's (an account it requires
     that they do not name) and a time limit far longer than earlier runs of the bundle's ``run_id`` took."""
-    from hpc_runner.sweep.earlier_runs import time_note
 
     notes = list(executor.submission_notes())
     note = time_note(executor.profile, cfg.name, run_id)
@@ -257,7 +257,7 @@ def new_sweep_record(
         "checked": check_note,
         "cluster": profile.to_record(),
         "base": sr.BASE_DIR,
-        "job_folder": sr.SWEEP_JOB_FOLDER,
+        "job_folder": sr.JOB_FOLDER,
         "state": "submitting",
         "error": None,
         "submissions": [],
@@ -407,7 +407,7 @@ def _dry_run_sweep(
 ) -> Submitted:
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
-    request = JobRequest(job_name=_job_name(cfg.name, "sweep"), folder=directory / sr.SWEEP_JOB_FOLDER,
+    request = JobRequest(job_name=_job_name(cfg.name, "sweep"), folder=directory / sr.JOB_FOLDER,
                          chdir=os.getcwd(), hold=hold, array_parallelism=array_parallelism,
                          describe=f"hpc-runner: each task runs points of {Path(directory).resolve()} "
                          "(points/NNNN/config.yaml; sweep.yaml says which)")
@@ -437,7 +437,6 @@ def _dry_run_sweep(
             described = points_description(Path(directory).resolve(), shown, entry, bundle)
             script = executor.script(dataclasses.replace(request, describe=described), size)
             out.scripts.append(f"# job script for the array(s) of points {', '.join(covered)}\n{script}")
-        from hpc_runner.engine.runner import check_entry
 
         out.notes.extend(dry_run_notes(cfg, check_entry(cfg, entry), executor))
     width = len(str(len(points) - 1))

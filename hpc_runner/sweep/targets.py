@@ -73,8 +73,9 @@ class Target:
 
     @property
     def job_folder(self) -> Path:
-        """Return submitit's folder pattern (``%A``/``%j`` still in it) for the jobs of this target."""
-        return self.record.job_folder if self.record else self.path / sr.RUN_JOB_FOLDER
+        """Return the folder of this target's scheduler files: the sweep's recorded one, else the run dir's
+        (``jobs/``, or ``slurm/`` in a run dir made before: ``ledger.job_folder_of``)."""
+        return self.record.job_folder if self.record else sr.job_folder_of(self.path)
 
     @property
     def job_logs(self) -> JobLogs:

@@ -114,8 +114,8 @@ def workers_within(indices: list[int], limits: Any) -> tuple[list[int], str]:
 def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: str, out: Any, hold: bool = False,
                  preflight: bool = True) -> None:
     """Submit workers ``indices`` of the tune in ``directory`` as one group (one job array), no more of them than
-    the submit limits let in now (``workers_within``); record it. The sbatch counts in the tune's budget of
-    sbatch calls as a sweep's do (``Ledger.count_submit_call``: ClusterError, and nothing submitted, once it is
+    the submit limits let in now (``workers_within``); record it. The submit call counts in the tune's budget of
+    submit calls as a sweep's do (``Ledger.count_submit_call``: ClusterError, and nothing submitted, once it is
     spent)."""
     sweep_dir = str(Path(directory).resolve())
     # Held over the sbatch: a worker that starts at once must find its submission recorded.
@@ -128,7 +128,7 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
         if preflight:
             executor.check_resources(request, len(indices), f"the tune's {len(indices)} worker(s)")
         job_record = {"cluster": executor.name, "sweep": sweep_dir}
-        ledger.count_submit_call()  # in the sweep's budget of sbatch calls (sweep/ledger.py), whatever the outcome
+        ledger.count_submit_call()  # in the sweep's budget of submit calls (sweep/ledger.py), whatever the outcome
         with outside_the_job():
             jobs = executor.submit(run_tune_worker,
                                    [[sweep_dir] * len(indices), list(indices), [job_record] * len(indices)], request)
@@ -158,7 +158,7 @@ def worker_jobs(record: Any) -> dict[int, str]:
 def _dry_run(cfg: Any, directory: Path, settings: Any, executor: Any, workers: int, hold: bool, note: str) -> Any:
     out = Submitted(directory, dry_run=True)
     out.notes.append(f"{settings.trials} trial(s) by {workers} worker(s), space valid ({note})")
-    request = JobRequest(job_name=f"hpcr-tune-{cfg.name}", folder=directory / sr.SWEEP_JOB_FOLDER, chdir=os.getcwd(),
+    request = JobRequest(job_name=f"hpcr-tune-{cfg.name}", folder=directory / sr.JOB_FOLDER, chdir=os.getcwd(),
                          hold=hold)
     script = executor.script(request, workers)
     if script is None:

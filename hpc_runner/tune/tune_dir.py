@@ -107,7 +107,7 @@ def create_tune_dir(
         "checked": note,
         "cluster": cluster,
         "base": sr.BASE_DIR,
-        "job_folder": sr.SWEEP_JOB_FOLDER,
+        "job_folder": sr.JOB_FOLDER,
         "state": "tune",
         "error": None,
         "submissions": [],

@@ -38,7 +38,7 @@ def _args_file(folder: Path, name: str = "array-0123456789ab.json", function: st
 
 
 def test_job_runs_the_task_named_by_hand(tmp_path: Path, calls: list) -> None:
-    path = _args_file(tmp_path / "slurm")
+    path = _args_file(tmp_path / "jobs")
     assert main(["job", str(path), "--task", "1"]) == 0
     assert calls == [["b", 1]]
     assert main(["job", str(tmp_path)]) == 0  # a run dir: its newest arguments file (task 0 by hand)
@@ -47,7 +47,7 @@ def test_job_runs_the_task_named_by_hand(tmp_path: Path, calls: list) -> None:
 
 def test_job_takes_the_task_from_the_scheduler_in_a_job(tmp_path: Path, calls: list,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _args_file(tmp_path / "slurm")
+    path = _args_file(tmp_path / "jobs")
     monkeypatch.setenv("SLURM_JOB_ID", "41")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
     monkeypatch.setenv("SUBMITIT_FOLDER", str(tmp_path))  # the job side sets it; restored after the test

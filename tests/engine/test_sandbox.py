@@ -183,7 +183,7 @@ attempt("cwd", lambda: open(CWD_MARKER, "w").write("x"))
 attempt("bundle", lambda: open(BUNDLE + "/evil.py", "w").write("x"))
 attempt("mark", lambda: open(RUN_DIR + "/.safe-sandbox.json", "w").write("x"))
 attempt("unmark", lambda: os.remove(RUN_DIR + "/.safe-sandbox.json"))
-attempt("jobs", lambda: open(RUN_DIR + "/slurm/evil.pkl", "w").write("x"))
+attempt("jobs", lambda: open(RUN_DIR + "/jobs/evil.pkl", "w").write("x"))
 out["token"] = os.environ.get("SECRET_TOKEN")
 json.dump(out, open(RUN_DIR + "/attacks.json", "w"))
 '''
@@ -229,7 +229,7 @@ class Attack:
         # are read-only inside
         assert found["mark"].startswith("OSError") and found["unmark"].startswith("OSError"), found
         assert json.loads((self.run_dir / ".safe-sandbox.json").read_text())["safe"] is True
-        assert found["jobs"] != "succeeded" and not (self.run_dir / "slurm" / "evil.pkl").exists(), found
+        assert found["jobs"] != "succeeded" and not (self.run_dir / "jobs" / "evil.pkl").exists(), found
         # writes to HOME and /tmp land in the sandbox's own empty tmpfs, gone with it
         assert (self.home / ".bash_profile").read_text() == "# the user's own\n"
         assert not os.path.exists(self.tmp_marker) and not (self.tmp_path / "marker").exists()
@@ -269,7 +269,7 @@ def _prepare_job(attack: Attack) -> list[str]:
     tokens = attack.args[attack.args.index("--bundle") + 2: attack.args.index("--output_dir")]
     subprocess.run([sys.executable, "-c", PREPARE, str(attack.bundle), str(attack.run_dir), *tokens],
                    check=True, capture_output=True, timeout=120, cwd=attack.tmp_path)
-    (attack.run_dir / "slurm").mkdir()  # where submit keeps the job's pickles and scripts
+    (attack.run_dir / "jobs").mkdir()  # where submit keeps the job's pickles and scripts
     return [sys.executable, "-c", JOB, str(attack.run_dir)]
 
 

@@ -17,22 +17,22 @@ from hpc_runner.records.safe_mark import SAFE_MARK, read_mark, write_mark
 
 def test_protected_paths_are_bound_read_only_over_the_writable_run_dir(tmp_path: Path) -> None:
     real = tmp_path / "real"
-    (real / "slurm").mkdir(parents=True)
+    (real / "jobs").mkdir(parents=True)
     link = tmp_path / "link"
     link.symlink_to(real)
     needs = Needs(run_dir=str(link), cwd="/", home="/nohome", writable=(str(link),),
-                  protected=(str(link / SAFE_MARK), str(link / "slurm")))
+                  protected=(str(link / SAFE_MARK), str(link / "jobs")))
     plan = bind_plan(needs)
     binds = [p for o, p in plan if o == "--bind"]
     ro = [p for o, p in plan if o == "--ro-bind"]
     # both the link and its real place: the mark is not writable through either
     assert sorted(binds) == [str(link), str(real)]
-    assert sorted(ro) == sorted(str(p / name) for p in (link, real) for name in (SAFE_MARK, "slurm"))
+    assert sorted(ro) == sorted(str(p / name) for p in (link, real) for name in (SAFE_MARK, "jobs"))
     last_bind = max(i for i, (o, _) in enumerate(plan) if o == "--bind")
     assert all(i > last_bind for i, (o, _) in enumerate(plan) if o == "--ro-bind")  # mounted over the run dir
     argv = bwrap_argv("bwrap", needs, ["true"])
-    i = argv.index(str(real / "slurm"))
-    assert argv[i - 1] == "--ro-bind" and argv[i + 1] in (str(real / "slurm"), str(link / "slurm"))
+    i = argv.index(str(real / "jobs"))
+    assert argv[i - 1] == "--ro-bind" and argv[i + 1] in (str(real / "jobs"), str(link / "jobs"))
 
 
 def test_the_job_writes_and_reads_only_its_run_dir_and_its_grants_never_what_its_config_says(tmp_path: Path) -> None:

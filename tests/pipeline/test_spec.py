@@ -41,6 +41,7 @@ def test_the_issue_example_parses_into_kinds_inputs_and_submission_order():
 @pytest.mark.parametrize(("stage", "words"), [
     ({"name": "bad name", "entry": "evaluate"}, "cannot name its folder"),
     ({"name": "slurm", "entry": "evaluate"}, "cannot name its folder"),
+    ({"name": "jobs", "entry": "evaluate"}, "cannot name its folder"),
     ({"name": "x"}, "has nothing to do"),
     ({"name": "x", "sweep": ["a=1,2"], "tune": {"space": ["a=int(1,2)"]}}, "has both"),
     ({"name": "x", "entry": "evaluate", "shards": 0}, "not a number of shards"),

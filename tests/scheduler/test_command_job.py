@@ -55,7 +55,7 @@ def test_only_hpc_runners_array_entries_are_named_or_called(tmp_path: Path) -> N
 
 
 def test_a_folder_with_a_job_id_pattern_cannot_hold_the_file_before_sbatch(tmp_path: Path) -> None:
-    assert usable_folder(tmp_path / "slurm") and not usable_folder(tmp_path / "slurm" / "%A")
+    assert usable_folder(tmp_path / "jobs") and not usable_folder(tmp_path / "jobs" / "%A")
 
 
 def test_a_task_whose_call_raises_ends_with_status_1_and_the_traceback(tmp_path: Path) -> None:

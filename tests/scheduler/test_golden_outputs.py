@@ -109,17 +109,17 @@ def test_the_sbatch_script_is_the_recorded_one_byte_for_byte() -> None:
     """The script sbatch gets (submitit renders it, scheduler/slurm/job_script.py proves it) is unchanged: a
     submitit upgrade that writes it differently fails here, not only in the proof at submission time."""
     executor = SlurmExecutor(ClusterProfile("golden", [], SBATCH_SETTINGS))
-    array = JobRequest(job_name="my bundle (v2)", folder=Path("/scratch/sweeps/s1/slurm/%A"),
+    array = JobRequest(job_name="my bundle (v2)", folder=Path("/scratch/sweeps/s1/jobs/%A"),
                        chdir="/scratch/sweeps/s1", hold=True, exclude="gpu7", dependency="afterok:123",
                        describe="hpc-runner: sweep points 0-11 of /scratch/sweeps/s1; training of /scratch/bundles/b")
     assert executor.script(array, 12) == (GOLDEN / "sbatch_array.sh").read_text()
-    one = JobRequest(job_name="run", folder=Path("/scratch/runs/r1/slurm/%j"))
+    one = JobRequest(job_name="run", folder=Path("/scratch/runs/r1/jobs/%j"))
     assert executor.script(one, 1) == (GOLDEN / "sbatch_one.sh").read_text()
     # a command job (its folder exists before sbatch): the first comment says what runs, the command is one a
     # user can run by hand (hpc-runner job FILE through the profile's python)
-    command = JobRequest(job_name="my bundle (v2)", folder=Path("/scratch/sweeps/s1/slurm"), chdir="/scratch/sweeps/s1",
+    command = JobRequest(job_name="my bundle (v2)", folder=Path("/scratch/sweeps/s1/jobs"), chdir="/scratch/sweeps/s1",
                          describe="hpc-runner: sweep points 0-3 of /scratch/sweeps/s1; training of /scratch/bundles/b")
     text = executor.script(command, 4)
     assert text == (GOLDEN / "sbatch_command.sh").read_text()
     assert text.splitlines()[1] == f"# {command.describe}"
-    assert text.rstrip().endswith("/opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/slurm/array-ID.json")
+    assert text.rstrip().endswith("/opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/jobs/array-ID.json")

@@ -26,7 +26,7 @@ def profile(**settings: Any) -> ClusterProfile:
 
 
 def request(tmp_path: Path, **fields: Any) -> JobRequest:
-    return JobRequest(job_name="j", folder=tmp_path / "slurm", **fields)
+    return JobRequest(job_name="j", folder=tmp_path / "jobs", **fields)
 
 
 def submit(executor: MemoryExecutor, tmp_path: Path, n: int, **fields: Any) -> list[str]:

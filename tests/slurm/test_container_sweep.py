@@ -52,5 +52,5 @@ def test_a_sweep_in_an_image_completes_and_a_preempted_point_resumes_from_its_ch
     assert first["attempts"] == 2, slurm_cluster.explain(sweep, jobs)  # stopped once, requeued from outside
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"iter"' in line]
     assert steps == list(range(1, 33))  # resumed from its checkpoint: every step once
-    logs = "".join(p.read_text() for p in (sweep / sr.SWEEP_JOB_FOLDER).glob("*_log.*"))
+    logs = "".join(p.read_text() for p in (sweep / sr.JOB_FOLDER).glob("*_log.*"))
     assert "the run goes inside the container image" in logs and "scontrol: not found" not in logs

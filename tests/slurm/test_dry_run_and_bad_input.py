@@ -30,7 +30,7 @@ def test_sweep_dry_run_prints_scripts_and_points_names_the_config_command_and_wr
     assert "2 array(s) of at most 3 tasks (MaxArraySize from scontrol show config)" in text
     assert "#SBATCH --array=0-2%2" in text and "points 0-2, 3-5" in text
     assert "#SBATCH --export=ALL" in text and "#SBATCH --signal=USR2@60" in text
-    logs = offline_cli.cwd / "sw" / "slurm"
+    logs = offline_cli.cwd / "sw" / "jobs"
     # its tasks read their arguments from one JSON file (a command array), not one pickle each
     assert f"-u -m hpc_runner job {logs}/array-ID.json\n" in text  # hpc-runner job FILE: readable, runnable
     # each script's first comment says what runs: which points, of which sweep, of which bundle

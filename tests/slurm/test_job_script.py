@@ -109,9 +109,9 @@ def test_a_control_character_or_shell_syntax_in_a_field_exits_2_naming_it(tmp_pa
 def test_the_proof_refuses_a_script_with_a_line_that_was_not_intended(tmp_path):
     profile = load_profile("slurm")
     params = slurm_parameters(profile, job_name="ok", chdir=str(tmp_path))
-    script = sbatch_script(profile, tmp_path / "slurm", params)
+    script = sbatch_script(profile, tmp_path / "jobs", params)
     python = shlex.quote(sys.executable)
-    prove_script(script, params, tmp_path / "slurm", python)  # what we generate passes
+    prove_script(script, params, tmp_path / "jobs", python)  # what we generate passes
     lines = script.split("\n")
     at = lines.index("# command")
     for bad in (
@@ -123,7 +123,7 @@ def test_the_proof_refuses_a_script_with_a_line_that_was_not_intended(tmp_path):
         script.replace("#SBATCH --time=01:00:00\n", ""),  # an option lost
     ):
         with pytest.raises(ClusterError, match="not the one intended"):
-            prove_script(bad, params, tmp_path / "slurm", python)
+            prove_script(bad, params, tmp_path / "jobs", python)
 
 
 # ------------------------------------------------------------------ property test
@@ -143,7 +143,7 @@ _FIELDS = ("partition", "account", "qos", "constraint", "exclude", "gres", "mem"
 def _build(field: str, value: str, base: Path) -> tuple[str, str, dict, Path]:
     """Put ``value`` into one field the way a user (or a bundle) can, and return the script and what built it."""
     overrides: dict = {}
-    chdir, folder, job_name = str(base), base / "slurm", "run"
+    chdir, folder, job_name = str(base), base / "jobs", "run"
     if field in ("partition", "account", "qos", "constraint", "exclude", "gres", "mem"):
         overrides[field] = value
     elif field == "setup":
@@ -161,7 +161,7 @@ def _build(field: str, value: str, base: Path) -> tuple[str, str, dict, Path]:
     elif field == "chdir":
         chdir = str(base / value)
     elif field == "folder":
-        folder = base / value / "slurm"
+        folder = base / value / "jobs"
     profile = load_profile("slurm", overrides)
     params = slurm_parameters(profile, job_name=job_name, chdir=chdir)
     array = sbatch_script(profile, folder, params, map_count=3, args_file=args_file_for(folder))  # a command array
@@ -221,8 +221,8 @@ def test_a_hostile_bundle_name_submitted_for_real_runs_its_job_and_nothing_else(
     out = cli("submit", "training", "--bundle", str(bundle), "--safe", "--cluster", "testcluster",
               "--output_dir", "r", "--wait", *tiny, "--writable", tiny[-1])
     assert out.returncode == 0, out.stdout + out.stderr + slurm_cluster.explain(cli.cwd / "r")
-    script = next((cli.cwd / "r" / "slurm").glob("*_submission.sh")).read_text()
+    script = next((cli.cwd / "r" / "jobs").glob("*_submission.sh")).read_text()
     assert "#SBATCH --job-name=hpcr-run-x__touch_M1__" in script
     assert not (cli.cwd / "M1").exists() and (cli.cwd / "r" / "model.pt").is_file()
-    log = next((cli.cwd / "r" / "slurm").glob("*_log.out")).read_text()
+    log = next((cli.cwd / "r" / "jobs").glob("*_log.out")).read_text()
     assert "the run goes inside the --safe sandbox" in log and f"writable: {cli.cwd / 'r'}, {tiny[-1]}" in log

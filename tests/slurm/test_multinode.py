@@ -125,7 +125,7 @@ def status_points(cli, path: Path) -> list[dict]:
 
 
 def job_log(run_dir: Path) -> str:
-    return "\n".join(p.read_text() for p in sorted((run_dir / "slurm").glob("*_log.out")))
+    return "\n".join(p.read_text() for p in sorted((run_dir / "jobs").glob("*_log.out")))
 
 
 def test_two_nodes_one_task_each_train_like_one_process(slurm_cluster, runs):

@@ -71,7 +71,7 @@ def submit_task(cli, sweep: Path, indices: list[int], parallel: int = 1, **slurm
 
     profile = load_profile(PROFILE, slurm, environ=cli.env)
     params = slurm_parameters(profile, job_name="hpcr-pack-test", chdir=str(cli.cwd))
-    executor = make_executor(profile, sweep / sr.SWEEP_JOB_FOLDER, params)
+    executor = make_executor(profile, sweep / sr.JOB_FOLDER, params)
     clock = {"signal_delay_s": profile.get("signal_delay_s")}  # what the governor gives each task
     with sr.locked(sweep) as ledger:  # the task reads its points' job ids under this lock
         record = ledger.record
@@ -134,7 +134,7 @@ def test_a_failed_point_does_not_stop_the_others_in_a_sequential_pack(cli, slurm
     # one process for the whole task: the imports are paid once
     assert len({r["host"]["pid"] for r in recs}) == 1
     assert all(r["job"]["id"] == job and r["pack"]["slot"] == 0 for r in recs)
-    task_log = "".join(f.read_text() for f in (sweep / sr.SWEEP_JOB_FOLDER).glob(f"{job}_*_log.*"))
+    task_log = "".join(f.read_text() for f in (sweep / sr.JOB_FOLDER).glob(f"{job}_*_log.*"))
     assert f"task {job} runs 4 of 4 point(s)" in task_log and "1 of 4 point(s) failed" in task_log
 
 
@@ -152,7 +152,7 @@ def test_a_time_limited_pack_returns_the_points_it_cannot_finish(cli, slurm_clus
     assert done and returned, (done, returned)
     assert sorted(done + returned) == list(range(5))  # every point ran or went back: none lost
     assert done == list(range(len(done)))  # in order: the first ones ran
-    task_log = "".join(f.read_text() for f in (sweep / sr.SWEEP_JOB_FOLDER).glob(f"{job}_*_log.out"))
+    task_log = "".join(f.read_text() for f in (sweep / sr.JOB_FOLDER).glob(f"{job}_*_log.out"))
     assert task_log.count("hpc-runner: task ") == 1, task_log  # ran once: no stop signal, no requeue
     assert f"{len(returned)} point(s) go back to the sweep as waiting" in task_log
     for i in returned:
@@ -198,7 +198,7 @@ def test_a_stop_signal_checkpoints_the_running_point_and_requeues_the_task_once(
     first, second = run_record(sweep, 0), run_record(sweep, 1)
     assert first["status"] == second["status"] == "completed"
     assert first["attempts"] == 2 and second["attempts"] == 1  # the second never started before the stop
-    task_log = "".join(f.read_text() for f in (sweep / sr.SWEEP_JOB_FOLDER).glob(f"{job}_*_log.out"))
+    task_log = "".join(f.read_text() for f in (sweep / sr.JOB_FOLDER).glob(f"{job}_*_log.out"))
     # two runs of the task (one requeue), both with both points: the first was stopped, not completed
     assert task_log.count("runs 2 of 2 point(s)") == 2 and task_log.count("hpc-runner: task ") == 2, task_log
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"iter"' in line]

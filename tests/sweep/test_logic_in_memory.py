@@ -250,7 +250,7 @@ def test_300_points_in_60_tasks_under_max_submit_50_all_complete_never_more_than
 
 def test_a_sweep_record_whose_job_folder_leads_outside_is_refused_before_a_top_up_submits_there(
         make_cluster, tmp_path, monkeypatch) -> None:
-    """Issue 32: a sweep.yaml whose job_folder names another folder (or whose slurm/ is a link out of the sweep) made
+    """Issue 32: a sweep.yaml whose job_folder names another folder (or whose jobs/ is a link out of the sweep) made
     resume and every top-up write the job script and the pickles there, which the job later unpickles."""
     import pytest
 
@@ -283,9 +283,9 @@ def test_a_sweep_record_whose_job_folder_leads_outside_is_refused_before_a_top_u
         assert text.startswith(f"{record.file}: job_folder '../victim' resolves to {victim}, outside the record's")
         assert "Expected job_folder naming a folder inside" in text
     assert folders == [] and list(victim.iterdir()) == [] and record.file.read_text() == before
-    record.data.pop("job_folder")  # hpc-runner's own record, whose slurm/ is a link out of the sweep: refused too
+    record.data.pop("job_folder")  # hpc-runner's own record, whose jobs/ is a link out of the sweep: refused too
     write_text_atomic(record.file, record.text())
-    (path / sr.SWEEP_JOB_FOLDER).symlink_to(victim)
-    with pytest.raises(ClusterError, match=f"job_folder 'slurm' resolves to {victim}, outside"):
+    (path / sr.JOB_FOLDER).symlink_to(victim)
+    with pytest.raises(ClusterError, match=f"job_folder 'jobs' resolves to {victim}, outside"):
         top_up(path, log=lambda line: None)
     assert folders == [] and list(victim.iterdir()) == []

@@ -65,7 +65,7 @@ def test_a_qos_limit_that_refuses_every_time_stops_the_sbatch_calls_at_the_sweep
     assert main(["status", str(path)]) == 0
     out = capsys.readouterr()
     assert cluster.calls["sbatch"] == budget and changed(before, snapshot(path)) == []  # no lock, no write
-    assert f"stopped submitting: the sweep made {budget} of its {budget} sbatch calls" in out.out
+    assert f"stopped submitting: the sweep made {budget} of its {budget} submit calls" in out.out
     assert "1 point(s) wait" in out.out and f"resume {path} --max-submit-calls N" in out.out
     assert "hpc-runner: 1 waiting point(s) not submitted" in out.out  # the top-up's own line
 
@@ -85,7 +85,7 @@ def test_resume_of_a_sweep_that_spent_its_budget_is_refused_before_anything_move
     cluster.finish(job_of(path, 0), "FAILED")
     before = snapshot(path)
     assert main(["resume", str(path), "--no-preflight"]) == 2
-    assert "made 1 of its 1 sbatch calls" in capsys.readouterr().err
+    assert "made 1 of its 1 submit calls" in capsys.readouterr().err
     assert changed(before, snapshot(path)) == [] and cluster.calls["sbatch"] == 1
 
 
@@ -96,7 +96,7 @@ def test_a_tunes_workers_count_in_its_budget(make_cluster, tmp_path: Path) -> No
     with sr.locked(folder) as ledger:
         ledger.set_bound("max_submit_calls", 1)
     executor = executor_for(ClusterProfile("mem", [], SETTINGS))
-    with pytest.raises(ClusterError, match="made 1 of its 1 sbatch calls"):
+    with pytest.raises(ClusterError, match="made 1 of its 1 submit calls"):
         send_workers(folder, [1], executor, reason="resume", out=Submitted(folder), preflight=False)
     assert cluster.calls["sbatch"] == 1 and sr.SweepRecord.load(folder).submit_calls() == 1
 

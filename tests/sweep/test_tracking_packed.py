@@ -59,7 +59,7 @@ def states_of(tmp_path: Path, records: list[dict], job_ids: list[str | None], an
     out = []
     for i, (rec, job) in enumerate(zip(records, job_ids, strict=True)):
         out.append(combine(point(i, job), run_dir(tmp_path, f"p{i}", **rec), answer, packed=packed))
-    explain_failures(out, tmp_path / "slurm")
+    explain_failures(out, tmp_path / "jobs")
     return out
 
 

@@ -29,6 +29,7 @@ from hpc_runner.scheduler.slurm.accounting import (
     scancel,
     still_queued,
 )
+from hpc_runner.scheduler.slurm.accounts import account_note
 from hpc_runner.scheduler.slurm.cluster_info import controller_problem
 from hpc_runner.scheduler.slurm.command_job import (
     args_file_for,
@@ -315,7 +316,6 @@ class SlurmExecutor(Executor):
     def submission_notes(self, settings: Mapping[str, Any] | None = None) -> list[str]:
         """The dry run's note when the jobs name no account and this SLURM needs one they leave open
         (scheduler/slurm/accounts.py)."""
-        from hpc_runner.scheduler.slurm.accounts import account_note
 
         note = account_note(self.profile.settings if settings is None else settings)
         return [note] if note else []

@@ -6,7 +6,7 @@
 #SBATCH --array=0-3%4
 #SBATCH --chdir=/scratch/sweeps/s1
 #SBATCH --cpus-per-task=5
-#SBATCH --error=/scratch/sweeps/s1/slurm/%A_%a_0_log.err
+#SBATCH --error=/scratch/sweeps/s1/jobs/%A_%a_0_log.err
 #SBATCH --export=ALL,PYTHONUNBUFFERED=1
 #SBATCH --gpus-per-node=1
 #SBATCH --job-name=my_bundle__v2_
@@ -14,7 +14,7 @@
 #SBATCH --mem=32GB
 #SBATCH --nodes=1
 #SBATCH --open-mode=append
-#SBATCH --output=/scratch/sweeps/s1/slurm/%A_%a_0_log.out
+#SBATCH --output=/scratch/sweeps/s1/jobs/%A_%a_0_log.out
 #SBATCH --partition=small
 #SBATCH --requeue
 #SBATCH --signal=USR2@120
@@ -25,4 +25,4 @@ module load cuda/12.1
 
 # command
 export SUBMITIT_EXECUTOR=slurm
-srun --unbuffered --output /scratch/sweeps/s1/slurm/%A_%a_%t_log.out --error /scratch/sweeps/s1/slurm/%A_%a_%t_log.err --cpu-bind=cores --cpus-per-task=5 /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/slurm/array-ID.json
+srun --unbuffered --output /scratch/sweeps/s1/jobs/%A_%a_%t_log.out --error /scratch/sweeps/s1/jobs/%A_%a_%t_log.err --cpu-bind=cores --cpus-per-task=5 /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/jobs/array-ID.json

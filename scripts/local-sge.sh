@@ -336,6 +336,8 @@ cmd_start() {
   log "queue all.q on $(host) ($SLOTS slots) usable after $((SECONDS - t0))s; clients: . $DIR/env.sh"
 }
 
+no_sge_daemons() { ! pgrep -x sge_qmaster >/dev/null && ! pgrep -x sge_execd >/dev/null; }
+
 cmd_stop() {
   if alive "$QMASTER_PID" sge_qmaster; then
     qdel -u '*' >/dev/null 2>&1 || true
@@ -349,6 +351,9 @@ cmd_stop() {
     qconf -km >/dev/null 2>&1 || true
     wait_until 10 not_alive "$QMASTER_PID" sge_qmaster || stop_pid "$QMASTER_PID" sge_qmaster sge_qmaster
   fi
+  # a daemon's pid file can go before the process does: "stopped" means no sge_* process is left (the next
+  # scripts/local-slurm.sh start checks for them)
+  wait_until 10 no_sge_daemons || log "an sge daemon is still running after 10 s: $(pgrep -a 'sge_(qmaster|execd)' | head -n 2 | tr '\n' ' ')"
   log "stopped"
 }
 not_alive() { ! alive "$@"; }

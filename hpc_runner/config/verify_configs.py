@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class ConfigSet:
     files: list[Path]
     cfg: BundleConfig | None = None
     problems: list[Problem] = field(default_factory=list)
+    load_warnings: list[warnings.WarningMessage] = field(default_factory=list)  # what loading said; shown if chosen
 
     def label(self, bundle_dir: Path) -> str:
         """Return e.g. ``multi_gpu_train.json over train.json``."""
@@ -89,7 +91,9 @@ def load_set(
     """Load and merge ``files`` as ``load_bundle_config`` does (metadata given, not re-checked)."""
     result = ConfigSet(list(files))
     try:
-        merged, where = merge_files([load_file(f) for f in files])
+        with warnings.catch_warnings(record=True) as result.load_warnings:  # a way not chosen must not warn
+            warnings.simplefilter("always")
+            merged, where = merge_files([load_file(f) for f in files])
     except UserError as err:
         result.problems.append(problem_from_error(err))
         return result
@@ -270,6 +274,8 @@ def check_configs(
             sets = [load_set(c, bundle_dir, meta, meta_where, meta_path, environ)
                     for c in candidate_sets(path, main, files)]
         best = choose_set(sets)
+        for said in best.load_warnings:
+            warnings.warn_explicit(said.message, said.category, said.filename, said.lineno)
         chosen.append(best)
         problems.extend(best.problems)
     if main is not None and chosen[0].cfg is not None:

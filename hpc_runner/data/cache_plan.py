@@ -314,7 +314,7 @@ def _arg(parser: Any, ds_id: str, node: dict, name: str, default: Any = None) ->
 
 @contextlib.contextmanager
 def _parser_for(cfg: BundleConfig, expanded: dict | None = None):
-    with bundle_on_sys_path(cfg.bundle_dir):
+    with bundle_on_sys_path(cfg.code_dir):
         parser = build_parser(cfg, expanded)
         parser.parse(reset=True)
         yield parser

@@ -163,7 +163,7 @@ def record_retry_rules(path: Path, rules: dict[str, str]) -> None:
 
 
 def set_submit_budget(path: Path, calls: int) -> sr.SweepRecord:
-    """Set the sweep's budget of sbatch calls in all (``resume --max-submit-calls N``) under its lock; return the
+    """Set the sweep's budget of submit calls in all (``resume --max-submit-calls N``) under its lock; return the
     record as written."""
     with sr.locked(path) as ledger:
         ledger.set_bound("max_submit_calls", calls)

@@ -147,6 +147,7 @@ def test_the_example_trains_inside_a_charliecloud_image_with_the_same_dice(
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
+@pytest.mark.slow  # trains, or builds the Charliecloud image: CI runs it, the quick loop does not
 def test_a_missing_image_a_path_no_bind_covers_and_an_image_without_torch_are_exit_2_with_nothing_made(
         tmp_path: Path, cli, charliecloud_image: Path) -> None:
     bundle = _copy_example(tmp_path)

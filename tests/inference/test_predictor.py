@@ -59,6 +59,7 @@ def _reference(image_path: Path) -> np.ndarray:
     return torch.argmax(torch.softmax(logits, 1), dim=1)[0].numpy().astype(np.uint8)
 
 
+@pytest.mark.slow  # trains, or builds the Charliecloud image: CI runs it, the quick loop does not
 def test_predictions_are_voxel_equal_to_plain_sliding_window_inference_with_the_input_affine(
         tmp_path: Path, model_pt: Path, data) -> None:
     images, _ = data

@@ -25,6 +25,7 @@ def _rewrite(folder: Path, change) -> None:
     (folder / "dataset.json").write_text(json.dumps(dataset))
 
 
+@pytest.mark.slow  # trains, or builds the Charliecloud image: CI runs it, the quick loop does not
 def test_init_writes_a_bundle_from_the_folder_that_verifies_and_trains(cli, tmp_path: Path) -> None:
     data = make_decathlon_folder(tmp_path / "Task01_Spheres")
     proc = cli("init", "spheres", "--from", "decathlon", data, "--author", "Ada")
@@ -176,6 +177,7 @@ def test_volumes_smaller_than_the_crop_are_refused_at_once_naming_each_shape_the
     assert "training[0]" not in proc.stderr and not (tmp_path / "bundles").exists()
 
 
+@pytest.mark.slow  # trains, or builds the Charliecloud image: CI runs it, the quick loop does not
 def test_an_explicit_crop_is_checked_the_same_and_pad_small_trains_on_them_padded(cli, tmp_path: Path) -> None:
     data = make_decathlon_folder(tmp_path / "data", shapes=SMALL)
     proc = cli("init", "spheres", "--from", "decathlon", data, "--roi-size", "16,16,32")

@@ -54,9 +54,9 @@ def test_submit_dry_run_prints_the_sbatch_script_and_where_the_config_will_be(of
                  "#SBATCH --export=ALL,PYTHONUNBUFFERED=1"):
         assert line in out.stdout
     assert "--array" not in out.stdout
-    assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'slurm'}/%j_0_log.out" in out.stdout  # no job id folder
+    assert f"#SBATCH --output={offline_cli.cwd / 'r1' / 'jobs'}/%j_0_log.out" in out.stdout  # no job id folder
     # a readable command: the job's arguments in one JSON file beside its logs, no pickle
-    assert f"-u -m hpc_runner job {offline_cli.cwd / 'r1' / 'slurm'}/job-ID.json\n" in out.stdout
+    assert f"-u -m hpc_runner job {offline_cli.cwd / 'r1' / 'jobs'}/job-ID.json\n" in out.stdout
     run_dir = (offline_cli.cwd / "r1").resolve()
     assert f"#!/bin/bash\n# hpc-runner: runs entry run of {run_dir}/config.yaml" in out.stdout
     assert "submitit.core._submit" not in out.stdout

@@ -234,6 +234,9 @@ SURFACES: list[Surface] = [
     Surface("init", "--to", "text", lambda c, v: ["init", "xbundle", "--to", v]),
     Surface("init", "--from decathlon DIR (path)", "text", lambda c, v: ["init", "xbundle", "--from", "decathlon", v]),
     Surface("init", "--from decathlon dataset.json", "file", decathlon),
+    Surface("init", "--from decathlon --roi-size", "text",
+            lambda c, v: ["init", "xbundle", "--from", "decathlon", str(c.copy("decathlon", "Task01_X")),
+                          "--roi-size", v]),
     Surface("init", "--from decathlon DIR NAME (name last)", "text", lambda c, v: ["init", "--from", "decathlon", v,
                                                                                   "xbundle"]),
     Surface("pack", "BUNDLE", "text", lambda c, v: ["pack", v]),
@@ -309,7 +312,7 @@ SURFACES: list[Surface] = [
     Surface("status", "scheduler answers", "answers", lambda c, v: with_answers(c, v, ["status", "ssw", "--json"]),
             setup=slurm_sweep),
     Surface("collect", "--out", "text", lambda c, v: ["collect", sweep_dir(c), "--out", v]),
-    *record_lines("collect", run=("summary.json",), sweep=("sweep.yaml", "points/0000/summary.json")),
+    *record_lines("collect", run=("summary.json",), sweep=("sweep.yaml", "points/0000/summary.json", "results.jsonl")),
     Surface("report", "DIR", "text", lambda c, v: ["report", v]),
     *record_lines("report", run=("run.yaml", "metrics.jsonl"), sweep=("sweep.yaml",)),  # plots: ~0.5 s a call
     Surface("rerun", "--entry", "text", lambda c, v: ["rerun", run_dir(c), "--dry-run", "--entry", v]),

@@ -15,7 +15,7 @@ Each step runs in its own fresh process (imports before the clock, as in bench/s
   status     `hpc-runner status DIR` once sacct lists every task (in-process, and as a new process).
   collect    `hpc-runner collect DIR` after every point was given a completed run dir (run.yaml and
              summary.json copied from a template of realistic size) and its line in the sweep's results file,
-             appended as its job appends it (sweep/results.py): collect reads that one file. The anchor, in
+             appended as its job appends it (jobs/results.py): collect reads that one file. The anchor, in
              the same run: the same sweep with results.jsonl moved aside, so that collect reads every
              point's run.yaml and summary.json (a sweep of an earlier version; before issue 45, always).
 
@@ -92,8 +92,8 @@ def child_check(n: int, folder: Path) -> dict:
 def child_sweep(n: int, folder: Path, cold: bool = False) -> dict:
     """Time `hpc-runner sweep` of n points under the QOS limit; return time, arrays, waiting points (``cold``:
     no limits kept from the dry run before it)."""
+    from hpc_runner.jobs.ledger import WAITING, SweepRecord
     from hpc_runner.scheduler.slurm import cluster_info
-    from hpc_runner.sweep.ledger import WAITING, SweepRecord
 
     _warm("sweep", [*_sweep_argv(folder, 1), "--dry-run"])
     cluster_info._CACHE.clear()  # scontrol is asked again inside the clock
@@ -134,13 +134,13 @@ def child_submitit(sizes: list[int], folder: Path) -> dict:
 
 
 def child_point(folder: Path, rounds: int = 5) -> dict:
-    """Time a point's start-up in its job (sweep/task.py, sweep/job.py), imports before the clock: its own
+    """Time a point's start-up in its job (jobs/task.py, jobs/job.py), imports before the clock: its own
     record, its run dir written from the base config, its tracking name. The median of ``rounds`` points."""
     import statistics
 
-    from hpc_runner.sweep.job import materialize_point
-    from hpc_runner.sweep.ledger import SweepRecord
-    from hpc_runner.sweep.task import _read_points
+    from hpc_runner.jobs.job import materialize_point
+    from hpc_runner.jobs.ledger import SweepRecord
+    from hpc_runner.jobs.task import _read_points
     from hpc_runner.tracking.settings import point_overrides
 
     record = SweepRecord.load(folder)
@@ -216,11 +216,11 @@ def _wait_for_empty_qos(env: dict[str, str], timeout: float = 120) -> None:
 
 def complete_every_point(folder: Path) -> None:
     """Give every point a completed run dir: run.yaml and summary.json of realistic size, and its line in the
-    sweep's results file, appended as its job appends it when the point ends (sweep/task.py)."""
+    sweep's results file, appended as its job appends it when the point ends (jobs/task.py)."""
+    from hpc_runner.jobs import ledger as sr
+    from hpc_runner.jobs.ledger import SweepRecord
+    from hpc_runner.jobs.results import handoff_of, record_point_result
     from hpc_runner.records.rundir import dump_yaml
-    from hpc_runner.sweep import ledger as sr
-    from hpc_runner.sweep.ledger import SweepRecord
-    from hpc_runner.sweep.results import handoff_of, record_point_result
 
     with sr.locked(folder) as led:  # as if the governor had sent the waiting ones: nothing tops up either
         first = next(p["job_id"] for p in led.points if p.get("job_id")).split("_")[0]
@@ -321,7 +321,7 @@ def main() -> int:
     complete_every_point(folder)
     os.sync()
     collect = run_child(["collect", str(folder), "3"], env, calls)
-    from hpc_runner.sweep.results import RESULTS_FILE
+    from hpc_runner.jobs.results import RESULTS_FILE
 
     lines = folder / RESULTS_FILE
     lines.rename(folder / f"{RESULTS_FILE}.aside")  # the anchor: every point's run dir read

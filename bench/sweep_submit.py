@@ -130,10 +130,10 @@ def child_sweep(n: int, folder: Path, per_task_folders: bool = False) -> dict:
 
     import hpc_runner.cli.sweep  # noqa: F401  (imported before the clock, like submitit)
     from hpc_runner.config import bundle_config  # noqa: F401
+    from hpc_runner.jobs import job, submission  # noqa: F401
+    from hpc_runner.jobs import ledger as sweep_record
+    from hpc_runner.jobs.ledger import SweepRecord
     from hpc_runner.scheduler.slurm import cluster_info, executor  # noqa: F401
-    from hpc_runner.sweep import job, submission  # noqa: F401
-    from hpc_runner.sweep import ledger as sweep_record
-    from hpc_runner.sweep.ledger import SweepRecord
 
     if per_task_folders:
         sweep_record.JOB_FOLDER = "jobs/%j"
@@ -162,7 +162,8 @@ def child_status(folder: Path) -> dict:
 
     import hpc_runner.cli.status  # noqa: F401
     from hpc_runner.config import values  # noqa: F401
-    from hpc_runner.sweep import spec, states, targets  # noqa: F401
+    from hpc_runner.jobs import states, targets  # noqa: F401
+    from hpc_runner.sweep import spec  # noqa: F401
 
     out = io.StringIO()
     t0 = time.perf_counter()

@@ -20,11 +20,11 @@ PY
   "$PY" -m pytest -q -p no:cacheprovider -x -m "not slow" "${TESTS[@]}" 2>&1 | grep -E "^FAILED|[0-9]+ (passed|failed)" | head -3
   cp "$backup" "$file" && rm -f "$backup"
 }
-mutate hpc_runner/sweep/governor.py "n = min(same, limits.max_array_size, same if free is None else free)" \
+mutate hpc_runner/jobs/governor.py "n = min(same, limits.max_array_size, same if free is None else free)" \
   "n = min(same, limits.max_array_size, same if free is None else free + 1)"       # one task past the free slots
-mutate hpc_runner/sweep/governor.py "now = n_tasks if free is None else min(free, n_tasks)" \
+mutate hpc_runner/jobs/governor.py "now = n_tasks if free is None else min(free, n_tasks)" \
   "now = n_tasks if free is None else min(free + 1, n_tasks)"                       # the dry run's plan, likewise
-mutate hpc_runner/sweep/retry.py 'if int(point.get("retries", 0)) >= bound:' \
+mutate hpc_runner/jobs/retry.py 'if int(point.get("retries", 0)) >= bound:' \
   'if int(point.get("retries", 0)) > bound:'                                          # one retry past the bound
-mutate hpc_runner/sweep/retry.py "new = _nice_gb(gb * rule.factor)" "new = _nice_gb(gb)"  # OUT_OF_MEMORY:mem*2 ignored
+mutate hpc_runner/jobs/retry.py "new = _nice_gb(gb * rule.factor)" "new = _nice_gb(gb)"  # OUT_OF_MEMORY:mem*2 ignored
 git diff --quiet -- hpc_runner || { echo "the work tree changed: restore hpc_runner/"; exit 1; }

@@ -38,7 +38,7 @@ READ_ALLOWED = {
     "inference/manifest.py": "its own manifest lines, each parsed by parse_json_text; outputs hashed in 'rb' chunks",
     "registry/archive.py": "packs a bundle's files into a tar in 'rb' chunks (copying, not parsing)",
     "monai_cli/arguments.py": "copies a staged file in 'rb' chunks (copying, not parsing)",
-    "sweep/states.py": "reads error.txt's head through a descriptor from records.read.open_regular",
+    "jobs/states.py": "reads error.txt's head through a descriptor from records.read.open_regular",
     "scheduler/job_logs.py": "reads job logs' tails through descriptors from records.read.open_regular",
 }
 

@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UserError as exc:
             print(f"hpc-runner {name}: error: {exc.paragraph()}", file=sys.stderr)
             return exc.exit_code
-    typo = mistyped_option(subparsers[name], name, overrides)
+    typo = mistyped_option(subparsers[name], name, overrides, subparsers)
     if typo is not None:  # before the profile, the controller or the config is read: wherever it sits on the line
         print(f"hpc-runner {name}: error: {typo.paragraph()}", file=sys.stderr)
         return typo.exit_code
@@ -224,15 +224,38 @@ def _not_utf8(argv: Sequence[str]) -> str | None:
     return None
 
 
-def mistyped_option(parser: argparse.ArgumentParser, name: str, overrides: list[str]) -> UserError | None:
+# a command whose user may reach for an option of the command that queues the same work on a cluster
+# (``run ... --clsuter local``: --cluster is submit's; run runs here)
+QUEUED_BY = {"run": "submit"}
+
+
+def mistyped_option(parser: argparse.ArgumentParser, name: str, overrides: list[str],
+                    commands: dict[str, argparse.ArgumentParser] | None = None) -> UserError | None:
     """Return the error for the first override key that is a near-miss of the command's own option (``--dryrun``,
-    ``--clsuter jade``), None without one: refused before anything is read, so the mistake is named first."""
+    ``--clsuter jade``), else of an option only the command that queues the same work has (``QUEUED_BY``: run's
+    ``submit``, among ``commands``), None without one: refused before anything is read, so the mistake is named
+    first."""
     for key, option in option_typos(parser, overrides).items():
         if not clearly_a_typo(key, option):
             continue  # --tracking_uri is MONAI's id, not a typo of --tracking: the config decides, once it is read
         return UserError(
             f"--{key} is not an option of hpc-runner {name} (did you mean {option}?); nothing was run or queued",
             id_path=None, expected=f"{option}, or --+{key} VALUE to set a config id of that name",
+        )
+    other = QUEUED_BY.get(name)
+    queued_by = (commands or {}).get(other or "")
+    if queued_by is None:
+        return None
+    for key, option in option_typos(queued_by, overrides).items():
+        # a near-miss only: an option of submit spelled right (--hold, --shards) may be an id of the bundle
+        if option in parser._option_string_actions or f"--{key}" in queued_by._option_string_actions \
+                or not clearly_a_typo(key, option):
+            continue
+        return UserError(
+            f"--{key} is not an option of hpc-runner {name} (did you mean {option}? it is an option of hpc-runner "
+            f"{other}, which queues the run on a cluster; {name} runs here); nothing was run or queued",
+            id_path=None, expected=f"hpc-runner {other} ... {option} to queue it, or --+{key} VALUE to set a config "
+            "id of that name",
         )
     return None
 

@@ -15,6 +15,7 @@ from hpc_runner.cli.common import add_preflight_argument, add_stage_arguments, s
 from hpc_runner.cli.container_run import refuse_container
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.targets import SweepTarget
 from hpc_runner.pipeline.cancel import cancel_pipeline
 from hpc_runner.pipeline.propagate import cancel_never_satisfied
 from hpc_runner.pipeline.record import PipelineRecord
@@ -28,7 +29,6 @@ from hpc_runner.report.status_table import render as render_points
 from hpc_runner.scheduler.profiles import check_settings, load_profile, parse_setting_overrides
 from hpc_runner.sweep.submission import default_sweep_dir
 from hpc_runner.sweep.submission import top_up as top_up_sweep
-from hpc_runner.sweep.targets import SweepTarget
 
 HELP = "queue a study's stages at once: search, select the best point, evaluate, export, sharded inference"
 DESCRIPTION = """Read PIPELINE.yaml (docs/pipelines.md), check every stage (names, kinds, `from`, no cycle; each

@@ -33,7 +33,7 @@ EPILOG = """examples:
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --cause TIMEOUT --slurm time=04:00:00
   hpc-runner resume runs/synthetic_seg/sweep-2026-11-21_10-00-00 --points 3,7 --batch_size 1"""
 ACCEPTS_OVERRIDES = True
-# hpc_runner.sweep.causes.CAUSES, spelled out: a command module imports only the standard library
+# hpc_runner.jobs.causes.CAUSES, spelled out: a command module imports only the standard library
 CAUSES = ("OUT_OF_MEMORY", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "ERROR", "BAD_INPUT", "RETURNED")
 
 

@@ -23,9 +23,9 @@ from hpc_runner.cli.slurm_options import (
 from hpc_runner.cli.submission_options import add_submission_arguments
 from hpc_runner.config.ids import has_id
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.retry import parse_rules
 from hpc_runner.records.json_out import print_json, prose_to_stderr
 from hpc_runner.scheduler.profiles import parse_setting_overrides
-from hpc_runner.sweep.retry import parse_rules
 from hpc_runner.sweep.right_size import apply_to_profile
 from hpc_runner.sweep.spec import build_spec
 from hpc_runner.sweep.submission import submit_sweep

@@ -14,6 +14,7 @@ from hpc_runner.config.ids import get_by_id, has_empty_key, has_id, iter_ids, no
 from hpc_runner.config.loader import record_lines, report_duplicates
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
 from hpc_runner.errors import ConfigError
+from hpc_runner.records.json_out import json_copy
 from hpc_runner.records.read import RecordError, read_record_text
 from hpc_runner.records.shape import compose_checked
 
@@ -39,6 +40,17 @@ class Override:
     def spelling(self) -> str:
         """Return the key as the user wrote it (with ``+`` for an added id)."""
         return (ADD_PREFIX if self.add else "") + self.id
+
+
+SWEPT = "sweep"  # the source of a swept point's overrides: a typo in its id stops it (bundle_config STRICT_SOURCES)
+
+
+def point_override(spelled_id: str, value: Any) -> Override:
+    """Return the Override of one recorded point's ``id`` (``+id`` adds it) and value: how a sweep, a tune and the
+    job that runs a point (jobs/job.py) read a point's overrides back from its record."""
+    add = spelled_id.startswith(ADD_PREFIX)
+    key = spelled_id[1:] if add else spelled_id
+    return Override(key, json_copy(value), SWEPT, f"--sweep {key}", add=add)
 
 
 def _split_key(key: str, origin: str) -> tuple[str, bool]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.governor import outside_the_job
 from hpc_runner.monai_cli.arguments import quiet_summary
 from hpc_runner.monai_cli.commands import parse_argv, prepare_parsed
 from hpc_runner.monai_cli.job import run_monai_command
@@ -27,7 +28,6 @@ from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.rundir import check_folder_path, default_run_dir, dump_yaml, now_iso
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep.governor import outside_the_job
 
 COMMAND_FILE = "command.yaml"
 JOB_FOLDER = "job"

@@ -306,8 +306,8 @@ class StageView:
     detail: str = ""
     cause: dict[str, Any] | None = None
     reason: str | None = None  # squeue's reason of a pending job (Dependency, Priority, ...)
-    target: Any = None  # the stage's sweep/run target (sweep/targets.py), when it has one
-    points: list[Any] = field(default_factory=list)  # its points' states (sweep/states.py)
+    target: Any = None  # the stage's sweep/run target (jobs/targets.py), when it has one
+    points: list[Any] = field(default_factory=list)  # its points' states (jobs/states.py)
     answer: Any = None  # the scheduler's answer the points' states come from
 
     @property

@@ -20,16 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config import preflight as config_preflight
-from hpc_runner.config.overrides import Override
+from hpc_runner.config.overrides import Override, point_override
 from hpc_runner.config.preflight import PreflightCache, config_problems, describe_problems
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.jobs import ledger as sr
 from hpc_runner.pipeline.choice import choice_values
 from hpc_runner.pipeline.configs import source_points
 from hpc_runner.pipeline.model import StageConfig, StageSpec
 from hpc_runner.scheduler.executor import Executor, JobRequest, Limit
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.check import make_override
 from hpc_runner.sweep.spec import describe_point
 
 
@@ -74,7 +73,7 @@ def check_consumer(sc: StageConfig, configs: dict[str, StageConfig], cache: Any,
                 continue
             seen.add(key)
 
-            variant = base.with_overrides([make_override(k, copy.deepcopy(v)) for k, v in values.items()],
+            variant = base.with_overrides([point_override(k, copy.deepcopy(v)) for k, v in values.items()],
                                           check=True)
             problems = config_problems(variant, cache, entry=entry)
             if problems:

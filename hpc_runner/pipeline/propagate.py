@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.jobs.cancel import cancel_target
+from hpc_runner.jobs.ledger import SWEEP_FILE
+from hpc_runner.jobs.targets import load_target
 from hpc_runner.pipeline import record as pr
 from hpc_runner.scheduler.executor import Executor
 from hpc_runner.scheduler.profiles import checked_from_record
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep.cancel import cancel_target
-from hpc_runner.sweep.ledger import SWEEP_FILE
-from hpc_runner.sweep.targets import load_target
 
 Log = Callable[[str], None]
 INPUT_FAILED = "INPUT_FAILED"  # the cause kind of a stage cancelled because a stage it waits on failed

@@ -28,6 +28,8 @@ from typing import Any
 from hpc_runner.config.ids import get_by_id
 from hpc_runner.config.loader import load_file
 from hpc_runner.errors import ClusterError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.targets import RunTarget, TuneTarget, load_target
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.configs import build_configs, stage_profile
 from hpc_runner.pipeline.model import COMPLETED, DEFAULT_WEIGHTS_ID, StageView
@@ -39,9 +41,7 @@ from hpc_runner.pipeline.view import view
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID
 from hpc_runner.scheduler.profiles import ClusterProfile, checked_from_record
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.resume import plan_resume, resume_run, resume_sweep
-from hpc_runner.sweep.targets import RunTarget, TuneTarget, load_target
 from hpc_runner.tune.resume import resume_tune
 
 Log = Callable[[str], None]

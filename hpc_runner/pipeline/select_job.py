@@ -4,7 +4,7 @@ The select stage is queued when the pipeline starts with ``afterany`` on every j
 from, so it runs whatever way they ended (SLURM never leaves it pending), with one CPU and no GPU. The
 stages that take ``from`` it wait on it with ``afterok`` (and ``--kill-on-invalid-dep=yes``). Its job:
 
-1. reads where every point of its input stands (one sacct call, sweep/states.py);
+1. reads where every point of its input stands (one sacct call, jobs/states.py);
 2. if some point is still queued, running, or waiting for a submit slot, it does not choose. The
    governor's top-ups make this job wait on the arrays they add (it is the sweep's ``waiters``), so
    this happens only when the input's last task ended with points still waiting (no slot was free
@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import outside_the_job
+from hpc_runner.jobs.states import UNKNOWN, WAITING, failure_text
+from hpc_runner.jobs.targets import load_target
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.choice import apply_choice
 from hpc_runner.pipeline.model import DEFAULT_WEIGHTS_ID
@@ -45,11 +49,7 @@ from hpc_runner.records.json_out import dumps_json
 from hpc_runner.scheduler.dependency import after_any, after_ok
 from hpc_runner.scheduler.executor import JobRequest, array_ids, job_entry
 from hpc_runner.scheduler.job_env import job_end_time, own_job_id
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import outside_the_job
-from hpc_runner.sweep.states import UNKNOWN, WAITING, failure_text
 from hpc_runner.sweep.submission import top_up
-from hpc_runner.sweep.targets import load_target
 
 Log = Callable[[str], None]
 CHOICE_FILE = "choice.json"
@@ -293,7 +293,7 @@ def _top_up(folder: Path) -> None:
 
 def wait_on_sweep(folder: Path, job: str) -> None:
     """Make the select job ``job`` a waiter of the sweep in ``folder``: when the governor queues more of its points
-    (a top-up), it makes the job wait on those arrays too (sweep/governor.py), so it does not start early."""
+    (a top-up), it makes the job wait on those arrays too (jobs/governor.py), so it does not start early."""
     if not (folder / sr.SWEEP_FILE).is_file():
         return
     with sr.locked(folder) as ledger:

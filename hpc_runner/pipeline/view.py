@@ -2,7 +2,7 @@
 
 A stage the record holds as planned, done, failed, cancelled or not-submitted is shown so (with its
 cause). A queued stage is shown as its work goes: a sweep, tune, run or sharded stage from its own
-folder (sweep/states.py: one sacct call each), a select or export stage from its job's state, and a
+folder (jobs/states.py: one sacct call each), a select or export stage from its job's state, and a
 pending job with squeue's reason (``Dependency``: it waits on its inputs).
 """
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.states import ENDED_WELL, UNKNOWN
+from hpc_runner.jobs.targets import load_target
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.model import CANCELLED, COMPLETED, FAILED, NOT_SUBMITTED, PENDING, PLANNED, RUNNING, StageView
 from hpc_runner.pipeline.propagate import stage_executor
@@ -20,8 +22,6 @@ from hpc_runner.pipeline.selection import read_summary
 from hpc_runner.pipeline.stages.registry import kind_of
 from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.scheduler.job_status import JobState
-from hpc_runner.sweep.states import ENDED_WELL, UNKNOWN
-from hpc_runner.sweep.targets import load_target
 
 _RECORDED = {pr.PLANNED: PLANNED, pr.DONE: COMPLETED, pr.FAILED: FAILED, pr.CANCELLED: CANCELLED,
              pr.NOT_SUBMITTED: NOT_SUBMITTED}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from hpc_runner.data.staging import shared_bytes_of
+from hpc_runner.jobs.governor import waiting_indices
+from hpc_runner.jobs.states import cause_counts, counts, failure_text
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
-from hpc_runner.sweep.governor import waiting_indices
 from hpc_runner.sweep.spec import format_cell
-from hpc_runner.sweep.states import cause_counts, counts, failure_text
 
 MAX_ROWS = 40
 MAX_ERRORS = 20
@@ -66,7 +66,7 @@ def scheduler_note(answer: Any) -> str | None:
 def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) -> str:
     """Return the status report as text."""
     c = counts(states)
-    what = target.title(len(states))  # "sweep of N points", "run" (sweep/targets.py)
+    what = target.title(len(states))  # "sweep of N points", "run" (jobs/targets.py)
     profile = (target.record.data if target.record else target.run_record or {}).get("cluster") or {}
     if not profile and target.run_record:
         profile = (target.run_record.get("job") or {}).get("cluster") or {}
@@ -75,7 +75,7 @@ def render(target: Any, states: list[Any], answer: Any, show_all: bool = False) 
     note = scheduler_note(answer)
     if note:
         lines.append(f"  note: {note}")
-    if target.record is not None and not target.record.submit_calls_left():  # sweep/ledger.py: its sbatch budget
+    if target.record is not None and not target.record.submit_calls_left():  # jobs/ledger.py: its sbatch budget
 
         waiting = len(waiting_indices(target.record))
         lines.append(f"  stopped submitting: {target.record.budget_note()}"

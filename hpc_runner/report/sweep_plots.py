@@ -8,14 +8,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.jobs.states import FAILED_STATES, NOT_SUBMITTED, counts
+from hpc_runner.jobs.usage import usages
 from hpc_runner.pages.figures import binned, new_figure, no_data, save_png
 from hpc_runner.pages.run_plots import COMPUTE_COLOR, WAIT_COLOR
 from hpc_runner.pages.rundata import as_float
 from hpc_runner.report.status_table import states_source
 from hpc_runner.report.sweepdata import SweepData
 from hpc_runner.sweep.spec import format_cell
-from hpc_runner.sweep.states import FAILED_STATES, NOT_SUBMITTED, counts
-from hpc_runner.sweep.usage import usages
 
 MAX_LEGEND = 12
 MAX_PARAM_PANELS = 6

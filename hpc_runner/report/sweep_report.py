@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.data.staging import shared_bytes_of
+from hpc_runner.jobs.states import cause_counts, counts
 from hpc_runner.pages import page
 from hpc_runner.pages.page import Cell, value_cell
 from hpc_runner.pages.run_report import PLOTS_DIR, REPORT_FILE, Report, report_run
@@ -17,7 +18,6 @@ from hpc_runner.report.status_table import scheduler_note, states_source
 from hpc_runner.report.sweep_plots import cell
 from hpc_runner.report.sweepdata import SweepData, load_sweep
 from hpc_runner.sweep.right_size import for_target, suggested_for
-from hpc_runner.sweep.states import cause_counts, counts
 from hpc_runner.tune.summary import render, summarize, trial_table
 
 HIDDEN_COLUMNS = ("run_dir",)

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.ledger import SWEEP_FILE
+from hpc_runner.jobs.targets import SweepTarget, load_target
 from hpc_runner.pages.rundata import RunData, load_run
 from hpc_runner.sweep.collect import result_rows
-from hpc_runner.sweep.ledger import SWEEP_FILE
-from hpc_runner.sweep.targets import SweepTarget, load_target
 
 
 @dataclass
@@ -19,9 +19,9 @@ class SweepData:
     """A sweep dir, read: the tracking target, point states, results rows and each point's run data."""
 
     path: Path
-    target: Any  # hpc_runner.sweep.targets.Target
-    states: list[Any]  # hpc_runner.sweep.states.PointState, in point order
-    answer: Any  # hpc_runner.sweep.states.SchedulerAnswer
+    target: Any  # hpc_runner.jobs.targets.Target
+    states: list[Any]  # hpc_runner.jobs.states.PointState, in point order
+    answer: Any  # hpc_runner.jobs.states.SchedulerAnswer
     columns: list[str]
     rows: list[dict[str, Any]]
     runs: dict[int, RunData] = field(default_factory=dict)

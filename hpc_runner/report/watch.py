@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from hpc_runner.jobs.states import UNKNOWN, counts
+from hpc_runner.jobs.targets import Target, load_target
 from hpc_runner.report.status_table import render as status_table
-from hpc_runner.sweep.states import UNKNOWN, counts
-from hpc_runner.sweep.targets import Target, load_target
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
@@ -49,7 +49,7 @@ def watch_status(
     clear: bool | None = None,
 ) -> WatchResult:
     """Redraw the sweep's state table (``render``, default the one of ``status``) and a bar of finished points
-    every ``interval`` s until all are final. ``sweep_dir`` is a dir or a target already opened (sweep/targets.py;
+    every ``interval`` s until all are final. ``sweep_dir`` is a dir or a target already opened (jobs/targets.py;
     ``status`` passes its own). ``top_up`` is the one top-up step (``status`` takes the same), called with the
     target before each poll, so points that wait for a free submit slot are sent while watching."""
     from tqdm.auto import tqdm

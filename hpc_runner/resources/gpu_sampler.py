@@ -8,7 +8,7 @@ appends one JSON line to ``<run dir>/gpu_usage.jsonl``::
     {"t": 1764100000.0, "gpus": [{"index": 0, "util": 87, "mem_mb": 10342.0}]}
 
 Without the library (``pip install nvidia-ml-py``), without a GPU, with ``CUDA_VISIBLE_DEVICES`` empty,
-or with ``HPCR_GPU_SAMPLE_S=0``: nothing is sampled and nothing fails (``plan`` says why). sweep/usage.py
+or with ``HPCR_GPU_SAMPLE_S=0``: nothing is sampled and nothing fails (``plan`` says why). jobs/usage.py
 reads the file when sacct has no GPU figures.
 """
 

@@ -6,6 +6,8 @@ reads a word on such a line (its ``Dialect``); this module writes the script the
 
     #!/bin/bash
     # <describe>              optional: what runs
+    # by hand: hpc-runner job RUN_DIR [--task 0]
+                              when the command is hpc-runner's job runner (``by_hand_line``)
     <directive> <words>       one line per option, each word written by the dialect
                               (a blank line)
     # setup                   the profile's own shell lines, when it has some, then a blank line
@@ -18,6 +20,10 @@ reads them anywhere in the script, a POSIX qsub up to the first command), read b
 options intended, and the last line runs exactly the command's words. A command word, a setup line or the
 description with a control character, and a setup line a scheduler would read as a directive, are refused
 before anything is written. Nothing else can be in the script.
+
+``by_hand_line`` is the header's second comment for every backend (SLURM's script too,
+scheduler/slurm/job_script.py): the command a user copies to run the job by hand, ``hpc-runner job RUN_DIR``
+(cli/job.py runs the newest arguments file in the run dir or its job folder), the run dir one shell word.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from pathlib import Path
 
 from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
+from hpc_runner.scheduler.job_arguments import JOB_COMMAND
+
+BY_HAND = "# by hand: "  # what starts the header's comment that says how to run the job by hand
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,39 @@ def shell_lines(setup: Sequence[str], dialect: Dialect) -> list[str]:
     return lines
 
 
+def by_hand_line(args_file: Path | str, array_size: int | None = None) -> str:
+    """Return the script's comment that says how to run its job by hand: ``# by hand: hpc-runner job FILE``,
+    with ``--task 0`` for an array of ``array_size`` tasks (``# tasks 0-N`` after it: 0-based, as ``hpc-runner
+    job --help`` says). FILE is this job's own arguments file, not its run dir: a sweep's job folder holds one
+    file per array (top-ups, retries, resume), and ``hpc-runner job RUN_DIR`` runs the newest. Written as one
+    shell word (``shlex.quote``), so the text after ``# by hand: `` runs as it reads. ClusterError for a path
+    with a control character (a newline would end the comment); read back with shlex before it is returned."""
+    path = str(args_file)
+    if find_control_character(path):
+        raise ClusterError(f"the job's arguments file {path[:80]!r} holds a control character; nothing was "
+                           "submitted", expected="a run dir whose path is one line")
+    words = ["hpc-runner", "job", path]
+    text = shlex.join(words)
+    if array_size is not None and array_size > 1:
+        words += ["--task", "0"]
+        text += f" --task 0  # tasks 0-{array_size - 1}"
+    if shlex.split(text, comments=True) != words:
+        raise ClusterError("the job script's by-hand command is not the one intended; nothing was submitted")
+    return BY_HAND + text
+
+
+def runs_arguments_file(words: Sequence[str]) -> bool:
+    """Whether ``words`` (a job's command) run hpc-runner's job runner on an arguments file (``python -u -m
+    hpc_runner job FILE``, scheduler/job_arguments.py ``JOB_COMMAND``): a job a user can run by hand."""
+    return len(words) > len(JOB_COMMAND) + 1 and tuple(words[-len(JOB_COMMAND) - 1:-1]) == JOB_COMMAND
+
+
 def job_script(dialect: Dialect, options: list[list[str]], command: Sequence[str], *, setup: Sequence[str] = (),
-               workdir: str | None = None, describe: str | None = None) -> str:
+               workdir: str | None = None, describe: str | None = None, array_size: int | None = None) -> str:
     """Return the job script (the module's text) for ``options`` (checked words, one list per directive line) and
-    ``command`` (an argv list); ``workdir``: a checked absolute folder to ``cd`` into. Proven before it is
-    returned."""
+    ``command`` (an argv list); ``workdir``: a checked absolute folder to ``cd`` into; ``array_size``: the job's
+    tasks, for the by-hand comment (``by_hand_line``, when ``command`` runs an arguments file). Proven before it
+    is returned."""
     words = command_words(command)
     setup_lines = shell_lines(setup, dialect)
     lines = ["#!/bin/bash"]
@@ -95,6 +132,8 @@ def job_script(dialect: Dialect, options: list[list[str]], command: Sequence[str
         if find_control_character(describe):
             raise ClusterError("the job's description holds a control character", expected="one line of text")
         lines.append(f"# {' '.join(describe.split())}")
+    if runs_arguments_file(words):
+        lines.append(by_hand_line(words[-1], array_size))
     lines += [" ".join([dialect.directive, *map(dialect.word, option)]) for option in options]
     lines.append("")
     if setup_lines:

@@ -182,8 +182,8 @@ JOB_ENTRIES = frozenset({
     "hpc_runner.pipeline.export_job:run_export_stage",
     "hpc_runner.pipeline.select_job:run_select_stage",
     "hpc_runner.scheduler.site_check:run_site_check",
-    "hpc_runner.sweep.job:run_submitted",
-    "hpc_runner.sweep.task:run_sweep_task",
+    "hpc_runner.jobs.job:run_submitted",
+    "hpc_runner.jobs.task:run_sweep_task",
     "hpc_runner.tune.worker:run_tune_worker",
 })
 

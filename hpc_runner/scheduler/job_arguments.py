@@ -21,6 +21,12 @@ from hpc_runner.scheduler.executor import JOB_ENTRIES, JOB_ENTRY, job_entry_name
 
 JOB_CALL_MODULE = "hpc_runner.scheduler.job_call"  # what job scripts of an earlier version run: python -m ... FILE
 JOB_COMMAND = ("-u", "-m", "hpc_runner", "job")  # what every backend's job script runs after python: ... FILE
+# job entries that moved (issue 45: the jobs core left sweep/ for jobs/): an arguments file written before the move, of
+# a job still queued or requeued, names the old place
+MOVED_ENTRIES = {
+    "hpc_runner.sweep.job:run_submitted": "hpc_runner.jobs.job:run_submitted",
+    "hpc_runner.sweep.task:run_sweep_task": "hpc_runner.jobs.task:run_sweep_task",
+}
 MAX_ARGS_BYTES = 256 << 20  # a 100,000-point sweep's arguments: a few MB
 
 
@@ -49,6 +55,7 @@ def task_call(args_file: Path, task: int) -> tuple[Any, list[Any]]:
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
         raise ValueError(f"{args_file} is not a job's arguments file")
     function = data.get("function")
+    function = MOVED_ENTRIES.get(function, function) if isinstance(function, str) else function
     if not isinstance(function, str) or function not in JOB_ENTRIES:  # checked before any import
         raise ValueError(f"{args_file} names {str(function)[:200]!r}, not a function of hpc-runner a job may run")
     module, _, name = function.partition(":")

@@ -1,6 +1,6 @@
 """Whether a job still has time for more work: the job side's clock, in neutral words.
 
-A packed sweep task (sweep/task.py) keeps a :class:`JobClock`: before each point it asks ``can_start``, and a
+A packed sweep task (jobs/task.py) keeps a :class:`JobClock`: before each point it asks ``can_start``, and a
 point is started only if ``now + estimate + margin <= end``, where the estimate is the longest point this task
 has run so far (or the profile's ``point_minutes`` before the first one ends) and the margin is how long before
 the end the stop signal may come (``job_env.stop_margin_s``). A point that is not started goes back to the sweep

@@ -1,7 +1,7 @@
 """Sizes and durations as schedulers write them (``620768K``, ``4G``; ``1-02:00:00``, ``00:30.789``), in numbers.
 
 Neutral helpers: the scheduler's accounting reads its answers with them, and callers above the scheduler
-(sweep/usage.py, sweep/retry.py) read a profile's ``mem`` or a recorded time limit with the same rules.
+(jobs/usage.py, jobs/retry.py) read a profile's ``mem`` or a recorded time limit with the same rules.
 """
 
 from __future__ import annotations

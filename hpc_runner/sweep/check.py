@@ -19,23 +19,13 @@ from typing import Any
 from hpc_runner.config.bundle_config import BundleConfig
 from hpc_runner.config.env import has_env_refs
 from hpc_runner.config.ids import get_by_id, has_id, split_id
-from hpc_runner.config.overrides import Override, check_value_type
+from hpc_runner.config.overrides import Override, check_value_type, point_override
 from hpc_runner.config.safe_mode import EXPECTED, policy_for_user, safe_problems
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES
 from hpc_runner.engine.sandbox_job import refuse_hidden_at_submission
 from hpc_runner.errors import ClusterError, ConfigError
-from hpc_runner.records.json_out import json_copy
 from hpc_runner.registry.problems import problems_error
 from hpc_runner.sweep.spec import ADD_PREFIX, describe_point
-
-SOURCE = "sweep"
-
-
-def make_override(spelled_id: str, value: Any) -> Override:
-    """Return the Override for one swept ``id`` (``+id`` adds it) and value."""
-    add = spelled_id.startswith(ADD_PREFIX)
-    key = spelled_id[1:] if add else spelled_id
-    return Override(key, json_copy(value), SOURCE, f"--sweep {key}", add=add)
 
 
 def has_references(value: Any) -> bool:
@@ -104,7 +94,7 @@ def check_whole_numbers(cfg: BundleConfig, points: Sequence[dict[str, Any]],
     for n, spelled, value in (distinct if distinct is not None else distinct_values(points)).values():
         if not isinstance(value, float) or value.is_integer() or not math.isfinite(value):
             continue
-        ov = make_override(spelled, value)
+        ov = point_override(spelled, value)
         if ov.add or not has_id(cfg.config, ov.id):
             continue
         old = get_by_id(cfg.config, ov.id)
@@ -127,7 +117,7 @@ def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
     per_value = not _nested(ids) and not any(has_references(v) for _, _, v in distinct.values())
     if per_value:
         for n, spelled, value in distinct.values():
-            ov = make_override(spelled, value)
+            ov = point_override(spelled, value)
             if not _cheap_ok(cfg, ov):
                 try:
                     cfg.with_overrides([ov])
@@ -137,7 +127,7 @@ def check_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> str:
         return f"{len(distinct)} distinct values checked once each"
     for n, point in enumerate(points):
         try:
-            cfg.with_overrides([make_override(k, v) for k, v in point.items()])
+            cfg.with_overrides([point_override(k, v) for k, v in point.items()])
         except ConfigError as exc:
             raise _point_error(n, point, exc) from None
     check_safe_points(cfg, points)
@@ -153,7 +143,7 @@ def _may_matter(spelled_id: str, value: Any) -> bool:
 def preflight_overrides(points: Sequence[dict[str, Any]]) -> list[list[Override]]:
     """Each point's overrides for the pre-flight's ``check_points``, none for a point of numbers only (10,000
     points of a learning-rate grid build no Override)."""
-    return [[make_override(k, v) for k, v in p.items()] if any(_may_matter(k, v) for k, v in p.items()) else []
+    return [[point_override(k, v) for k, v in p.items()] if any(_may_matter(k, v) for k, v in p.items()) else []
             for p in points]
 
 
@@ -174,7 +164,7 @@ def check_safe_points(cfg: BundleConfig, points: Sequence[dict[str, Any]]) -> No
         if key in seen:
             continue
         seen.add(key)
-        new = cfg.with_overrides([make_override(k, v) for k, v in point.items()], check=False)
+        new = cfg.with_overrides([point_override(k, v) for k, v in point.items()], check=False)
         problems = safe_problems(new.expanded(), new.where, policy)
         if problems:
             err = problems_error(problems, f"--safe refuses sweep point {n} ({describe_point(point)}), nothing was "

@@ -1,8 +1,8 @@
 """Collect a sweep's results into one table: results.csv and results.md (one row per point).
 
-A point's figures come from the sweep's results file (sweep/results.py: one line per point that ended, appended
+A point's figures come from the sweep's results file (jobs/results.py: one line per point that ended, appended
 by its job) when it has a line of the point's current hand-off, else from the point's own summary.json and
-data_io.json: at 10,000 points one read instead of 20,000 (and run.yaml's 10,000, sweep/states.py)."""
+data_io.json: at 10,000 points one read instead of 20,000 (and run.yaml's 10,000, jobs/states.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.data.staging import shared_bytes_of
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.results import SUMMARY_KEYS
+from hpc_runner.jobs.states import DONE, PointState, failure_text
+from hpc_runner.jobs.targets import Target
+from hpc_runner.jobs.usage import point_usage
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import RecordError, read_json_record
 from hpc_runner.records.rundir import SUMMARY_FILE
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.results import SUMMARY_KEYS
 from hpc_runner.sweep.spec import format_cell
-from hpc_runner.sweep.states import DONE, PointState, failure_text
-from hpc_runner.sweep.targets import Target
-from hpc_runner.sweep.usage import point_usage
 
 TEXT_COLUMNS = ("state", "cause", "job_id", "error", "resumed_with")  # left-aligned in results.md
 SUMMARY_COLUMNS = tuple(k for k in SUMMARY_KEYS if k != "metric_name")  # epochs, steps, final_loss, ... wall_s
@@ -51,7 +51,7 @@ def summaries_of(target: Target) -> dict[str, dict[str, Any]]:
     return read_summaries(target.run_dir(p) for p in target.points if target.results.of(p) is None)
 
 
-# what each point's job used (sweep/usage.py), when the scheduler's answer is given
+# what each point's job used (jobs/usage.py), when the scheduler's answer is given
 USAGE_COLUMNS = ("elapsed_s", "time_limit_s", "cpus", "cpu_efficiency", "max_rss_mb", "mem_request_mb", "gpu_util",
                  "gpu_mem_mb")
 

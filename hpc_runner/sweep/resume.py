@@ -8,24 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.config import preflight as config_preflight
-from hpc_runner.config.overrides import Override
+from hpc_runner.config.overrides import Override, point_override
 from hpc_runner.config.recorded import load_recorded_config
 from hpc_runner.engine.sandbox import received_grants, recorded_grants
 from hpc_runner.engine.sandbox_job import recorded_safe
 from hpc_runner.errors import ClusterError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs import states as tracking
+from hpc_runner.jobs.governor import exclude_failing_nodes, outside_the_job
+from hpc_runner.jobs.job import run_submitted
+from hpc_runner.jobs.submitted import Submitted
+from hpc_runner.jobs.targets import Target
 from hpc_runner.records.confine import inside
 from hpc_runner.records.rundir import RunDir, now_iso
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep import states as tracking
-from hpc_runner.sweep.check import make_override
-from hpc_runner.sweep.governor import exclude_failing_nodes, outside_the_job
-from hpc_runner.sweep.job import run_submitted
 from hpc_runner.sweep.submission import submit_points, top_up
-from hpc_runner.sweep.submitted import Submitted
-from hpc_runner.sweep.targets import Target
 
 
 @dataclass
@@ -114,7 +113,7 @@ def resume_sweep(
         base, _ = load_recorded_config(record.base_dir)
         cwd = (record.data.get("command") or {}).get("cwd")  # where the jobs run: relative paths start there
         config_preflight.check_points(
-            base, [[make_override(k, v) for k, v in {**record.effective_overrides(record.points[i]), **fixes}.items()]
+            base, [[point_override(k, v) for k, v in {**record.effective_overrides(record.points[i]), **fixes}.items()]
                    for i in planned],
             cwd=Path(cwd) if cwd else None, entry=record.data.get("entry") or "run")
     with sr.locked(target.path) as ledger:

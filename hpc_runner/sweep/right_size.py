@@ -1,4 +1,4 @@
-"""What the next submission should ask for, from what a finished sweep's points used (sweep/usage.py).
+"""What the next submission should ask for, from what a finished sweep's points used (jobs/usage.py).
 
 From the jobs of the completed points (a packed task's job counted once), with headroom:
 
@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.retry import mem_gb_of
+from hpc_runner.jobs.states import ENDED_WELL, WAITING
+from hpc_runner.jobs.targets import load_target
+from hpc_runner.jobs.usage import PointUsage, usages
 from hpc_runner.scheduler.job_env import stop_margin_s
 from hpc_runner.scheduler.profiles import check_settings
-from hpc_runner.sweep.retry import mem_gb_of
-from hpc_runner.sweep.states import ENDED_WELL, WAITING
-from hpc_runner.sweep.targets import load_target
-from hpc_runner.sweep.usage import PointUsage, usages
 
 CPU_HEADROOM = 1.25
 MEM_HEADROOM = 1.25
@@ -197,7 +197,7 @@ def _gpus(s: Suggestion, jobs: list[PointUsage]) -> None:
 
 def from_states(states: Sequence[Any], usage: Mapping[int, PointUsage],
                 settings: Mapping[str, Any] | None = None) -> Suggestion:
-    """Return the suggestion of a sweep from its points' states (sweep/states.py) and usage (by index)."""
+    """Return the suggestion of a sweep from its points' states (jobs/states.py) and usage (by index)."""
     completed = [usage[s.index] for s in states if s.state in ENDED_WELL and s.index in usage]
     failed = [(s.cause_kind, usage[s.index]) for s in states if s.failed and s.index in usage]
     return suggest(completed, failed, settings)
@@ -220,8 +220,8 @@ def suggested_for(target: Any, states: Sequence[Any]) -> bool:
 
 
 def for_target(target: Any, states: Sequence[Any], answer: Any, used: dict[int, Any] | None = None) -> Suggestion:
-    """Return the suggestion for a loaded sweep or run (sweep/targets.py) from its states and the status call
-    (``used``: each point's usage when the caller has it already, sweep/usage.py ``usages``)."""
+    """Return the suggestion for a loaded sweep or run (jobs/targets.py) from its states and the status call
+    (``used``: each point's usage when the caller has it already, jobs/usage.py ``usages``)."""
     settings: dict[str, Any] = {}
     try:
         settings = dict(target.executor().profile.settings)

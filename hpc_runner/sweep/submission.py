@@ -26,15 +26,8 @@ from hpc_runner.config.overrides import Override
 from hpc_runner.engine.runner import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, check_entry, prepare_run
 from hpc_runner.engine.sandbox import Grants
 from hpc_runner.errors import ClusterError, UserError
-from hpc_runner.records.rundir import RunDir, check_folder_path, command_line, default_run_dir, now_iso, timestamp_name
-from hpc_runner.scheduler.executor import Executor, JobRequest
-from hpc_runner.scheduler.profiles import ClusterProfile
-from hpc_runner.scheduler.read_ahead import read_ahead
-from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.check import check_points, preflight_overrides
-from hpc_runner.sweep.earlier_runs import time_note
-from hpc_runner.sweep.governor import (
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import (
     group_tasks,
     outside_the_job,
     pack_of,
@@ -42,12 +35,19 @@ from hpc_runner.sweep.governor import (
     points_description,
     send_points,
 )
-from hpc_runner.sweep.governor import top_up as governor_top_up
-from hpc_runner.sweep.job import run_submitted
+from hpc_runner.jobs.governor import top_up as governor_top_up
+from hpc_runner.jobs.job import run_submitted
+from hpc_runner.jobs.submitted import Submitted
+from hpc_runner.jobs.targets import states_of
+from hpc_runner.jobs.task import run_sweep_task
+from hpc_runner.records.rundir import RunDir, check_folder_path, command_line, default_run_dir, now_iso, timestamp_name
+from hpc_runner.scheduler.executor import Executor, JobRequest
+from hpc_runner.scheduler.profiles import ClusterProfile
+from hpc_runner.scheduler.read_ahead import read_ahead
+from hpc_runner.scheduler.select import executor_for
+from hpc_runner.sweep.check import check_points, preflight_overrides
+from hpc_runner.sweep.earlier_runs import time_note
 from hpc_runner.sweep.spec import SweepSpec, describe_point
-from hpc_runner.sweep.submitted import Submitted
-from hpc_runner.sweep.targets import states_of
-from hpc_runner.sweep.task import run_sweep_task
 
 Log = Callable[[str], None]
 
@@ -208,7 +208,7 @@ def submit_points(
     limits_reader: Callable[[Executor], Any] | None = None,
 ) -> Submitted:
     """Submit ``indices`` of a recorded sweep (under its lock) as tasks of K points, never more tasks than there
-    are free submit slots (the rest wait, sweep/governor.py), in arrays of at most MaxArraySize."""
+    are free submit slots (the rest wait, jobs/governor.py), in arrays of at most MaxArraySize."""
     record = ledger.record
     out = Submitted(record.path, pack=pack_of(record))
     try:
@@ -323,7 +323,7 @@ def submit_sweep(
         base, _ = prepare_run(cfg, entry, directory / sr.BASE_DIR, argv)
         base.update_record(status="sweep-base", note="the shared config of the sweep; points/NNNN are its runs")
         # Held from the first sbatch until the waiting points are recorded: a task that ends at once
-        # must find them, or no one would top them up (sweep/governor.py).
+        # must find them, or no one would top them up (jobs/governor.py).
         with sr.created(record) as ledger:
             out = submit_points(ledger, range(len(points)), executor, entry=entry, reason="sweep", hold=hold,
                                 array_parallelism=array_parallelism, log=log, preflight=preflight,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpc_runner.jobs.submitted import Submitted
 from hpc_runner.scheduler.executor import is_scheduler_job
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep.submitted import Submitted
 from hpc_runner.tune.submit import run_workers_here, send_workers, worker_jobs
 from hpc_runner.tune.trials import RUNNING
 

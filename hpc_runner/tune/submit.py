@@ -17,14 +17,14 @@ from typing import Any
 
 from hpc_runner.engine.runner import check_entry
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import outside_the_job
+from hpc_runner.jobs.ledger import SweepRecord
+from hpc_runner.jobs.submitted import Submitted
 from hpc_runner.records.rundir import check_folder_path, now_iso
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import outside_the_job
-from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.sweep.submission import _fresh_dir, _remove_sweep, default_sweep_dir
-from hpc_runner.sweep.submitted import Submitted
 from hpc_runner.tune.trials import FAILED
 from hpc_runner.tune.tune_dir import check_space, create_tune_dir
 from hpc_runner.tune.worker import run_tune_worker
@@ -128,7 +128,7 @@ def send_workers(directory: Path, indices: list[int], executor: Any, *, reason: 
         if preflight:
             executor.check_resources(request, len(indices), f"the tune's {len(indices)} worker(s)")
         job_record = {"cluster": executor.name, "sweep": sweep_dir}
-        ledger.count_submit_call()  # in the sweep's budget of submit calls (sweep/ledger.py), whatever the outcome
+        ledger.count_submit_call()  # in the sweep's budget of submit calls (jobs/ledger.py), whatever the outcome
         with outside_the_job():
             jobs = executor.submit(run_tune_worker,
                                    [[sweep_dir] * len(indices), list(indices), [job_record] * len(indices)], request)

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.jobs.ledger import SweepRecord
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
-from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.tune.settings import TuneSettings
 from hpc_runner.tune.study import read_study
 

@@ -11,9 +11,9 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.jobs import ledger as sr
 from hpc_runner.records.ledger_record import TransitionError
 from hpc_runner.records.rundir import now_iso
-from hpc_runner.sweep import ledger as sr
 
 RUNNING, COMPLETED, PRUNED, FAILED = "running", "completed", "pruned", "failed"
 FINISHED = (COMPLETED, PRUNED, FAILED)

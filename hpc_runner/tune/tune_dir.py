@@ -15,12 +15,12 @@ from typing import Any
 from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.bundle_config import apply_overrides
 from hpc_runner.config.monai_bridge import warn_code_once
-from hpc_runner.config.overrides import Override
+from hpc_runner.config.overrides import Override, point_override
 from hpc_runner.engine.runner import check_entry, prepare_run
 from hpc_runner.errors import UserError
+from hpc_runner.jobs import ledger as sr
 from hpc_runner.records.rundir import command_line, now_iso
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.check import check_points, make_override
+from hpc_runner.sweep.check import check_points
 from hpc_runner.tune.direction import MODE_OF, settle_direction
 from hpc_runner.tune.settings import TUNE_KEY, TuneSettings
 from hpc_runner.tune.space import parse_space, space_corners
@@ -38,7 +38,7 @@ def check_space(cfg: Any, settings: TuneSettings, preflight: bool = True, entry:
     note = f"{len(corners)} corner point(s) of the space: " + check_points(cfg, corners)
     if preflight:
         note += "; " + config_preflight.check_points(
-            cfg, [[make_override(k, v) for k, v in p.items()] for p in corners], entry=entry or "run")
+            cfg, [[point_override(k, v) for k, v in p.items()] for p in corners], entry=entry or "run")
 
     warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))  # once for the tune, not in each worker
     return note

@@ -26,6 +26,8 @@ from typing import Any
 
 from hpc_runner.engine import validation_hooks
 from hpc_runner.engine.stop import Pruned, clear_stop, install_stop_handlers, stop_requested
+from hpc_runner.jobs.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
+from hpc_runner.jobs.ledger import SweepRecord
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.metrics_log import read_metrics
@@ -34,8 +36,6 @@ from hpc_runner.resources.shares import device_binding
 from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import job_entry
 from hpc_runner.scheduler.job_env import own_job_id, requeue_job
-from hpc_runner.sweep.job import RunFailed, finish_job, materialize_point, run_keeping_overrides, stderr_into_log
-from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.tune import trials
 from hpc_runner.tune.settings import TuneSettings
 from hpc_runner.tune.space import parse_space

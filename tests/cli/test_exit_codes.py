@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.cli import EPILOG, filesystem_refusal, main
-from hpc_runner.sweep import ledger as sr
+from hpc_runner.jobs import ledger as sr
 from tests.sweep.test_governor import _sweep
 
 ROOT = Path(__file__).resolve().parents[2]

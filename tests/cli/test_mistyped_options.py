@@ -75,3 +75,16 @@ def test_an_unknown_key_last_on_the_line_of_a_command_without_such_an_option_is_
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--dryrun is not an option of hpc-runner run" in res.stderr, res.stderr
     assert "Expected --dryrun VALUE or" not in res.stderr and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["last", "first"])
+def test_run_with_a_mistyped_cluster_option_names_submits_cluster_option_and_runs_nothing(cli, tmp_path, where):
+    # issue 47: `run training --bundle ... --clsuter local` said only "--clsuter names id 'clsuter', which the config
+    # does not have"; --cluster is submit's option (run runs here), so the near-miss is named as that option
+    typo = ["--clsuter", "local"]
+    line = [*typo, "training", "--bundle", BUNDLE] if where == "first" else ["training", "--bundle", BUNDLE, *typo]
+    res = cli("run", *line, cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--clsuter is not an option of hpc-runner run (did you mean --cluster? it is an option of hpc-runner " \
+           "submit" in res.stderr, res.stderr
+    assert "nothing was run or queued" in res.stderr and not (tmp_path / "runs").exists()

@@ -12,9 +12,9 @@ import yaml
 
 from hpc_runner.cli import main
 from hpc_runner.cli.targets import Pipeline, Run, Sweep, Tune, open_target
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
 from hpc_runner.report.watch import watch_status
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
 from tests.sweep.test_governor import _sweep
 from tests.sweep.test_logic_in_memory import new_sweep
 
@@ -49,7 +49,7 @@ def test_each_dir_opens_as_its_own_class(make_cluster, tmp_path: Path) -> None:
     assert {n: type(t) for n, t in opened.items()} == {"run": Run, "sweep": Sweep, "tune": Tune,
                                                        "pipeline": Pipeline}
     assert {n: t.kind for n, t in opened.items()} == {n: n for n in opened}
-    # the layers below the CLI see the same objects as the targets of sweep/targets.py
+    # the layers below the CLI see the same objects as the targets of jobs/targets.py
     assert isinstance(opened["run"], RunTarget) and isinstance(opened["tune"], TuneTarget)
     assert isinstance(opened["sweep"], SweepTarget) and isinstance(opened["tune"], SweepTarget)
     assert type(load_target(tmp_path / "tune")) is TuneTarget and type(load_target(tmp_path / "run")) is RunTarget

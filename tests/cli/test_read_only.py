@@ -17,10 +17,10 @@ import pytest
 from optuna.distributions import FloatDistribution
 
 from hpc_runner.cli import main
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.submitted import Submitted
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.submitted import Submitted
 from hpc_runner.tune import trials
 from hpc_runner.tune.study import journal_path, open_study, read_study
 from hpc_runner.tune.submit import send_workers

@@ -158,7 +158,7 @@ def test_bundle_files_and_metadata_that_are_pipes_do_not_block(tmp_path: Path):
 
 
 def test_the_logs_status_reads_do_not_block_on_a_named_pipe(tmp_path: Path):
-    from hpc_runner.sweep import states
+    from hpc_runner.jobs import states
 
     os.mkfifo(tmp_path / "run.yaml")
     os.mkfifo(tmp_path / "error.txt")
@@ -171,7 +171,7 @@ def test_the_logs_status_reads_do_not_block_on_a_named_pipe(tmp_path: Path):
 
 
 def test_a_regular_file_still_reads(tmp_path: Path):
-    from hpc_runner.sweep import states
+    from hpc_runner.jobs import states
 
     (tmp_path / "run.yaml").write_text("status: completed\n")
     (tmp_path / "error.txt").write_text("Traceback (most recent call last):\nValueError: boom\n")
@@ -182,10 +182,10 @@ def test_a_regular_file_still_reads(tmp_path: Path):
 
 
 def test_summaries_and_gpu_samples_of_a_shared_sweep_folder_do_not_block(tmp_path: Path):
+    from hpc_runner.jobs.usage import GPU_SAMPLES_FILE, sampled_gpu
     from hpc_runner.pages.rundata import _read_json
     from hpc_runner.pipeline.selection import read_summary
     from hpc_runner.sweep.collect import _summary
-    from hpc_runner.sweep.usage import GPU_SAMPLES_FILE, sampled_gpu
 
     summary = tmp_path / "summary.json"
     os.mkfifo(summary)

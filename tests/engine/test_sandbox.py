@@ -260,7 +260,7 @@ prepare_run(cfg, "attack", run_dir, [])
 """
 # what a submitted job runs (submitit calls it by reference): here, outside any sandbox
 # (its arguments carry its --safe grants: the job decides from its submission, never from its run dir)
-JOB = ("import sys; from hpc_runner.sweep.job import run_submitted; "
+JOB = ("import sys; from hpc_runner.jobs.job import run_submitted; "
        "print(run_submitted(sys.argv[1], 'attack', {'sandbox': {'writable': [], 'readable': []}}))")
 
 

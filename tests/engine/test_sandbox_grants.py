@@ -368,9 +368,9 @@ def test_a_received_sweep_yaml_grants_nothing_until_the_command_line_says_it(
 
     from hpc_runner.cli import main
     from hpc_runner.engine.sandbox import UNVERIFIED
+    from hpc_runner.jobs import ledger as sr
     from hpc_runner.scheduler.profiles import ClusterProfile
     from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep import ledger as sr
     from hpc_runner.sweep.submission import submit_points, top_up
 
     cluster = make_cluster(max_submit=1)

@@ -103,7 +103,7 @@ def job_file(case: Case, spec: FileSpec) -> Callable[[], int]:
     documented failure is an exception (traceback and exit 1 in the job's log); here a clean refusal is a
     ValueError or UserError, anything else (RecursionError, MemoryError, UnicodeError...) or running a function
     is the finding."""
-    path = case.file("jobs/job-1.json", spec, {"function": "hpc_runner.sweep.job:run_points",
+    path = case.file("jobs/job-1.json", spec, {"function": "hpc_runner.jobs.job:run_points",
                                                "tasks": [[str(case.work), [0]]]})
     case.env.update(SLURM_JOB_ID="1", SLURM_ARRAY_TASK_ID="0")
 
@@ -381,6 +381,6 @@ SURFACES: list[Surface] = [
     Surface("init_bundle", "--metadata_str", "text", lambda c, v: ["init_bundle", "nb", "--metadata_str", v]),
     # ---- the job side: the arguments file a command job reads (hpc-runner job FILE, as a job script runs it)
     Surface("job", "ARGS_FILE", "file", lambda c, v: ["job", c.file("jobs/job-1.json", v, {
-        "function": "hpc_runner.sweep.job:run_points", "tasks": []}), "--task", "0"]),
+        "function": "hpc_runner.jobs.job:run_points", "tasks": []}), "--task", "0"]),
     Surface("(job file)", "job_call's arguments FILE.json", "file", job_file),
 ]

@@ -23,11 +23,11 @@ from submitit.core.utils import JobPaths
 
 from hpc_runner.cli import main
 from hpc_runner.config import preflight
+from hpc_runner.jobs.ledger import SweepRecord
+from hpc_runner.jobs.targets import load_target
 from hpc_runner.pipeline import record as pr
 from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.slurm import cluster_info
-from hpc_runner.sweep.ledger import SweepRecord
-from hpc_runner.sweep.targets import load_target
 
 PROFILE = "mem"
 SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "sacctmgr", "scontrol", "scancel", "sinfo", "srun")

@@ -62,7 +62,7 @@ def test_anything_unusual_is_declined(text: str) -> None:
 
 def test_a_collect_reads_the_same_states_either_way(tmp_path) -> None:
     """The sweep's state of a point is the same whether run.yaml is read from its lines or parsed whole."""
-    from hpc_runner.sweep.states import DONE, _state_from_record
+    from hpc_runner.jobs.states import DONE, _state_from_record
 
     plain = tmp_path / "plain"
     plain.mkdir()

@@ -47,7 +47,7 @@ def test_status_shows_each_points_shared_reads_in_text_and_json(local_sweep: Pat
 def test_collect_has_the_per_point_shared_mb_column(local_sweep: Path, tmp_path: Path) -> None:
     from hpc_runner.cli.targets import open_target
     from hpc_runner.cli.targets.points_collect import collect_points
-    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.jobs import ledger as sr
 
     collect_points(argparse.Namespace(out=str(tmp_path), quiet=True), open_target(local_sweep))
     rows = list(csv.DictReader((tmp_path / sr.RESULTS_CSV).open()))

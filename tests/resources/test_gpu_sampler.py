@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
+from hpc_runner.jobs.usage import sampled_gpu
 from hpc_runner.resources.gpu_sampler import SAMPLES_FILE, GpuSampler, plan, sampling
-from hpc_runner.sweep.usage import sampled_gpu
 
 
 def test_nothing_is_sampled_without_the_library_a_gpu_or_a_visible_device() -> None:

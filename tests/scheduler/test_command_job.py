@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from hpc_runner.jobs.task import run_sweep_task
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.scheduler.job_arguments import task_arguments
 from hpc_runner.scheduler.slurm.command_job import args_file_for, usable_folder
 from hpc_runner.scheduler.slurm.job_call import task_call
-from hpc_runner.sweep.task import run_sweep_task
 
 
 def echo_args(*args: object) -> None:
@@ -97,10 +97,10 @@ def test_a_jobs_logs_are_named_where_submitit_puts_them(tmp_path: Path, job_id: 
 
 
 def test_a_submitted_runs_job_is_a_command_job_too(tmp_path: Path) -> None:
-    from hpc_runner.sweep.job import run_submitted
+    from hpc_runner.jobs.job import run_submitted
 
     text = task_arguments(run_submitted, [[str(tmp_path / "run")], ["training"], [{"cluster": "c"}]])
-    assert text is not None and json.loads(text)["function"] == "hpc_runner.sweep.job:run_submitted"
+    assert text is not None and json.loads(text)["function"] == "hpc_runner.jobs.job:run_submitted"
     args_file = args_file_for(tmp_path, array=False)
     assert args_file.name.startswith("job-") and args_file_for(tmp_path).name.startswith("array-")
     args_file.write_text(text)

@@ -276,7 +276,7 @@ def _args_file(tmp_path: Path, function: str) -> Path:
 @pytest.mark.parametrize("function", [
     "hpc_runner.cli.run:main",  # hpc-runner's, but no job entry
     "hpc_runner.scheduler.slurm.job_call:main",
-    "os:system", "antigravity:fly", "hpc_runner.sweep.task:run_sweep_task\n", "", "hpc_runner.sweep.task",
+    "os:system", "antigravity:fly", "hpc_runner.jobs.task:run_sweep_task\n", "", "hpc_runner.jobs.task",
 ])
 def test_the_job_runner_refuses_an_unlisted_function_before_importing(tmp_path, monkeypatch, function):
     from hpc_runner.scheduler import job_arguments as job_call
@@ -307,7 +307,7 @@ def test_deep_or_huge_job_arguments_are_refused_by_the_bounded_reader(tmp_path):
     from hpc_runner.scheduler.slurm.job_call import task_call
 
     deep = tmp_path / "deep.json"
-    deep.write_text('{"function": "hpc_runner.sweep.task:run_sweep_task", "tasks": ' + "[" * 100_000
+    deep.write_text('{"function": "hpc_runner.jobs.task:run_sweep_task", "tasks": ' + "[" * 100_000
                     + "]" * 100_000 + "}")
     with pytest.raises(RecordError, match="nests"):
         task_call(deep, 0)
@@ -340,9 +340,9 @@ def test_name_patterns_refuse_a_trailing_newline(tmp_path):
     from hpc_runner.config import monai_names, values
     from hpc_runner.data import items
     from hpc_runner.engine.checkpoint import list_checkpoints
+    from hpc_runner.jobs import retry
     from hpc_runner.records import atomic
     from hpc_runner.registry import manifest, search, user_config
-    from hpc_runner.sweep import retry
     from hpc_runner.tune import space
 
     (tmp_path / "ckpt_00000001.pt\n").write_bytes(b"")

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.jobs.states import PointState
+from hpc_runner.jobs.usage import point_usage
 from hpc_runner.scheduler.executor import Attempt, JobRequest
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE
 from hpc_runner.scheduler.job_status import JobState
@@ -17,8 +19,6 @@ from hpc_runner.scheduler.memory.executor import MemoryCluster, MemoryExecutor
 from hpc_runner.scheduler.profiles import ClusterProfile, check_settings
 from hpc_runner.scheduler.select import executor_for
 from hpc_runner.scheduler.slurm.limits import is_limit_refusal
-from hpc_runner.sweep.states import PointState
-from hpc_runner.sweep.usage import point_usage
 
 
 def profile(**settings: Any) -> ClusterProfile:

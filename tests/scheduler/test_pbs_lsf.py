@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.scheduler.job_arguments import JOB_COMMAND
 from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.scheduler.lsf import answers as lsf_answers
 from hpc_runner.scheduler.lsf import commands as lsf_commands
@@ -25,7 +26,7 @@ from hpc_runner.scheduler.pbs import job_side as pbs_side
 from hpc_runner.scheduler.pbs.settings import PbsSettings
 
 GOLDEN = Path(__file__).with_name("golden")
-COMMAND = ["/opt/venv/bin/python", "-u", "-m", "hpc_runner.jobs.job_call", "/scratch/sweeps/s1/jobs/args.json"]
+COMMAND = ["/opt/venv/bin/python", *JOB_COMMAND, "/scratch/sweeps/s1/jobs/array-0123456789ab.json"]
 LOGS = "/scratch/sweeps/s1/logs"
 WORKDIR = "/scratch/sweeps/s1"
 

@@ -103,9 +103,9 @@ def test_watch_submits_the_points_that_wait_for_a_slot(slurm_cluster, qos_limit,
 
 
 def test_a_top_up_from_inside_a_job_passes_only_what_the_user_set(monkeypatch):
+    from hpc_runner.jobs.governor import outside_the_job
     from hpc_runner.resources.cpus import CpuBudget
     from hpc_runner.resources.threads import set_thread_variables
-    from hpc_runner.sweep.governor import outside_the_job
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "3")  # the user's own

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.sweep import ledger as sr
+from hpc_runner.jobs import ledger as sr
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 ROOT = Path(__file__).resolve().parents[2]

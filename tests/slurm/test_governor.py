@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from hpc_runner.jobs.governor import Backoff, group_tasks, outside_the_job, plan_arrays
 from hpc_runner.scheduler.slurm.limits import read_limits
-from hpc_runner.sweep.governor import Backoff, group_tasks, outside_the_job, plan_arrays
 from hpc_runner.sweep.submission import top_up
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.sweep.ledger import SweepRecord, write_new
+from hpc_runner.jobs.ledger import SweepRecord, write_new
 
 pytestmark = pytest.mark.slow
 

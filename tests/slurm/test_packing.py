@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc_runner.sweep import ledger as sr
+from hpc_runner.jobs import ledger as sr
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -65,9 +65,9 @@ def make_sweep(cli, slurm_cluster, bundle: Path, name: str, *args: str) -> Path:
 
 def submit_task(cli, sweep: Path, indices: list[int], parallel: int = 1, **slurm) -> str:
     """Submit one packed task of ``indices`` as the governor would; return its job id."""
+    from hpc_runner.jobs.task import run_sweep_task
     from hpc_runner.scheduler.profiles import load_profile
     from hpc_runner.scheduler.slurm.executor import make_executor, slurm_parameters, submit_one
-    from hpc_runner.sweep.task import run_sweep_task
 
     profile = load_profile(PROFILE, slurm, environ=cli.env)
     params = slurm_parameters(profile, job_name="hpcr-pack-test", chdir=str(cli.cwd))

@@ -44,7 +44,7 @@ def test_second_array_refused(offline_cli):
     assert "NOT-SUBMITTED 4" in status.stdout and "UNKNOWN 3" in status.stdout
     # the fixture's sacct and squeue fail: the queued points' states come from the run records
     assert "the scheduler cannot be reached" in status.stdout, status.stdout
-    # why a point has no job, in neutral words (sweep/states.py: no scheduler's command named above the backend)
+    # why a point has no job, in neutral words (jobs/states.py: no scheduler's command named above the backend)
     assert "not submitted (the scheduler refused its submission; `hpc-runner resume` sends it)" in status.stdout
 
     plan = offline_cli("resume", "sw", "--dry-run")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.jobs.ledger import SweepRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundles" / "synthetic_seg"

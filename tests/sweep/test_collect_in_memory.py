@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hpc_runner.cli.targets import open_target
 from hpc_runner.cli.targets.points_collect import collect_points
+from hpc_runner.jobs import ledger as sr
 from hpc_runner.scheduler.memory.executor import MemoryExecutor
-from hpc_runner.sweep import ledger as sr
 from tests.sweep.test_logic_in_memory import new_sweep
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import exclude_failing_nodes, failed_nodes, group_tasks_by_exclusion
+from hpc_runner.jobs.states import PointState
 from hpc_runner.scheduler.executor import Attempt
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.slurm.accounting import parse_attempts
 from hpc_runner.scheduler.slurm.executor import slurm_parameters
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import exclude_failing_nodes, failed_nodes, group_tasks_by_exclusion
-from hpc_runner.sweep.states import PointState
 
 # sacct -X -D --parsable2 of a job whose node was set DOWN under it, then requeued (SLURM 22.05, local cluster)
 SACCT_REQUEUED = """JobID|State|Elapsed|ExitCode|NodeList

@@ -1,5 +1,5 @@
 """The job folder (job scripts, the job's arguments, its logs) is ``jobs/`` on every scheduler; a run dir or a sweep
-made when it was ``slurm/`` still shows its status from there and resumes into it (sweep/ledger.py
+made when it was ``slurm/`` still shows its status from there and resumes into it (jobs/ledger.py
 ``job_folder_of``, sweep.yaml's ``job_folder``). Against the in-memory cluster."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from hpc_runner.config.bundle_config import load_bundle_config
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.states import failure_text
+from hpc_runner.jobs.targets import load_target
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.memory.executor import MemoryExecutor
 from hpc_runner.scheduler.profiles import ClusterProfile
-from hpc_runner.sweep import ledger as sr
 from hpc_runner.sweep.resume import plan_resume, resume_run, resume_sweep
 from hpc_runner.sweep.spec import build_spec
-from hpc_runner.sweep.states import failure_text
 from hpc_runner.sweep.submission import submit_run, submit_sweep
-from hpc_runner.sweep.targets import load_target
 from tests.sweep.test_logic_in_memory import SETTINGS, job_of, new_sweep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "bundles" / "synthetic_seg"

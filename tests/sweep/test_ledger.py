@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from hpc_runner.errors import ClusterError
-from hpc_runner.sweep import ledger as sr
+from hpc_runner.jobs import ledger as sr
 
 
 def _sweep(folder: Path, n: int = 4, bounds: dict | None = None) -> Path:

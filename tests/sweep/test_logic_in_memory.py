@@ -10,21 +10,21 @@ import pwd
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.cancel import cancel_target
+from hpc_runner.jobs.governor import Backoff, send_points
+from hpc_runner.jobs.states import cause_counts
+from hpc_runner.jobs.submitted import Submitted
+from hpc_runner.jobs.targets import load_target
+from hpc_runner.jobs.task import run_sweep_task
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
 from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.cancel import cancel_target
-from hpc_runner.sweep.governor import Backoff, send_points
 from hpc_runner.sweep.resume import record_retry_rules
 from hpc_runner.sweep.right_size import for_target, suggested_for, suggested_settings
-from hpc_runner.sweep.states import cause_counts
 from hpc_runner.sweep.submission import submit_points, top_up
-from hpc_runner.sweep.submitted import Submitted
-from hpc_runner.sweep.targets import load_target
-from hpc_runner.sweep.task import run_sweep_task
 from tests.sweep.test_governor import _sweep
 
 SETTINGS = {"executor": "memory", "time": 10, "mem_gb": 1}

@@ -1,4 +1,4 @@
-"""The sweep's results file (sweep/results.py): each point's job appends one line when the point ends; collect reads
+"""The sweep's results file (jobs/results.py): each point's job appends one line when the point ends; collect reads
 that one file instead of every run dir, and reads a point's run dir only where the file has no usable line of its
 current hand-off (none yet, cut short, garbage, oversized, an earlier job's), so no result is ever lost."""
 
@@ -15,16 +15,11 @@ import pytest
 
 from hpc_runner.cli.targets import open_target
 from hpc_runner.cli.targets.points_collect import collect_points
-from hpc_runner.records.rundir import RunDir, now_iso
-from hpc_runner.scheduler.executor import SchedulerAnswer
-from hpc_runner.scheduler.job_env import own_job_id
-from hpc_runner.scheduler.job_state import FROM_NOWHERE
-from hpc_runner.scheduler.memory.executor import MemoryExecutor
-from hpc_runner.sweep import collect, states
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep import task as sweep_task
-from hpc_runner.sweep.job import RunFailed
-from hpc_runner.sweep.results import (
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs import states
+from hpc_runner.jobs import task as sweep_task
+from hpc_runner.jobs.job import RunFailed
+from hpc_runner.jobs.results import (
     MAX_LINE_BYTES,
     RESULTS_FILE,
     PointResult,
@@ -34,7 +29,13 @@ from hpc_runner.sweep.results import (
     handoff_of,
     record_point_result,
 )
-from hpc_runner.sweep.targets import load_target
+from hpc_runner.jobs.targets import load_target
+from hpc_runner.records.rundir import RunDir, now_iso
+from hpc_runner.scheduler.executor import SchedulerAnswer
+from hpc_runner.scheduler.job_env import own_job_id
+from hpc_runner.scheduler.job_state import FROM_NOWHERE
+from hpc_runner.scheduler.memory.executor import MemoryExecutor
+from hpc_runner.sweep import collect
 from tests.sweep.test_logic_in_memory import new_sweep
 
 FAILS = 3  # the point whose run fails

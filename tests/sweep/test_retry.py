@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import UserError
-from hpc_runner.sweep.causes import Cause
-from hpc_runner.sweep.retry import changed_request, decide, merge_exclude, parse_rule, parse_rules, rules_of
-from hpc_runner.sweep.states import PointState
-from hpc_runner.sweep.usage import PointUsage
+from hpc_runner.jobs.causes import Cause
+from hpc_runner.jobs.retry import changed_request, decide, merge_exclude, parse_rule, parse_rules, rules_of
+from hpc_runner.jobs.states import PointState
+from hpc_runner.jobs.usage import PointUsage
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "tests" / "slurm" / "data" / "usage_point"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpc_runner.jobs.causes import Cause
+from hpc_runner.jobs.states import PointState
+from hpc_runner.jobs.usage import PointUsage
 from hpc_runner.scheduler.profiles import ClusterProfile
-from hpc_runner.sweep.causes import Cause
 from hpc_runner.sweep.right_size import (
     apply_to_profile,
     finished,
@@ -14,8 +16,6 @@ from hpc_runner.sweep.right_size import (
     slurm_time,
     suggest,
 )
-from hpc_runner.sweep.states import PointState
-from hpc_runner.sweep.usage import PointUsage
 
 
 def used(job: str, *, cpus=8, cpus_used=1.0, rss_gb=None, req_gb=32.0, elapsed_min=10.0, limit_h=4.0, gpu=None):

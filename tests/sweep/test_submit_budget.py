@@ -12,13 +12,13 @@ import pytest
 
 from hpc_runner.cli import main
 from hpc_runner.errors import ClusterError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import Backoff
+from hpc_runner.jobs.submitted import Submitted
 from hpc_runner.scheduler.memory.executor import MemoryCluster
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import Backoff
 from hpc_runner.sweep.submission import top_up
-from hpc_runner.sweep.submitted import Submitted
 from hpc_runner.tune.submit import send_workers
 from tests.cli.test_open_target import MEMORY
 from tests.cli.test_read_only import changed, snapshot, tune_dir

@@ -14,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hpc_runner.records.rundir import RunDir
-from hpc_runner.scheduler.executor import SchedulerAnswer
-from hpc_runner.scheduler.job_logs import LogLine
-from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
-from hpc_runner.scheduler.job_status import JobState, JobStatus
-from hpc_runner.scheduler.slurm.accounting import parse_sacct, to_status
-from hpc_runner.scheduler.slurm.job_logs import slurm_job_logs
-from hpc_runner.sweep import causes
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.states import (
+from hpc_runner.jobs import causes
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.states import (
     DONE,
     NOT_STARTED,
     PRUNED,
@@ -32,7 +25,14 @@ from hpc_runner.sweep.states import (
     combine,
     explain_failures,
 )
-from hpc_runner.sweep.targets import SweepTarget
+from hpc_runner.jobs.targets import SweepTarget
+from hpc_runner.records.rundir import RunDir
+from hpc_runner.scheduler.executor import SchedulerAnswer
+from hpc_runner.scheduler.job_logs import LogLine
+from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
+from hpc_runner.scheduler.job_status import JobState, JobStatus
+from hpc_runner.scheduler.slurm.accounting import parse_sacct, to_status
+from hpc_runner.scheduler.slurm.job_logs import slurm_job_logs
 
 HEADER = "JobID|State|Elapsed|ExitCode"
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from hpc_runner.jobs.states import PointState
+from hpc_runner.jobs.usage import MB, cpu_efficiency, point_usage, sampled_gpu
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING
 from hpc_runner.scheduler.job_status import JobState
 from hpc_runner.scheduler.slurm.accounting import (
@@ -17,8 +19,6 @@ from hpc_runner.scheduler.slurm.accounting import (
     parse_size_bytes,
     parse_tres,
 )
-from hpc_runner.sweep.states import PointState
-from hpc_runner.sweep.usage import MB, cpu_efficiency, point_usage, sampled_gpu
 
 # sacct -D --parsable2 -o SACCT_FIELDS on the local cluster: job 12 trained 64 s on 2 CPUs; job 16 was
 # requeued once (its first attempt's steps must not count); 42_1 timed out; 42_5's steps have no MaxRSS

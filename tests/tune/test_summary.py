@@ -11,7 +11,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from hpc_runner.cli import main
-from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.jobs.ledger import SweepRecord
 from hpc_runner.tune.summary import rungs
 from tests.tune.conftest import BUNDLE
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.cli import main
-from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.jobs.ledger import SweepRecord
 from tests.tune.conftest import BUNDLE
 
 

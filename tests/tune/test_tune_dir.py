@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.errors import UserError
-from hpc_runner.sweep.ledger import SweepRecord
+from hpc_runner.jobs.ledger import SweepRecord
 from hpc_runner.tune.settings import TuneSettings
 
 
@@ -77,10 +77,10 @@ def test_workers_past_the_free_submit_slots_are_not_queued_and_none_free_queues_
     """`tune --parallel K` goes through the governor's count: K workers past the QOS limit are not submitted
     (the trials are shared, so fewer workers spend the same budget); no free slot queues nothing, naming it."""
     from hpc_runner.errors import ClusterError
+    from hpc_runner.jobs import ledger as sr
+    from hpc_runner.jobs.submitted import Submitted
     from hpc_runner.scheduler.profile import ClusterProfile
     from hpc_runner.scheduler.select import executor_for
-    from hpc_runner.sweep import ledger as sr
-    from hpc_runner.sweep.submitted import Submitted
     from hpc_runner.tune.submit import send_workers
 
     cluster = make_cluster(max_submit=3)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hpc_runner.jobs.ledger import SweepRecord
 from hpc_runner.records.rundir import RunDir
-from hpc_runner.sweep.ledger import SweepRecord
 from hpc_runner.tune.study import open_study
 from hpc_runner.tune.worker import run_tune_worker
 
@@ -175,7 +175,7 @@ def test_two_workers_at_once_share_the_budget_exactly(tmp_path: Path, make_tune)
 
 @pytest.mark.slow
 def test_a_trial_told_before_the_worker_died_is_only_recorded_not_run_again(tmp_path: Path, make_tune) -> None:
-    from hpc_runner.sweep import ledger as sr
+    from hpc_runner.jobs import ledger as sr
 
     sweep = make_tune(tmp_path / "tune", ["learning_rate=uniform(0.005,0.02)"], trials=1, extra=["--max_epochs", "1"])
     run_tune_worker(sweep, 0)

@@ -1,9 +1,9 @@
 """What ``status``, ``resume``, ``cancel``, ``collect`` and ``report`` are pointed at, opened once.
 
-``open_target(DIR)`` decides what DIR is (a pipeline dir here; a run, sweep or tune dir in sweep/targets.py's
+``open_target(DIR)`` decides what DIR is (a pipeline dir here; a run, sweep or tune dir in jobs/targets.py's
 ``load_target``, the one place for those three) and returns an object whose methods are the commands'
 operations, so each command module parses its arguments and makes one call. What differs between the kinds is a
-method of each class (these here for the commands, those of sweep/targets.py for the layers below: report,
+method of each class (these here for the commands, those of jobs/targets.py for the layers below: report,
 pipeline), never a comparison of kinds. The methods delegate to the functions that do the work; the command
 modules keep what they print."""
 
@@ -20,14 +20,14 @@ from hpc_runner.cli.pipeline import cancel_main, collect_main, report_main, resu
 from hpc_runner.cli.targets.points_collect import collect_cases, collect_points, collect_tune
 from hpc_runner.cli.targets.points_resume import resume_run_dir, resume_sweep_dir, resume_tune_dir
 from hpc_runner.cli.targets.points_status import show_points
+from hpc_runner.jobs.cancel import cancel_target
+from hpc_runner.jobs.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
 from hpc_runner.pages.run_report import report_run
 from hpc_runner.pipeline.record import is_pipeline_dir
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import RecordError
 from hpc_runner.report.sweep_report import report_sweep
-from hpc_runner.sweep.cancel import cancel_target
 from hpc_runner.sweep.submission import top_up as top_up_sweep
-from hpc_runner.sweep.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
 from hpc_runner.tune.summary import render, summarize
 
 
@@ -58,7 +58,7 @@ class CommandTarget(ABC):
 
 
 class PointsCommands(CommandTarget):
-    """The commands of a dir with points (run, sweep, tune): its points' states (sweep/targets.py) do the work."""
+    """The commands of a dir with points (run, sweep, tune): its points' states (jobs/targets.py) do the work."""
 
     def top_up(self, log: Callable[[str], None] = print) -> int:
         """Submit the points that wait for a free submit slot; return how many went (none wait in a run dir)."""
@@ -210,7 +210,7 @@ class Pipeline(CommandTarget):
 def open_target(path: str | Path, unknown: Callable[[Path], Exception] | None = None) -> CommandTarget:
     """Return the pipeline, sweep, tune or run dir at ``path`` as the object the commands call.
 
-    A dir that is none of these raises sweep/targets.py's NotATarget (exit 2), or ``unknown(path)`` when a
+    A dir that is none of these raises jobs/targets.py's NotATarget (exit 2), or ``unknown(path)`` when a
     command names what it expected its own way (``report``)."""
     if is_pipeline_dir(path):
         return Pipeline(Path(path))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hpc_runner.jobs.usage import usages
 from hpc_runner.records.read import read_record_text
 from hpc_runner.sweep.collect import result_rows, summaries_of, write_results
 from hpc_runner.sweep.right_size import for_target, suggested_for
 from hpc_runner.sweep.shards import merge_cases, write_cases
-from hpc_runner.sweep.usage import usages
 from hpc_runner.tune.summary import render, summarize, write_summary
 
 MAX_PRINTED_ROWS = 50

@@ -11,6 +11,8 @@ from hpc_runner.config.overrides import parse_cli_overrides
 from hpc_runner.config.recorded import load_recorded_config
 from hpc_runner.engine.sandbox import recorded_grants
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.jobs.retry import parse_rules
+from hpc_runner.jobs.states import DONE
 from hpc_runner.scheduler.profiles import check_settings, checked_from_record, load_profile, parse_setting_overrides
 from hpc_runner.sweep.check import check_extra_overrides
 from hpc_runner.sweep.resume import (
@@ -21,8 +23,6 @@ from hpc_runner.sweep.resume import (
     set_submit_budget,
     top_up_waiting,
 )
-from hpc_runner.sweep.retry import parse_rules
-from hpc_runner.sweep.states import DONE
 from hpc_runner.tune.resume import resume_tune
 
 

@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 from hpc_runner.data.staging import shared_bytes_of
+from hpc_runner.jobs.states import ENDED_WELL
+from hpc_runner.jobs.usage import point_usage
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.report.status_table import render
 from hpc_runner.report.watch import is_pending, watch_status
 from hpc_runner.sweep.right_size import for_target, suggested_for
-from hpc_runner.sweep.states import ENDED_WELL
-from hpc_runner.sweep.usage import point_usage
 
 
 def _top_up(target: Any, quiet: bool = False) -> int:
@@ -23,7 +23,7 @@ def _top_up(target: Any, quiet: bool = False) -> int:
         print(line, file=sys.stderr if quiet else sys.stdout)
 
     try:
-        return target.top_up(log)  # a run dir has none waiting (sweep/targets.py)
+        return target.top_up(log)  # a run dir has none waiting (jobs/targets.py)
     except Exception as exc:  # e.g. no sbatch on this machine: the states are still worth showing
         log(f"hpc-runner status: the waiting points were not submitted ({exc})")
         return 0

@@ -8,13 +8,13 @@ from typing import Any
 
 from hpc_runner.config.bundle_config import BundleConfig, config_value
 from hpc_runner.config.overrides import Override
+from hpc_runner.jobs.ledger import BASE_DIR
 from hpc_runner.pipeline.model import Fail, Log, StageConfig, StageSpec, StageView
 from hpc_runner.pipeline.record import PipelineRecord
 from hpc_runner.pipeline.spec import _positive
 from hpc_runner.pipeline.stages.base import ConfigStage
 from hpc_runner.pipeline.submit import submit_points
 from hpc_runner.pipeline.summary import predictions
-from hpc_runner.sweep.ledger import BASE_DIR
 from hpc_runner.sweep.shards import PREDICTIONS_FOLDER, PREDICTIONS_ID, check_shardable
 from hpc_runner.sweep.spec import build_spec
 

@@ -111,7 +111,8 @@ def job_script(settings: GridEngineSettings, *, job_name: str, log_folder: str, 
     ``describe``: a comment line saying what runs. Proven before it is returned (scheduler/batch_script.py)."""
     options = directives(settings, job_name=job_name, log_folder=log_folder, workdir=workdir,
                          array_size=array_size, max_running=max_running, hold_jids=hold_jids, hold=hold)
-    return batch_script.job_script(GRID_ENGINE, options, command, setup=setup, describe=describe)
+    return batch_script.job_script(GRID_ENGINE, options, command, setup=setup, describe=describe,
+                                   array_size=array_size)
 
 
 def log_paths(log_folder: str, job_name: str, job_id: str, ge_task: int | None) -> tuple[str, str]:

@@ -113,4 +113,5 @@ def job_script(settings: LsfSettings, *, job_name: str, log_folder: Path | str, 
     options = intended_options(settings, job_name=job_name, log_folder=log_folder, array_size=array_size,
                                max_running=max_running, after_ok=after_ok, hold=hold)
     folder = None if workdir is None else check_folder(workdir, "the working directory")
-    return batch_script.job_script(LSF, options, command, setup=setup, workdir=folder)
+    return batch_script.job_script(LSF, options, command, setup=setup, workdir=folder,
+                                   array_size=array_size)

@@ -70,7 +70,7 @@ def attempt_state(state: str | None) -> str:
 
 SACCT_FIELDS = "JobID,State,Elapsed,ExitCode"
 SACCT_FIELDS += ",NodeList"  # where each attempt ran: status's node column, the node exclusions of the governor
-# what each job used (sweep/usage.py): fields of the allocation's record, then of its steps
+# what each job used (jobs/usage.py): fields of the allocation's record, then of its steps
 USAGE_FIELDS = "Timelimit,TotalCPU,AllocCPUS,ReqMem,MaxRSS,TRESUsageInAve,TRESUsageInMax"
 SACCT_FIELDS += "," + USAGE_FIELDS
 STEP_FIELDS = ("MaxRSS", "TRESUsageInAve", "TRESUsageInMax")  # empty on the allocation's record

@@ -28,6 +28,7 @@ from typing import Any
 from hpc_runner.control_chars import find_control_character
 from hpc_runner.errors import ClusterError
 from hpc_runner.scheduler import job_arguments
+from hpc_runner.scheduler.batch_script import by_hand_line
 
 _NAME = r"[A-Za-z0-9_.+-]+"
 # what SLURM accepts in each field (sbatch(1)); anything else would be refused by sbatch, or worse
@@ -222,11 +223,12 @@ def prove_script(
     intended options, the setup lines, and the srun command with the intended words (see the module doc)."""
     folder = Path(folder).expanduser().absolute()
     lines = script.split("\n")
-    if describe:  # the first comment line says what runs (generated_script); the rest is submitit's text
-        if lines[1:2] != [description_line(describe)]:
-            raise ClusterError("the generated job script is not the one intended (its first comment is not what "
+    header = header_lines(args_file, map_count, describe)
+    if header:  # the comments that say what runs and how to run it by hand (generated_script); then submitit's
+        if lines[1:1 + len(header)] != header:
+            raise ClusterError("the generated job script is not the one intended (its first comments are not what "
                                "runs); nothing was submitted", where=where)
-        lines = [lines[0], *lines[2:]]
+        lines = [lines[0], *lines[1 + len(header):]]
 
     def fail(why: str) -> ClusterError:
         return ClusterError(f"the generated job script is not the one intended ({why}); nothing was submitted",
@@ -279,6 +281,15 @@ def description_line(describe: str) -> str:
     return f"# {' '.join(str(describe).split())}"
 
 
+def header_lines(args_file: Path | None, map_count: int | None, describe: str | None) -> list[str]:
+    """The comments after ``#!/bin/bash``: what runs (``describe``), and for a command job the command that runs
+    it by hand (scheduler/batch_script.py ``by_hand_line``, as every backend's script has it)."""
+    lines = [description_line(describe)] if describe else []
+    if args_file is not None:
+        lines.append(by_hand_line(args_file, map_count))
+    return lines
+
+
 def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, map_count: int | None = None,
                      args_file: Path | None = None, describe: str | None = None) -> str:
     """Return the script submitit writes for these parameters (the same function sbatch's file comes from);
@@ -295,10 +306,11 @@ def generated_script(parameters: Mapping[str, Any], folder: Path, python: str, m
     folder = Path(folder).expanduser().absolute()  # as SlurmExecutor.__init__ does
     command = " ".join([python, *(shlex.quote(w) for w in _run_words(folder, args_file))])
     text = _make_sbatch_string(command=command, folder=folder, map_count=map_count, **parameters)
-    if not describe:
+    header = header_lines(args_file, map_count, describe)
+    if not header:
         return text
-    first, _, rest = text.partition("\n")  # a comment before the #SBATCH block: sbatch reads on past it
-    return f"{first}\n{description_line(describe)}\n{rest}"
+    first, _, rest = text.partition("\n")  # comments before the #SBATCH block: sbatch reads on past them
+    return "\n".join([first, *header, rest])
 
 
 def checked_script(

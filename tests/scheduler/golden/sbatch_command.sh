@@ -1,5 +1,6 @@
 #!/bin/bash
 # hpc-runner: sweep points 0-3 of /scratch/sweeps/s1; training of /scratch/bundles/b
+# by hand: hpc-runner job /scratch/sweeps/s1/jobs/array-ID.json --task 0  # tasks 0-3
 
 # Parameters
 #SBATCH --account=proj-1

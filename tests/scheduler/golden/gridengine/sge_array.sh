@@ -1,5 +1,6 @@
 #!/bin/bash
 # hpc-runner: sweep points 0-3 of /scratch/sweeps/s1
+# by hand: hpc-runner job /scratch/sweeps/s1/logs/array-0123456789ab.json --task 0  # tasks 0-3
 #$ -S /bin/bash
 #$ -N hpcr-sweep-1
 #$ -o /scratch/sweeps/s1/logs

@@ -1,4 +1,5 @@
 #!/bin/bash
+# by hand: hpc-runner job /scratch/sweeps/s1/jobs/array-0123456789ab.json --task 0  # tasks 0-3
 #BSUB -J "hpcr-sweep[1-4]%2"
 #BSUB -q gpu
 #BSUB -P rad-ai
@@ -14,4 +15,4 @@
 #BSUB -e /scratch/sweeps/s1/logs/%J_%I.err
 
 cd /scratch/sweeps/s1
-exec /opt/venv/bin/python -u -m hpc_runner.jobs.job_call /scratch/sweeps/s1/jobs/args.json
+exec /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/jobs/array-0123456789ab.json

@@ -1,4 +1,5 @@
 #!/bin/bash
+# by hand: hpc-runner job /scratch/sweeps/s1/jobs/array-0123456789ab.json
 #BSUB -J hpcr-one
 #BSUB -q gpu
 #BSUB -P rad-ai
@@ -16,4 +17,4 @@
 module load cuda/12.2
 
 cd /scratch/sweeps/s1
-exec /opt/venv/bin/python -u -m hpc_runner.jobs.job_call /scratch/sweeps/s1/jobs/args.json
+exec /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/jobs/array-0123456789ab.json

@@ -1,4 +1,5 @@
 #!/bin/bash
+# by hand: hpc-runner job /scratch/sweeps/s1/jobs/array-0123456789ab.json --task 0  # tasks 0-3
 #PBS -N hpcr-sweep
 #PBS -q gpu
 #PBS -A rad-ai
@@ -14,4 +15,4 @@
 #PBS -e /scratch/sweeps/s1/logs/
 
 cd /scratch/sweeps/s1
-exec /opt/venv/bin/python -u -m hpc_runner.jobs.job_call /scratch/sweeps/s1/jobs/args.json
+exec /opt/venv/bin/python -u -m hpc_runner job /scratch/sweeps/s1/jobs/array-0123456789ab.json

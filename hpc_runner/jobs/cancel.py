@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import cancel_waiting
+from hpc_runner.jobs.targets import Target
 from hpc_runner.records.rundir import RunDir, now_iso
 from hpc_runner.scheduler.executor import is_scheduler_job
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import cancel_waiting
-from hpc_runner.sweep.targets import Target
 
 
 @dataclass

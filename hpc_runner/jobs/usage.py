@@ -128,7 +128,7 @@ def sampled_gpu(run_dir: Path) -> dict[str, float] | None:
 
 
 def point_usage(state: Any, answer: SchedulerAnswer) -> PointUsage:
-    """Return what a point's job used (``state``: a sweep.states.PointState; ``answer``: the status call's)."""
+    """Return what a point's job used (``state``: a jobs.states.PointState; ``answer``: the status call's)."""
     job_id = getattr(state, "job_id", None)
     used = answer.usage.get(job_id) if job_id else None
     status = answer.status(job_id)

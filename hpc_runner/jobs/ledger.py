@@ -4,7 +4,7 @@ Layout of a sweep dir::
 
     sweep.yaml        spec, cluster profile, submissions (array job ids), and one line per point:
                       its params, fixes added on resume, its run dir, its state, job ids and counters
-    results.jsonl     one JSON line per point that ended, appended by its job (sweep/results.py, its one
+    results.jsonl     one JSON line per point that ended, appended by its job (jobs/results.py, its one
                       writer and reader): run.yaml's final status and summary.json's figures, for collect
     base/             the sweep's shared config (config.yaml, overrides.yaml, run.yaml): files merged,
                       CLI/env overrides applied; every point is this plus its own overrides
@@ -28,12 +28,12 @@ sweep.yaml. The states and the events that move them (docs/ledger.md has the dia
 
 Beside the states, a point may carry ``node_failures`` (job id -> the nodes its attempts failed on,
 ``note_node_failures``) and ``exclude`` (the nodes its next submissions avoid, ``exclude_node``; the
-governor excludes a node once a point failed on it twice: sweep/governor.py ``exclude_failing_nodes``).
+governor excludes a node once a point failed on it twice: jobs/governor.py ``exclude_failing_nodes``).
 
 What the run itself did (running, completed, failed, pruned) is the point's own run.yaml
 (records/rundir.py, one locked writer), copied when the run ended into the point's line of results.jsonl,
 which names the hand-off it belongs to (the job id and the length of the point's ``jobs`` here); what the
-scheduler did comes from sacct. ``sweep/states.py`` puts them together, read-only. A tune's trials are
+scheduler did comes from sacct. ``jobs/states.py`` puts them together, read-only. A tune's trials are
 points too, made at the start (one per trial of the budget, params empty until a worker claims one), so
 ``status`` lists them from the start.
 
@@ -311,7 +311,7 @@ class Ledger(Transactions[SweepRecord]):
     def retry(self, index: int, fixes: dict[str, Any] | None = None, request: dict[str, Any] | None = None,
               history: dict[str, Any] | None = None) -> None:
         """Resubmit a failed or missing point (resume, or a ``--retry`` rule): back to waiting, with the fixes
-        given, and with ``request`` (profile settings of its next job, sweep/retry.py) recorded with the attempt
+        given, and with ``request`` (profile settings of its next job, jobs/retry.py) recorded with the attempt
         in ``history``; bounded."""
         p = self.record.points[index]
         retries = int(p.get("retries", 0)) + 1
@@ -393,7 +393,7 @@ class Ledger(Transactions[SweepRecord]):
         return entry
 
     def count_submit_call(self) -> None:
-        """Count one submit call of the sweep before it is made, whatever its outcome (sweep/governor.py's
+        """Count one submit call of the sweep before it is made, whatever its outcome (jobs/governor.py's
         ``send_points``, tune/submit.py's ``send_workers``); ClusterError when the budget is spent."""
         if self.record.submit_calls_left() <= 0:
             raise ClusterError(self.record.budget_note(), where=str(self.record.file),
@@ -426,7 +426,7 @@ class Ledger(Transactions[SweepRecord]):
         self.events.append(("set_waiter", None))
 
     def set_leaving(self, jobs: list[str]) -> None:
-        """Record the jobs a top-up counts as gone (each calls it as it ends; see sweep/governor.py)."""
+        """Record the jobs a top-up counts as gone (each calls it as it ends; see jobs/governor.py)."""
         self.data["leaving"] = sorted(jobs)
         self.events.append(("set_leaving", None))
 

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from hpc_runner.errors import ClusterError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs import states as tracking
+from hpc_runner.jobs.governor import profile_from_record
+from hpc_runner.jobs.results import ResultsFile
+from hpc_runner.jobs.retry import pending_retries
 from hpc_runner.records.rundir import RUN_FILE, RunDir
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID, Executor, is_scheduler_job
 from hpc_runner.scheduler.job_env import recorded_job
 from hpc_runner.scheduler.job_logs import JobLogs
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep import states as tracking
-from hpc_runner.sweep.governor import profile_from_record
-from hpc_runner.sweep.results import ResultsFile
-from hpc_runner.sweep.retry import pending_retries
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ class Target:
     points: list[dict[str, Any]]
     record: sr.SweepRecord | None = None
     run_record: dict[str, Any] | None = None
-    # the sweep's results file (sweep/results.py), read once when first asked; a run dir has none
+    # the sweep's results file (jobs/results.py), read once when first asked; a run dir has none
     results: ResultsFile = field(init=False, repr=False, compare=False)
 
     kind: ClassVar[str] = ""  # "run", "sweep" or "tune": for people (messages), never compared

@@ -1,7 +1,7 @@
 """The submission governor: never ask sbatch for more jobs than the cluster lets this user queue.
 
 A sweep's points are grouped into tasks of K points (``--pack K``, index order); each array task runs
-one task (``sweep/task.py``'s ``run_sweep_task``). ``send_points`` reads the limits through the
+one task (``jobs/task.py``'s ``run_sweep_task``). ``send_points`` reads the limits through the
 executor (``executor.limits()``), submits the first ``free_slots`` tasks as arrays of at most
 MaxArraySize, and moves the points of the other tasks to ``waiting`` (no job id) in the ledger.
 
@@ -20,7 +20,7 @@ Waiting points are submitted later with no process of ours left on the login nod
   last tasks may have found no free slot, e.g. when other jobs of the user filled the queue).
 
 Every loop here is bounded: at most ``len(DEFAULT_BACKOFF)`` retries of a refused sbatch, at most one
-array per MaxArraySize tasks, and every task runs at least its first point (sweep/task.py). Over the
+array per MaxArraySize tasks, and every task runs at least its first point (jobs/task.py). Over the
 sweep's whole life, every sbatch call, whatever its outcome (queued, refused by a limit and retried,
 failed), is counted in sweep.yaml before it is made (``Ledger.count_submit_call``), against one budget:
 ``max_submit_calls``, by default its points times (1 + the ledger's bounds on returns and retries). A
@@ -53,6 +53,10 @@ from typing import Any
 
 from hpc_runner.engine.sandbox import recorded_grants
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs import retry
+from hpc_runner.jobs.submitted import Submitted
+from hpc_runner.jobs.usage import point_usage
 from hpc_runner.records.rundir import now_iso
 from hpc_runner.resources.threads import variables_set_here
 from hpc_runner.scheduler.dependency import after_any
@@ -60,10 +64,6 @@ from hpc_runner.scheduler.executor import Executor, JobRequest, SubmitLimits, is
 from hpc_runner.scheduler.job_env import own_job_id, scrubbed_environment
 from hpc_runner.scheduler.profiles import ClusterProfile, check_settings, checked_from_record
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep import retry
-from hpc_runner.sweep.submitted import Submitted
-from hpc_runner.sweep.usage import point_usage
 
 Log = Callable[[str], None]
 StatesReader = Callable[[Path], tuple[list[Any], Any]]  # sweep dir -> (PointStates, SchedulerAnswer)
@@ -237,7 +237,7 @@ def send_points(
     """Submit as many tasks of ``indices`` as there are free slots; the rest wait; fill ``out``.
 
     Call it under the sweep's lock (``ledger``): a task that starts at once must find its job id.
-    ``task_fn`` is what each array task runs (sweep/task.py's ``run_sweep_task``): given, not imported,
+    ``task_fn`` is what each array task runs (jobs/task.py's ``run_sweep_task``): given, not imported,
     because a task itself tops up the sweep through this module.
     ``give_up``: what a limit refusal that outlasts the back-off does: ``error`` (the rest are refused,
     not-submitted, and the error raised, as for any sbatch error) or ``wait`` (they keep waiting: a top-up).
@@ -250,7 +250,7 @@ def send_points(
 
     me = own_job_id()
     k, parallel = pack_of(record)
-    # one array per (request, exclusion): points whose retries changed their request (sweep/retry.py) go in
+    # one array per (request, exclusion): points whose retries changed their request (jobs/retry.py) go in
     # arrays of their own, one per request, and within each the points that exclude the same nodes together
     keyed = [((key, excluded_nodes(record, task)), task) for key, group in request_groups(record, indices).items()
              for task in group_tasks_by_exclusion(record, group, k)]
@@ -290,7 +290,7 @@ def send_points(
             break
         batch = [task for _, task in pending[:n]]
         idx = [i for t in batch for i in t]
-        if ledger.submit_calls_left() <= 0:  # the sweep's budget of sbatch calls of any outcome (sweep/ledger.py)
+        if ledger.submit_calls_left() <= 0:  # the sweep's budget of sbatch calls of any outcome (jobs/ledger.py)
             submission["budget"] = ledger.record.budget_note()
             log(f"hpc-runner: {len(pending)} task(s) keep waiting: {submission['budget']}")
             break
@@ -442,7 +442,7 @@ def top_up(
     The one top-up step: the sweep's tasks when they end, ``status``, ``status --watch`` and ``resume``
     all call it. It writes nothing and takes no lock when no point waits (the common case).
     ``leaving``: the caller is an array task of this sweep that is about to end (see the module doc).
-    ``states_reader(path)``: every point's state (sweep/targets.py's ``states_of``: one scheduler call); given,
+    ``states_reader(path)``: every point's state (jobs/targets.py's ``states_of``: one scheduler call); given,
     a sweep with ``--retry`` rules first sends its failed points again with their changed request
     (``retry_failed``), which then wait here like any other point.
     """
@@ -517,7 +517,7 @@ def _checked_lately(path: Path, seconds: float) -> bool:
 def retry_failed(path: Path, states_reader: StatesReader, log: Log = print, throttle_s: float = 0.0,
                  record: sr.SweepRecord | None = None) -> int:
     """Send the sweep's failed points whose cause has a ``--retry`` rule back to waiting, with the changed
-    request (sweep/retry.py), through the ledger's ``retry`` transition; return how many.
+    request (jobs/retry.py), through the ledger's ``retry`` transition; return how many.
 
     Nothing is read from the scheduler for a sweep without rules. Bounded: a point is retried at most
     ``max_retries`` times (the ledger's bound), and only while its failed job is still its job. ``record``: the

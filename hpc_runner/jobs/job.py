@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hpc_runner.config.overrides import point_override
 from hpc_runner.config.recorded import load_recorded_config
 from hpc_runner.config.sandbox_marks import inside_container, inside_sandbox
 from hpc_runner.engine.runner import describe_failure, prepare_run, run_recorded
 from hpc_runner.engine.sandbox_job import job_grants, run_recorded_in_container, run_recorded_in_sandbox
 from hpc_runner.engine.stop import clear_stop, install_stop_handlers
+from hpc_runner.jobs.ledger import BASE_DIR, JOB_FOLDERS
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.atomic import write_text_atomic
@@ -29,8 +31,6 @@ from hpc_runner.resources.shares import device_binding
 from hpc_runner.resources.threads import use_cpu_budget
 from hpc_runner.scheduler.executor import LOCAL_JOB_ID, job_entry
 from hpc_runner.scheduler.job_env import log_files, own_job_id, requeue_job
-from hpc_runner.sweep.check import make_override
-from hpc_runner.sweep.ledger import BASE_DIR, JOB_FOLDERS
 
 
 class RunFailed(RuntimeError):
@@ -144,7 +144,7 @@ def materialize_point(
     if (point_dir / CONFIG_FILE).is_file():
         return point_dir
 
-    cfg, _ = load_recorded_config(Path(sweep_dir) / BASE_DIR, [make_override(k, v) for k, v in overrides.items()])
+    cfg, _ = load_recorded_config(Path(sweep_dir) / BASE_DIR, [point_override(k, v) for k, v in overrides.items()])
     prepare_run(cfg, entry, point_dir)
     return point_dir
 

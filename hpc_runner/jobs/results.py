@@ -1,12 +1,12 @@
 """A sweep's results file, ``results.jsonl``: one JSON line per point that ended, appended by the point's own job.
 
 ``collect`` reads this one file instead of each point's run.yaml, summary.json and data_io.json (for the states
-of the points the scheduler cannot tell about too: sweep/targets.py ``states_beside``): 30,000 small reads at
+of the points the scheduler cannot tell about too: jobs/targets.py ``states_beside``): 30,000 small reads at
 10,000 points, each a round trip on a cluster's shared filesystem, become one bounded read. ``status`` needs the
 run dirs of only the few points the scheduler cannot tell about, and reads those, not the whole file. This module
 is the file's one writer and one reader.
 
-- The writer is the point's job (sweep/task.py calls ``record_point_result`` once the point's run has ended and
+- The writer is the point's job (jobs/task.py calls ``record_point_result`` once the point's run has ended and
   its run.yaml says so): it builds a ``PointResult`` from the run dir and appends one compact line, in one
   ``write()`` of at most ``MAX_LINE_BYTES`` (PIPE_BUF), with ``O_APPEND``, under the file's lock
   (records/file_lock.py: it holds across nodes, where ``O_APPEND`` alone does not on NFS), never through a
@@ -234,7 +234,7 @@ def _not_regular(path: Path) -> UserError:
 
 def record_point_result(sweep_dir: Path | str, index: int, handoff: tuple[str, int] | None,
                         run_dir: Path | str) -> PointResult | None:
-    """Append the line of point ``index``'s ended run (the job side, sweep/task.py); return it, None when none
+    """Append the line of point ``index``'s ended run (the job side, jobs/task.py); return it, None when none
     was appended. Never raises: a line left out only means collect reads that point's run dir."""
     if handoff is None:
         return None

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.causes import Cause, decide
+from hpc_runner.jobs.results import RESULTS_FILE, ResultsFile
 from hpc_runner.records.numbers import starts_with_digit
 from hpc_runner.records.read import open_regular, read_record_text
 from hpc_runner.records.run_head import run_head
@@ -32,9 +35,6 @@ from hpc_runner.scheduler.job_env import recorded_job
 from hpc_runner.scheduler.job_logs import EXCEPTION_LINE, JobLogs, LogLine
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_QUEUE
 from hpc_runner.scheduler.job_status import FAILED_STATES, JobState, JobStatus
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.causes import Cause, decide
-from hpc_runner.sweep.results import RESULTS_FILE, ResultsFile
 
 DONE = JobState.COMPLETED.value
 PRUNED = "PRUNED"  # a tune trial its pruner stopped early: finished, with a result, not a failure
@@ -75,7 +75,7 @@ class PointState:
     scheduler_state: str | None = None  # the scheduler's own words for its state, for display ("CANCELLED by 1000")
     exit_code: str | None = None  # its exit code for people ("2", "0 (signal 15)")
     status: JobStatus | None = None  # the scheduler's whole answer about its job
-    cause: Any = None  # hpc_runner.sweep.causes.Cause of a failed point (see explain_failures)
+    cause: Any = None  # hpc_runner.jobs.causes.Cause of a failed point (see explain_failures)
     recorded_cause: dict[str, Any] | None = None  # the ledger's own cause (a point it gave up)
     node: str | None = None  # where its job's current attempt runs or ran (the scheduler's host list)
     history: list[dict[str, Any]] = field(default_factory=list)  # its job's earlier attempts: state, node
@@ -208,7 +208,7 @@ def _packed_state(ps: PointState, task: str, status: str | None) -> tuple[str, s
     return ("RUNNING", "run.yaml") if task == "RUNNING" and status == "running" else ("PENDING", ps.source)
 
 
-# the ledger's states of a point that no job has (sweep/ledger.py) -> the state shown
+# the ledger's states of a point that no job has (jobs/ledger.py) -> the state shown
 _LEDGER_STATES = {sr.WAITING: WAITING, sr.CANCELLED: "CANCELLED", sr.GAVE_UP: GAVE_UP, sr.NOT_SUBMITTED: NOT_SUBMITTED,
                   sr.SUBMITTING: NOT_SUBMITTED}
 
@@ -219,7 +219,7 @@ def combine(point: dict[str, Any], run_dir: Path, answer: SchedulerAnswer, packe
 
     ``packed``: the point shares its job id with other points (``--pack K``), so the job's state is
     the task's, and the point's own run.yaml decides first. ``results``: the sweep's results file
-    (sweep/results.py), asked before the run dir where the run's own record is needed: a line of the point's
+    (jobs/results.py), asked before the run dir where the run's own record is needed: a line of the point's
     current hand-off says how its run ended without reading run.yaml.
     """
     job_id = point.get("job_id")

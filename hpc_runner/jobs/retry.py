@@ -1,6 +1,6 @@
 """Retries that change the request: ``--retry CAUSE:CHANGE`` rules, and which failed points they send again.
 
-A rule names a failure cause (sweep/causes.py) and what the next attempt asks for::
+A rule names a failure cause (jobs/causes.py) and what the next attempt asks for::
 
     OUT_OF_MEMORY:mem*2      twice the memory of the attempt that failed (mem_gb; sacct's ReqMem when the
                              profile names none)
@@ -11,7 +11,7 @@ A rule names a failure cause (sweep/causes.py) and what the next attempt asks fo
     CAUSE:same               the same request again
 
 The rules are recorded in sweep.yaml (``retry``) and applied by the sweep's one top-up step
-(sweep/governor.py's ``top_up``: every task that ends, ``status``, ``status --watch``, ``resume``): a
+(jobs/governor.py's ``top_up``: every task that ends, ``status``, ``status --watch``, ``resume``): a
 point whose job ended with a cause that has a rule takes the ledger's ``retry`` transition with its
 changed request, at most ``max_retries`` times (the ledger's bound, default 3, shared with ``resume``),
 and the governor submits it with that request (one array per distinct request). Each attempt is
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.causes import CAUSES
+from hpc_runner.jobs.ledger import MAX_RETRIES
 from hpc_runner.scheduler.profiles import parse_time_minutes
 from hpc_runner.scheduler.units import parse_size_bytes
-from hpc_runner.sweep.causes import CAUSES
-from hpc_runner.sweep.ledger import MAX_RETRIES
 
 CHANGES = ("mem*F", "time*F", "cpus*F", "exclude", "same")
 _CHANGE = re.compile(r"^(?:(mem|time|cpus)\s*\*\s*([0-9]+(?:\.[0-9]+)?)|(exclude)|(same))\Z")
@@ -141,7 +141,7 @@ def changed_request(rule: RetryRule, settings: Mapping[str, Any], request: Mappi
     """Return the next attempt's request by ``rule``.
 
     ``settings``: the sweep's profile settings; ``request``: the point's own changes on top of them (earlier
-    retries); ``used``: the failed attempt's sweep.usage.PointUsage (its ReqMem and Timelimit, when the
+    retries); ``used``: the failed attempt's jobs.usage.PointUsage (its ReqMem and Timelimit, when the
     settings name none); ``node``: the node it failed on.
     """
     current = {**settings, **request}
@@ -217,7 +217,7 @@ def decide(points: Sequence[Mapping[str, Any]], states: Sequence[Any], rules: Ma
            settings: Mapping[str, Any], bound: int, usage_of: Any = None) -> RetryPlan:
     """Return which failed points to retry and with what request.
 
-    ``states``: sweep.states.PointState of the points (with their causes); ``usage_of(state)`` the failed
+    ``states``: jobs.states.PointState of the points (with their causes); ``usage_of(state)`` the failed
     attempt's PointUsage (its node, ReqMem, Timelimit). Only points their job failed (the ledger's
     ``submitted``, with a scheduler or local job id) whose cause has a rule; at most ``bound`` retries each.
     """

@@ -18,12 +18,12 @@ Order of events in a task (see docs/packing.md):
 4. Points the clock says cannot finish before the end go back to the sweep as waiting, but never the
    task's first point: a task always runs at least one point, so no task is submitted for nothing and
    no chain of tasks returns a point unrun forever (a point returned ``max_returns`` times gives up,
-   sweep/ledger.py).
+   jobs/ledger.py).
 5. If a point was stopped (or points were left unstarted by a stop), the task asks SLURM to requeue it
    once, after every running point has checkpointed; the requeued task skips what is done.
 
 Each point that ended (completed or failed, its run.yaml final) gets its line in the sweep's results file as
-soon as it ends, appended by the process that ran it (sweep/results.py ``record_point_result``): what collect
+soon as it ends, appended by the process that ran it (jobs/results.py ``record_point_result``): what collect
 reads instead of the point's run dir.
 """
 
@@ -40,6 +40,12 @@ from typing import Any
 
 from hpc_runner.data.staging import sweep_hold
 from hpc_runner.engine.stop import clear_stop, install_stop_handlers, stop_requested
+from hpc_runner.jobs import ledger as sr
+from hpc_runner.jobs.governor import top_up_after_task
+from hpc_runner.jobs.job import RunFailed, run_sweep_point
+from hpc_runner.jobs.ledger import CANCELLED, GAVE_UP, LOCK_FILE, WAITING, read_point
+from hpc_runner.jobs.results import handoff_of, record_point_result
+from hpc_runner.jobs.targets import states_of
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.file_lock import exclusive
@@ -57,12 +63,6 @@ from hpc_runner.resources.threads import THREAD_VARIABLES
 from hpc_runner.scheduler.executor import job_entry
 from hpc_runner.scheduler.job_clock import JobClock
 from hpc_runner.scheduler.job_env import grant_cpus, job_end_time, own_job_id, requeue_job, stop_margin_s
-from hpc_runner.sweep import ledger as sr
-from hpc_runner.sweep.governor import top_up_after_task
-from hpc_runner.sweep.job import RunFailed, run_sweep_point
-from hpc_runner.sweep.ledger import CANCELLED, GAVE_UP, LOCK_FILE, WAITING, read_point
-from hpc_runner.sweep.results import handoff_of, record_point_result
-from hpc_runner.sweep.targets import states_of
 
 # per-point outcomes of a task (what run_sweep_task returns under "points")
 COMPLETED, FAILED, PREEMPTED = "completed", "failed", "preempted"

@@ -105,3 +105,14 @@ def test_a_submitted_runs_job_is_a_command_job_too(tmp_path: Path) -> None:
     assert args_file.name.startswith("job-") and args_file_for(tmp_path).name.startswith("array-")
     args_file.write_text(text)
     assert task_call(args_file, 0) == (run_submitted, [str(tmp_path / "run"), "training", {"cluster": "c"}])
+
+
+def test_an_arguments_file_of_an_earlier_version_names_the_entry_before_it_moved_to_jobs(tmp_path: Path) -> None:
+    """A job queued (or requeued) before the jobs core left sweep/ still runs its task (job_arguments MOVED_ENTRIES)."""
+    args_file = tmp_path / "array-old.json"
+    args_file.write_text(json.dumps({"function": "hpc_runner.sweep.task:run_sweep_task", "tasks": [["/s", [], "t"]]}))
+    fn, args = task_call(args_file, 0)
+    assert fn is run_sweep_task and args == ["/s", [], "t"]
+    args_file.write_text(json.dumps({"function": "hpc_runner.sweep.spec:parse_spec", "tasks": [["x"]]}))
+    with pytest.raises(ValueError, match="not a function"):
+        task_call(args_file, 0)

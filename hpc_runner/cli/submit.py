@@ -18,6 +18,7 @@ from hpc_runner.cli.slurm_options import load_profile_from_args, positive_int
 from hpc_runner.cli.submission_options import add_submission_arguments
 from hpc_runner.cli.sweep import report_submitted
 from hpc_runner.errors import UserError
+from hpc_runner.jobs.submit_run import submit_run
 from hpc_runner.monai_cli.commands import command_parser
 from hpc_runner.monai_cli.spec import SPECS
 from hpc_runner.monai_cli.submit import command_argv, submit_command
@@ -26,7 +27,7 @@ from hpc_runner.records.rundir import RunDir
 from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep.shards import check_shardable, shard_overrides
 from hpc_runner.sweep.spec import build_spec
-from hpc_runner.sweep.submission import default_sweep_dir, submit_run, submit_sweep
+from hpc_runner.sweep.submission import default_sweep_dir, submit_sweep
 
 HELP = "submit one run to SLURM (or run it here with --cluster local) and return"
 DESCRIPTION = """Check the config (same loader as `run`), prepare the run dir (config.yaml, run.yaml), submit

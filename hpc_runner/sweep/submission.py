@@ -19,34 +19,36 @@ from typing import Any
 
 from hpc_runner.config import preflight as config_preflight
 from hpc_runner.config.bundle_config import BundleConfig
-from hpc_runner.config.ids import has_id
-from hpc_runner.config.monai_bridge import warn_code_once
-from hpc_runner.config.networks import network_ids, runs_on_cpu
-from hpc_runner.config.overrides import Override
-from hpc_runner.engine.runner import BUNDLE_ROOT_ID, OUTPUT_DIR_ID, check_entry, prepare_run
-from hpc_runner.engine.sandbox import Grants
+from hpc_runner.engine.runner import check_entry, prepare_run
 from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.jobs import ledger as sr
 from hpc_runner.jobs.governor import (
     group_tasks,
-    outside_the_job,
     pack_of,
     plan_arrays,
     points_description,
     send_points,
 )
 from hpc_runner.jobs.governor import top_up as governor_top_up
-from hpc_runner.jobs.job import run_submitted
+from hpc_runner.jobs.submit_run import (
+    CONFIG_HINT,
+    dry_run_notes,
+    fresh_dir,
+    job_name_for,
+    resolved_for_display,
+    sandbox_grant,
+    warn_code_once_for,
+    warn_no_gpu,
+)
 from hpc_runner.jobs.submitted import Submitted
 from hpc_runner.jobs.targets import states_of
 from hpc_runner.jobs.task import run_sweep_task
-from hpc_runner.records.rundir import RunDir, check_folder_path, command_line, default_run_dir, now_iso, timestamp_name
+from hpc_runner.records.rundir import check_folder_path, command_line, now_iso, timestamp_name
 from hpc_runner.scheduler.executor import Executor, JobRequest
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.scheduler.read_ahead import read_ahead
 from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep.check import check_points, preflight_overrides
-from hpc_runner.sweep.earlier_runs import time_note
 from hpc_runner.sweep.spec import SweepSpec, describe_point
 
 Log = Callable[[str], None]
@@ -68,127 +70,6 @@ def default_sweep_dir(bundle_name: str, root: Path = Path("runs"), prefix: str =
         n += 1
         path = base.with_name(f"{base.name}_{n}")
     return path
-
-
-CONFIG_HINT = "`hpc-runner config` with the same bundle, config files and overrides prints it"
-
-
-def _job_name(cfg_name: str, kind: str) -> str:
-    return f"hpcr-{kind}-{cfg_name}"[:64]
-
-
-def _resolved_for_display(cfg: BundleConfig, run_dir: Path) -> dict:
-    """The config as prepare_run would write it (output_dir and bundle_root set), without writing it."""
-    extra = []
-    if (
-        cfg.bundle_dir is not None
-        and has_id(cfg.config, BUNDLE_ROOT_ID)
-        and not any(o.id == BUNDLE_ROOT_ID for o in cfg.overrides)
-    ):
-        extra.append(Override(BUNDLE_ROOT_ID, str(cfg.bundle_dir.resolve()), "hpc-runner", "--bundle"))
-    extra.append(
-        Override(
-            OUTPUT_DIR_ID, str(run_dir.resolve()), "hpc-runner", "run dir", add=not has_id(cfg.config, OUTPUT_DIR_ID)
-        )
-    )
-    return cfg.with_overrides(extra, check=False).expanded()
-
-
-def _fresh_dir(path: Path, what: str) -> bool:
-    """Refuse a non-empty folder; return True when this call has to create it."""
-    if path.exists():
-        if not path.is_dir() or any(path.iterdir()):
-            raise ClusterError(
-                f"{what} {path} already exists and is not empty",
-                expected="a new --output_dir (or `hpc-runner resume DIR` to continue a sweep)",
-            )
-        return False
-    return True
-
-
-# ---------------------------------------------------------------- single run
-
-
-def submit_run(
-    cfg: BundleConfig,
-    entry: str | None,
-    profile: ClusterProfile,
-    output_dir: str | Path | None = None,
-    *,
-    argv: Sequence[str] | None = None,
-    hold: bool = False,
-    dry_run: bool = False,
-    log: Log = print,
-    preflight: bool = True,
-    dependency: str | None = None,
-) -> Submitted:
-    """Prepare a run dir for ``cfg`` and submit one job running it (the local executor runs it here);
-    ``dependency``: SLURM's --dependency of the job (a pipeline stage waits on its inputs)."""
-    run_id = check_entry(cfg, entry)
-    executor = executor_for(profile)
-    executor.check_time()
-    executor.check_site()  # what `cluster check` found that this job depends on, said before queueing
-    if preflight:  # nothing is written or queued for a config that cannot start (config/preflight.py)
-
-        config_preflight.check_config(cfg, entry=entry or "run")
-    _warn_code_once(cfg)
-    warn_no_gpu(cfg, executor)
-    path = Path(output_dir) if output_dir else default_run_dir(cfg.name)
-    check_folder_path(path)  # a dry run too: it promises the real submission would go through
-    # jobs run where the user submitted (relative paths in the config), even when resubmitted from elsewhere
-    request = JobRequest(job_name=_job_name(cfg.name, "run"), folder=path / sr.JOB_FOLDER, chdir=os.getcwd(),
-                         describe=f"hpc-runner: runs entry {entry or 'run'} of {Path(path).resolve()}/config.yaml "
-                         f"(what `hpc-runner run --resume {Path(path).resolve()}` runs)",
-                         hold=hold, dependency=dependency)
-    if dry_run:
-        out = Submitted(path, dry_run=True)
-        script = executor.script(request, 1)
-        if script is None:
-            out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no job script)")
-        else:
-            out.scripts.append(script)
-            out.notes.extend(dry_run_notes(cfg, run_id, executor))
-        _resolved_for_display(cfg, path)  # a config that does not resolve is refused by a dry run too
-        # the config is not dumped below the script (hundreds of lines): one command prints it
-        out.notes.append(f"# resolved config: not shown; {CONFIG_HINT}; the job reads it from "
-                         f"{Path(path).resolve()}/config.yaml")
-        return out
-    if preflight:
-        executor.check_resources(request, 1, "the job")
-    created = _fresh_dir(path, "the run dir")
-    job_record = {"cluster": profile.to_record(), "submitted": now_iso(), **sandbox_grant(cfg)}
-    run_dir, _ = prepare_run(cfg, entry, path, argv)
-    try:
-        with outside_the_job():
-            job = executor.submit(run_submitted, [[str(run_dir.path.resolve())], [entry], [job_record]], request)[0]
-    except BaseException as exc:
-        _undo_run_dir(run_dir, created, exc)
-        raise
-    run_dir.update_record(status="submitted", job={**job_record, "id": job.job_id, **job.logs})
-    out = Submitted(run_dir.path, {0: job.job_id}, [{"job_id": job.job_id, "points": [0]}])
-    if job.logs:
-        out.logs[0] = job.logs
-    if executor.runs_here:
-        log(f"hpc-runner: running {run_dir.path} here (profile '{profile.name}': no scheduler)")
-        out.local_failures = executor.run_pending(log)
-        out.ran_here = True
-    return out
-
-
-def dry_run_notes(cfg: BundleConfig, run_id: str, executor: Executor) -> list[str]:
-    """The dry run's notes on what the jobs would meet before they run: the scheduler's (an account it requires
-    that they do not name) and a time limit far longer than earlier runs of the bundle's ``run_id`` took."""
-
-    notes = list(executor.submission_notes())
-    note = time_note(executor.profile, cfg.name, run_id)
-    return [*notes, note] if note else notes
-
-
-def _undo_run_dir(run_dir: RunDir, created: bool, exc: BaseException) -> None:
-    if created:
-        shutil.rmtree(run_dir.path, ignore_errors=True)
-    else:
-        run_dir.update_record(status=sr.NOT_SUBMITTED, error={"type": type(exc).__name__, "message": str(exc)[:500]})
 
 
 # ---------------------------------------------------------------- sweeps
@@ -266,14 +147,6 @@ def new_sweep_record(
     return sr.SweepRecord(directory, data, sr.new_points(points, len(points)))
 
 
-def sandbox_grant(cfg: BundleConfig) -> dict[str, Any]:
-    """``{"sandbox": grants}`` for a --safe submission (the job call's arguments decide the sandbox), else {}."""
-    if not cfg.safe:
-        return {}
-
-    return {"sandbox": Grants(tuple(cfg.sandbox_writable), tuple(cfg.sandbox_readable)).to_record()}
-
-
 def submit_sweep(
     cfg: BundleConfig,
     entry: str | None,
@@ -305,14 +178,14 @@ def submit_sweep(
     note = check_points(cfg, points)
     if preflight:
         note += "; " + config_preflight.check_points(cfg, preflight_overrides(points), entry=entry or "run")
-    _warn_code_once(cfg)
+    warn_code_once_for(cfg)
     warn_no_gpu(cfg, executor)
     directory = Path(output_dir) if output_dir else default_sweep_dir(cfg.name)
     check_folder_path(directory, "the sweep dir")
     if dry_run:
         return _dry_run_sweep(cfg, directory, points, executor, hold, array_parallelism, note, pack, limits_reader,
                               entry=entry)
-    created = _fresh_dir(directory, "the sweep dir")
+    created = fresh_dir(directory, "the sweep dir")
     record = new_sweep_record(directory, cfg, entry, spec, points, profile, argv, note)
     if pack > 1 or pack_parallel > 1:
         record.data["pack"] = {"points": pack, "parallel": pack_parallel}
@@ -340,29 +213,6 @@ def submit_sweep(
         out.local_failures = executor.run_pending(log)
         out.ran_here = True
     return out
-
-
-def warn_no_gpu(cfg: BundleConfig, executor: Executor) -> str | None:
-    """Warn (and return the text) when the bundle builds one of MONAI's networks but its jobs ask for no GPU: it
-    would train on the CPU, hours instead of minutes. Silent for a config whose device is the CPU."""
-    import warnings
-
-    hint = executor.no_gpu_hint()
-    if hint is None or runs_on_cpu(cfg.config):
-        return None
-    nets = network_ids(cfg.config)
-    if not nets:
-        return None
-    where, target = nets[0]
-    text = (f"{where} builds {target}, but profile '{executor.name}' asks for no GPU: the job would run it on "
-            f"the CPU. Ask for one with {hint}, or set device: cpu to mean it")
-    warnings.warn(text, UserWarning, stacklevel=2)
-    return text
-
-
-def _warn_code_once(cfg: BundleConfig) -> None:
-    """MONAI's "this config runs code" warning, once for the whole submission (never in each array task)."""
-    warn_code_once(cfg, trusted=bool(getattr(cfg, "trusted", False)))
 
 
 def _any_queued(directory: Path) -> bool:
@@ -407,7 +257,7 @@ def _dry_run_sweep(
 ) -> Submitted:
     out = Submitted(directory, dry_run=True, pack=(pack, 1))
     out.notes.append(f"{len(points)} points, all valid ({note})")
-    request = JobRequest(job_name=_job_name(cfg.name, "sweep"), folder=directory / sr.JOB_FOLDER,
+    request = JobRequest(job_name=job_name_for(cfg.name, "sweep"), folder=directory / sr.JOB_FOLDER,
                          chdir=os.getcwd(), hold=hold, array_parallelism=array_parallelism,
                          describe=f"hpc-runner: each task runs points of {Path(directory).resolve()} "
                          "(points/NNNN/config.yaml; sweep.yaml says which)")
@@ -444,7 +294,7 @@ def _dry_run_sweep(
     if len(points) > 50:
         lines.append(f"  ... and {len(points) - 50} more")
     out.notes.append("# points\n" + "\n".join(lines))
-    _resolved_for_display(cfg, directory / sr.BASE_DIR)  # a config that does not expand is refused here too
+    resolved_for_display(cfg, directory / sr.BASE_DIR)  # a config that does not expand is refused here too
     out.notes.append(f"# resolved base config (each point is it plus its overrides): not shown; {CONFIG_HINT}")
     return out
 

@@ -20,11 +20,12 @@ from hpc_runner.errors import ClusterError, UserError
 from hpc_runner.jobs import ledger as sr
 from hpc_runner.jobs.governor import outside_the_job
 from hpc_runner.jobs.ledger import SweepRecord
+from hpc_runner.jobs.submit_run import fresh_dir
 from hpc_runner.jobs.submitted import Submitted
 from hpc_runner.records.rundir import check_folder_path, now_iso
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.select import executor_for
-from hpc_runner.sweep.submission import _fresh_dir, _remove_sweep, default_sweep_dir
+from hpc_runner.sweep.submission import _remove_sweep, default_sweep_dir
 from hpc_runner.tune.trials import FAILED
 from hpc_runner.tune.tune_dir import check_space, create_tune_dir
 from hpc_runner.tune.worker import run_tune_worker
@@ -64,7 +65,7 @@ def submit_tune(
         check_entry(cfg, entry)
         note = check_space(cfg, settings, preflight, entry)
         return _dry_run(cfg, directory, settings, executor, workers, hold, note)
-    created = _fresh_dir(directory, "the tune dir")
+    created = fresh_dir(directory, "the tune dir")
     try:
         record = create_tune_dir(cfg, directory, entry, settings, argv=argv, cluster=profile.to_record(),
                                  preflight=preflight)

@@ -4,7 +4,11 @@ requeue reads nothing more (docs/data-on-the-cluster.md). The two slurmd of scri
 machine, so each node's "node-local" folder is ``stage/{node}``.
 
 The volumes are the seed's kind (create_test_image_3d, image and label .nii.gz); the test makes 10 of 32^3 so
-that CI's 2 CPUs train 16 points in a few minutes. HPCR_STAGE_TEST_FULL=1 makes the seed's 100 of 128^3.
+that CI's 2 CPUs train 16 points in a few minutes. HPCR_STAGE_TEST_FULL=1 makes the seed's 100 of 128^3 (680 MB)
+and has each point load every one of them whole, then train and validate on their central 32^3 for the one epoch
+(a step over whole 128^3 volumes takes about 9 s on 2 CPUs): what is read does not depend on it. It took about
+30 minutes here, most of it the unstaged sweep reading 16 copies through the slow share; the figures it printed
+are in docs/data-on-the-cluster.md ("Measured").
 The points are packed 4 to a task (``--pack 4``: one interpreter per 4 points, as a site with a start-up cost
 would run them); each point still reads its own data, so without staging the share is read once per point."""
 

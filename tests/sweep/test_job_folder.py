@@ -12,13 +12,14 @@ import pytest
 from hpc_runner.config.bundle_config import load_bundle_config
 from hpc_runner.jobs import ledger as sr
 from hpc_runner.jobs.states import failure_text
+from hpc_runner.jobs.submit_run import submit_run
 from hpc_runner.jobs.targets import load_target
 from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.memory.executor import MemoryExecutor
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.sweep.resume import plan_resume, resume_run, resume_sweep
 from hpc_runner.sweep.spec import build_spec
-from hpc_runner.sweep.submission import submit_run, submit_sweep
+from hpc_runner.sweep.submission import submit_sweep
 from tests.sweep.test_logic_in_memory import SETTINGS, job_of, new_sweep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "bundles" / "synthetic_seg"

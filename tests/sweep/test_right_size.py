@@ -6,14 +6,13 @@ from pathlib import Path
 
 from hpc_runner.jobs.causes import Cause
 from hpc_runner.jobs.states import PointState
+from hpc_runner.jobs.time_limits import round_limit_minutes, slurm_time
 from hpc_runner.jobs.usage import PointUsage
 from hpc_runner.scheduler.profiles import ClusterProfile
 from hpc_runner.sweep.right_size import (
     apply_to_profile,
     finished,
     from_states,
-    round_limit_minutes,
-    slurm_time,
     suggest,
 )
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from hpc_runner.config.bundle_config import load_bundle_config
+from hpc_runner.jobs.earlier_runs import longest_earlier_s
+from hpc_runner.jobs.submit_run import submit_run
 from hpc_runner.records.rundir import RunDir
 from hpc_runner.scheduler.profiles import ClusterProfile
-from hpc_runner.sweep.earlier_runs import longest_earlier_s
 from hpc_runner.sweep.spec import build_spec
-from hpc_runner.sweep.submission import submit_run, submit_sweep
+from hpc_runner.sweep.submission import submit_sweep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "bundles" / "synthetic_seg"
 

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.jobs.states import ENDED_WELL
+from hpc_runner.jobs.submit_run import submit_run
 from hpc_runner.pipeline.model import Log, StageConfig, StageView
 from hpc_runner.pipeline.record import PipelineRecord
 from hpc_runner.pipeline.stages.base import ConfigStage
 from hpc_runner.pipeline.view import metrics_line
-from hpc_runner.sweep.submission import submit_run
 
 
 class RunKind(ConfigStage):

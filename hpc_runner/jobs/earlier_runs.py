@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from hpc_runner.errors import ClusterError, UserError
+from hpc_runner.jobs.time_limits import TIME_HEADROOM, human_s, round_limit_minutes, slurm_time
 from hpc_runner.records.read import read_yaml_record
 from hpc_runner.scheduler.job_env import stop_margin_s
-from hpc_runner.sweep.right_size import TIME_HEADROOM, human_s, round_limit_minutes, slurm_time
 
 MAX_RECORDS = 200  # run.yaml files read at most, newest folders first
 RATIO = 10  # a time limit more than RATIO x the longest earlier run is noted ...

@@ -4,7 +4,7 @@ Order of work: the pipeline file is checked (pipeline/spec.py: names, kinds, ``f
 stage's config is loaded and pre-flighted, ``sbatch --test-only`` accepts each stage's jobs, and the
 free submit slots can hold one job of each stage (pipeline/preflight.py). Nothing is written before
 that. Then ``DIR/pipeline.yaml`` is written (every stage ``planned``) and the stages are queued in
-order, each through the code that queues it alone (sweep/submission.py, tune/submit.py), with SLURM
+order, each through the code that queues it alone (jobs/submit_run.py, sweep/submission.py, tune/submit.py), with SLURM
 dependencies:
 
 - a select stage: ``afterany`` on every job of the stage it chooses from (it runs however they end);

@@ -28,7 +28,7 @@ class RunKind(ConfigStage):
 
     def submit(self, directory: Path, sc: StageConfig, executor: Any, dependency: str | None, log: Log,
                reserve: int, argv: Sequence[str] | None) -> Any:
-        """Its one job (sweep/submission.py), waiting on ``dependency``."""
+        """Its one job (jobs/submit_run.py), waiting on ``dependency``."""
         res = submit_run(sc.cfg, sc.stage.entry, sc.profile, directory / sc.name, argv=argv, log=log,
                          preflight=False, dependency=dependency)
         if not res.ran_here:

@@ -109,7 +109,7 @@ def submit_run(
             out.notes.append(f"profile '{profile.name}' runs the job here, in the foreground (no job script)")
         else:
             out.scripts.append(script)
-            out.notes.extend(dry_run_notes(cfg, run_id, executor))
+            out.notes.extend(dry_run_notes(cfg, run_id, executor, path))
         resolved_for_display(cfg, path)  # a config that does not resolve is refused by a dry run too
         # the config is not dumped below the script (hundreds of lines): one command prints it
         out.notes.append(f"# resolved config: not shown; {CONFIG_HINT}; the job reads it from "
@@ -137,12 +137,14 @@ def submit_run(
     return out
 
 
-def dry_run_notes(cfg: BundleConfig, run_id: str, executor: Executor) -> list[str]:
+def dry_run_notes(cfg: BundleConfig, run_id: str, executor: Executor, folder: Path | None = None) -> list[str]:
     """The dry run's notes on what the jobs would meet before they run: the scheduler's (an account it requires
-    that they do not name) and a time limit far longer than earlier runs of the bundle's ``run_id`` took."""
+    that they do not name) and a time limit far longer than earlier runs of the bundle's ``run_id`` took, or
+    not compared with any; earlier runs are looked for next to ``folder`` (the run dir or sweep dir submitted)
+    and under runs/<bundle>."""
 
     notes = list(executor.submission_notes())
-    note = time_note(executor.profile, cfg.name, run_id)
+    note = time_note(executor.profile, cfg.name, run_id, near=folder)
     return [*notes, note] if note else notes
 
 

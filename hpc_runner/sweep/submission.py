@@ -288,7 +288,7 @@ def _dry_run_sweep(
             script = executor.script(dataclasses.replace(request, describe=described), size)
             out.scripts.append(f"# job script for the array(s) of points {', '.join(covered)}\n{script}")
 
-        out.notes.extend(dry_run_notes(cfg, check_entry(cfg, entry), executor))
+        out.notes.extend(dry_run_notes(cfg, check_entry(cfg, entry), executor, Path(directory)))
     width = len(str(len(points) - 1))
     lines = [f"  {i:>{width}}  {describe_point(p)}" for i, p in enumerate(points[:50])]
     if len(points) > 50:

@@ -24,6 +24,7 @@ def example_dir(tmp_path, write_pipeline, example):
     return out
 
 
+@pytest.mark.slow
 def test_the_example_pipeline_runs_here_to_the_end_with_the_metrics_and_the_shards_predictions(example_dir, capsys):
     record = pr.PipelineRecord.load(example_dir)
     assert [(s["name"], s["state"]) for s in record.stages] == [
@@ -74,6 +75,7 @@ def test_search_points_that_all_fail_cancel_the_later_stages_and_status_names_th
     assert states["test"]["state"] == "CANCELLED" and "INPUT_FAILED" in states["test"]["detail"]
 
 
+@pytest.mark.slow
 def test_resume_runs_again_only_the_stage_that_failed(tmp_path, write_pipeline, example, dataset_dir, capsys):
     labels = tmp_path / "labels"
     labels.mkdir()  # empty: the evaluation finds no label for its cases and fails
@@ -99,6 +101,7 @@ def test_resume_runs_again_only_the_stage_that_failed(tmp_path, write_pipeline, 
     assert json.loads((out / "test" / "summary.json").read_text())["metrics"]["dice"]["mean"] is not None
 
 
+@pytest.mark.slow
 def test_a_tune_search_and_an_export_of_the_chosen_trial_run_here(tmp_path, write_pipeline):
     pytest.importorskip("optuna")
     torch = pytest.importorskip("torch")

@@ -40,6 +40,7 @@ def queued_pipeline(tmp_path, write_pipeline, example):
     return make
 
 
+@pytest.mark.slow
 def test_the_select_job_records_its_choice_and_writes_it_into_the_queued_stage(queued_pipeline):
     out = queued_pipeline()
     assert yaml.safe_load((out / "test" / "config.yaml").read_text())["ckpt"] == str(out / "best" / "chosen")
@@ -62,6 +63,7 @@ def test_a_select_job_with_nothing_to_choose_cancels_the_stages_that_wait_on_it(
     assert "batch_size should be a positive integer" in record.stage("test")["cause"]["message"]
 
 
+@pytest.mark.slow
 def test_a_select_job_that_is_not_its_stages_current_one_does_nothing(queued_pipeline):
     out = queued_pipeline()
     run_select_stage(str(out), "best")

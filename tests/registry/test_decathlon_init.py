@@ -133,6 +133,7 @@ def test_init_names_every_bad_entry_at_once(cli, tmp_path: Path) -> None:
     assert "training[1].label" in proc.stderr and "training[3].image" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_crop_fits_the_volumes_and_the_runner_has_no_advice_or_warning_for_the_bundle(cli, tmp_path: Path) -> None:
     # 6ca9a4e: a 96^3 crop of 32^3 volumes, padded every epoch: "SpatialPadd is deterministic but runs every epoch"
     data = make_decathlon_folder(tmp_path / "data", cases=3, size=48)

@@ -27,6 +27,7 @@ def _pretend_recorded_elsewhere(run_dir: Path) -> None:
     (run_dir / "run.yaml").write_text(yaml.safe_dump(rec, sort_keys=False))
 
 
+@pytest.mark.slow
 def test_rerun_warns_about_other_versions_and_commit(run_copy: Path) -> None:
     _pretend_recorded_elsewhere(run_copy)
     before = _fingerprint(run_copy)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from report_helpers import assert_png, hpc_runner, page_layout
 
@@ -132,6 +133,7 @@ def test_cli_report_and_no_matplotlib_at_cli_import(run_copy: Path, tmp_path: Pa
     assert res.stdout.strip() == "False", res.stdout + res.stderr
 
 
+@pytest.mark.slow
 def test_chromium_renders_and_sorts_the_run_page(report_run: Path, chromium, tmp_path: Path) -> None:
     page = build_report(report_run).html
     shot = chromium.screenshot(page, tmp_path / "shot.png")

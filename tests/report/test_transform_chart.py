@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from report_helpers import assert_png
 
 from hpc_runner.pages import page
@@ -60,6 +61,7 @@ def _colour_pixels(png: Path, rgb_hex: str, tolerance: int = 12) -> int:
         return sum(1 for p in pixels if all(abs(a - b) <= tolerance for a, b in zip(p, want)))
 
 
+@pytest.mark.slow
 def test_chromium_renders_the_chart_of_a_real_run(report_run: Path, chromium, tmp_path: Path) -> None:
     run = Path(shutil.copytree(report_run, tmp_path / "copy"))
     report = build_report(run)

@@ -37,6 +37,7 @@ def test_tune_with_a_bad_space_exits_2_and_writes_nothing(tmp_path: Path, tiny, 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_sampler_options_are_recorded_for_every_worker_and_a_bad_value_exits_2_writing_nothing(
         tmp_path: Path, tiny, capsys) -> None:
     bad = tmp_path / "bad"

@@ -28,14 +28,16 @@ from pathlib import Path
 # The warm parent: reads one request per line on stdin, forks, and in the child runs the module as
 # `python -m` would; answers "pid" when the child starts and "rc" when it ends (it reaps its children).
 _PARENT = r"""
-import json, os, sys
+import gc, json, os, sys
 os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+thresholds = gc.get_threshold()
+gc.set_threshold(20000, 20, 20)  # as hpc_runner/heap.py starts a command; the children get CPython's back
 for name in WARM:
     try:
         __import__(name)
     except Exception:
         pass
-import gc
+gc.set_threshold(*thresholds)
 gc.freeze()  # the imported objects stay out of the children's collections (and their pages shared)
 out = os.fdopen(os.dup(1), "w", buffering=1)
 child = None

@@ -51,6 +51,7 @@ from hpc_runner.engine.distributed import (
 from hpc_runner.engine.launch_env import check_launch_env
 from hpc_runner.engine.stop import Preempted, Pruned, install_stop_handlers
 from hpc_runner.errors import ConfigError, UserError
+from hpc_runner.heap import settle_after_imports
 from hpc_runner.quick_exit import flush_open_files
 from hpc_runner.records import environment
 from hpc_runner.records.atomic import write_text_atomic
@@ -400,6 +401,7 @@ def _run_ids(cfg: BundleConfig, expanded: dict, run_id: str) -> None:
         patch_monai_workflow(parser)  # --tracking on an ignite bundle: MONAI's MLFlowHandler, into our run
         _seed_before_build(expanded)
         parser.parse(reset=True)
+        settle_after_imports()  # torch and MONAI are imported, nothing built yet: the loop's collections skip them
         try:
             run_expr(parser, cfg.init_id)  # MONAI's --init_id / --final_id (default initialize / finalize)
             run_expr(parser, run_id)

@@ -59,3 +59,28 @@ def test_a_failed_run_loses_no_write_of_a_buffered_file_held_in_a_reference_cycl
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip().endswith("frozen at exit: True"), res.stderr
     assert (tmp_path / "out.bin").read_bytes() == b"12345678"
+
+
+# what the run itself sees, printed by the bundle's one line (hpc_runner/heap.py): the full collections CPython
+# ran while the command started, the thresholds the loop runs under, and whether the imports are frozen
+SEEN = ("$print('seen:', __import__('gc').get_stats()[2]['collections'], list(__import__('gc').get_threshold()), "
+        "__import__('gc').get_freeze_count() > 0, flush=True)")
+
+
+def test_a_command_starts_without_a_full_collection_and_its_run_finds_the_imports_frozen(tmp_path: Path) -> None:
+    (tmp_path / "train.json").write_text(json.dumps({"run": [SEEN]}))
+    res = subprocess.run([sys.executable, "-c", PROBE, "run", "--config_file", "train.json", "--output_dir", "r"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    # CPython's thresholds (700, 10, 10) run ~8 full collections while torch and MONAI are imported
+    assert "seen: 0 [700, 10, 10] True" in res.stdout, res.stdout
+
+
+def test_a_run_called_in_process_keeps_the_callers_collector(tmp_path: Path) -> None:
+    (tmp_path / "train.json").write_text(json.dumps({"run": [SEEN]}))
+    code = ("import gc, sys\ngc.set_threshold(900, 11, 12)\nfrom hpc_runner.cli import main\n"
+            "rc = main(['run', '--config_file', 'train.json', '--output_dir', 'r'])\n"
+            "print('after:', rc, gc.get_threshold(), gc.get_freeze_count())\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "[900, 11, 12] False" in res.stdout and "after: 0 (900, 11, 12) 0" in res.stdout, res.stdout

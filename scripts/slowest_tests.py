@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Print the slowest tests and test files of a pytest JUnit XML report as Markdown tables.
 
-Usage: ``python scripts/slowest_tests.py JUNIT.xml [N]`` (N: how many rows, default 30). `.ci/run` prints
-it after the tests, so every CI log carries the table that docs/testing.md quotes.
+Usage: ``python scripts/slowest_tests.py JUNIT.xml [JUNIT.xml ...] [N]`` (N: how many rows, default 30; several
+reports are read as one). `.ci/run` prints it after the tests, so every CI log carries the table that
+docs/testing.md quotes.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ def tables(rows: list[tuple[str, float, str]], n: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Print the tables for the report named on the command line."""
-    if not argv or not Path(argv[0]).is_file():
+    """Print the tables for the reports named on the command line."""
+    n = int(argv.pop()) if len(argv) > 1 and argv[-1].isdigit() else 30
+    if not argv or not all(Path(a).is_file() for a in argv):
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    print(tables(test_times(Path(argv[0])), int(argv[1]) if len(argv) > 1 else 30))
+    print(tables([row for a in argv for row in test_times(Path(a))], n))
     return 0
 
 

@@ -19,8 +19,8 @@ from hpc_runner import __version__
 from hpc_runner.config.argv import clearly_a_typo, option_typos, split_overrides
 from hpc_runner.control_chars import PrintableStream, printable
 from hpc_runner.errors import UserError
-from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.heap import collect_less_while_importing
+from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.environment import check_settings
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from hpc_runner.errors import UserError
 from hpc_runner.jobs.governor import outside_the_job
+from hpc_runner.jobs.ledger import JOB_FOLDER
 from hpc_runner.monai_cli.arguments import quiet_summary
 from hpc_runner.monai_cli.commands import parse_argv, prepare_parsed
 from hpc_runner.monai_cli.job import run_monai_command
@@ -30,7 +31,6 @@ from hpc_runner.scheduler.executor import JobRequest
 from hpc_runner.scheduler.select import executor_for
 
 COMMAND_FILE = "command.yaml"
-JOB_FOLDER = "job"
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 from hpc_runner.config.loader import load_file
 from hpc_runner.config.values import format_value
 from hpc_runner.jobs.governor import outside_the_job
+from hpc_runner.jobs.ledger import JOB_FOLDER
 from hpc_runner.monai_cli.job import run_monai_command
 from hpc_runner.pipeline import record as pr
 from hpc_runner.pipeline.choice import choice_values
@@ -25,7 +26,6 @@ from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.rundir import dump_yaml, now_iso
 from hpc_runner.scheduler.executor import JobRequest, job_entry
 
-JOB_FOLDER = "job"
 COMMAND_FILE = "command.yaml"
 
 

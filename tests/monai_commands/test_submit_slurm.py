@@ -38,5 +38,5 @@ def test_ckpt_export_as_a_job_writes_a_torchscript_that_loads(slurm_cluster, tmp
     ckpt_export("network_def", filepath=str(tmp_path / "monai.ts"), ckpt_file=str(tmp_path / "run" / "model.pt"),
                 meta_file=str(data / "metadata.json"), config_file=str(data / "inference.json"))
     assert_same_torchscript(tmp_path / "monai.ts", tmp_path / "out" / "model.ts", ["inference.json"])
-    log = next((tmp_path / "job" / "job").glob("*_log.out")).read_text()
+    log = next((tmp_path / "job" / "jobs").glob("*_log.out")).read_text()
     assert "exported to file: out/model.ts." in log

@@ -54,16 +54,19 @@ def _failed_lines(out: str) -> list[str]:
     return [ln.strip() for ln in out.splitlines() if ln.strip().startswith("FAILED ")]
 
 
-# The six checks (a healthy partition and the five faults) run at once, one `cluster check` process each, as
-# six users of one site would: each check job waits about a minute and a half for its stop signal, so one after
-# another they took 9 minutes of CI; together they take the time of the longest (the cluster holds them all).
+# A healthy partition and the five faults in three checks, each finding its own of them (a check's findings are
+# independent: a fault shows in its own line), run at once, one `cluster check` process each, as three users of
+# one site would: each check job waits about a minute and a half for its stop signal, so one after another they
+# took 9 minutes of CI. The three jobs ask 1 + 1 + 2 CPUs, the local cluster's 4: one wave (six checks of 7 CPUs
+# ran in two, 187 s).
+NOACCT = "noacct_norequeue"  # its commands read a slurm.conf copy without accounting (below); sbatch --no-requeue
+BOUND = "bound_noscratch_badsetup"  # a step bound to 1 CPU of 2, no scratch folder, a setup line that fails
 CHECKS = {
     "local": "",
-    "noacct": "",  # its commands read a slurm.conf copy without accounting (below)
-    "norequeue": "sbatch: {no-requeue: true}\n",
-    "bound": "cpus_per_task: 2\nsrun_args: ['--cpus-per-task=1']\nenv: {SLURM_CPU_BIND: cores}\n",
-    "noscratch": "env: {SLURM_JOB_TMPDIR: /nonexistent/hpcr-scratch}\n",
-    "badsetup": "setup: ['export HPCR_OK=1', 'module-not-here load cuda']\n",
+    NOACCT: "sbatch: {no-requeue: true}\n",
+    BOUND: "cpus_per_task: 2\nsrun_args: ['--cpus-per-task=1']\n"
+           "env: {SLURM_CPU_BIND: cores, SLURM_JOB_TMPDIR: /nonexistent/hpcr-scratch}\n"
+           "setup: ['export HPCR_OK=1', 'module-not-here load cuda']\n",
 }
 
 
@@ -98,7 +101,7 @@ def checks(slurm_cluster, tmp_path_factory) -> tuple[object, dict[str, Checked]]
     no_accounting = _without_accounting(folder)
     procs = {}
     for name in CHECKS:
-        env = dict(cli.env, SLURM_CONF=str(no_accounting) if name == "noacct" else os.environ["SLURM_CONF"])
+        env = dict(cli.env, SLURM_CONF=str(no_accounting) if name == NOACCT else os.environ["SLURM_CONF"])
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "hpc_runner", "cluster", "check", name, "--timeout", "400"]
             + (["--partition", "small"] if name == "local" else []),
@@ -130,32 +133,32 @@ def test_cluster_check_writes_the_findings_of_a_healthy_partition(checks, slurm_
 
 def test_accounting_off_is_found_and_the_next_status_asks_the_queue(checks):
     cli, done = checks
-    res = done["noacct"]
+    res = done[NOACCT]
     assert res.returncode == 1, res.stdout + res.stderr
     lines = _failed_lines(res.stdout)
     assert any(ln.startswith("FAILED accounting: no accounting for job") and "states from the queue" in ln
                for ln in lines), res.stdout
     assert _findings(res.path)["accounting"]["workaround"] == "states from the queue and the jobs' exit files"
-    sub = cli("submit", "training", "--bundle", BUNDLE, "--cluster", "noacct", "--dry-run")
+    sub = cli("submit", "training", "--bundle", BUNDLE, "--cluster", NOACCT, "--dry-run")
     assert "accounting failed" in sub.stderr and "using: states from the queue" in sub.stderr
 
 
 def test_requeue_refused_is_found_and_the_next_job_resubmits(checks):
     cli, done = checks
-    res = done["norequeue"]
+    res = done[NOACCT]
     assert res.returncode == 1, res.stdout + res.stderr
     found = _findings(res.path)
     assert found["requeue_flag"]["ok"] is False and "Requeue=0" in found["requeue_flag"]["detail"]
     assert found["requeue"]["ok"] is False and found["requeue"]["workaround"] == "resubmit instead of requeue"
     assert any(ln.startswith("FAILED requeue") for ln in _failed_lines(res.stdout))
-    dry = cli("submit", "training", "--bundle", BUNDLE, "--cluster", "norequeue", "--dry-run")
+    dry = cli("submit", "training", "--bundle", BUNDLE, "--cluster", NOACCT, "--dry-run")
     assert "HPCR_REQUEUE=resubmit" in dry.stdout  # the job is told not to ask: it ends with its checkpoint
     assert "using: resubmit instead of requeue" in dry.stderr
 
 
 def test_a_step_bound_to_fewer_cpus_than_asked_is_found(checks):
     _, done = checks
-    res = done["bound"]
+    res = done[BOUND]
     assert res.returncode == 1, res.stdout + res.stderr
     found = _findings(res.path)["cpu_binding"]
     assert found["ok"] is False and "bound to 1 CPU(s) of the 2 asked" in found["detail"]
@@ -164,21 +167,21 @@ def test_a_step_bound_to_fewer_cpus_than_asked_is_found(checks):
 
 def test_no_scratch_folder_is_found_and_staging_is_off(checks):
     cli, done = checks
-    res = done["noscratch"]
+    res = done[BOUND]
     assert res.returncode == 1, res.stdout + res.stderr
     found = _findings(res.path)["scratch"]
     assert found["ok"] is False and "no scratch folder" in found["detail"] and found["workaround"] == "staging off"
     assert any(ln.startswith("FAILED scratch: no scratch folder") for ln in _failed_lines(res.stdout))
     os.environ["HPCR_CLUSTER_PATH"] = cli.env["HPCR_CLUSTER_PATH"]
     try:
-        assert uses_workaround(load_profile("noscratch").settings, NO_STAGING)
+        assert uses_workaround(load_profile(BOUND).settings, NO_STAGING)
     finally:
         os.environ.pop("HPCR_CLUSTER_PATH")
 
 
 def test_a_setup_line_that_fails_is_named(checks):
     _, done = checks
-    res = done["badsetup"]
+    res = done[BOUND]
     assert res.returncode == 1, res.stdout + res.stderr
     found = _findings(res.path)["setup"]
     assert found["ok"] is False and found["failed_line"] == 2 and "module-not-here" in found["detail"]

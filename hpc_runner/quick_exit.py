@@ -24,10 +24,23 @@ _registered = False
 _WRITERS = frozenset({io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper})  # exact types: a fast pass
 
 
+def _tracked_objects() -> list[object]:
+    """Every object the collector tracks, the frozen ones too (``gc.get_objects`` leaves out what ``gc.freeze``
+    moved aside, as hpc_runner/heap.py does once a run's imports are done)."""
+    if not gc.get_freeze_count():
+        return gc.get_objects()
+    gc.unfreeze()
+    try:
+        return gc.get_objects()
+    finally:
+        gc.freeze()
+
+
 def flush_open_files() -> int:
-    """Flush every open buffered writer of this process (reachable or not); return how many were flushed."""
+    """Flush every open buffered writer of this process (reachable or not, frozen or not); return how many were
+    flushed."""
     flushed = 0
-    for obj in gc.get_objects():
+    for obj in _tracked_objects():
         if type(obj) in _WRITERS:
             with contextlib.suppress(Exception):  # closed, detached, or a raw file that refuses: nothing to save
                 if not obj.closed and obj.writable():

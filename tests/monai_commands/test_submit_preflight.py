@@ -61,7 +61,7 @@ def test_dry_run_prints_the_job_and_writes_nothing(here: Path, capsys) -> None:
     (here / "out").mkdir()
     assert main(["submit", *EXPORT, "--ckpt_file", "model.pt", "--cluster", "slurm", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "#SBATCH" in out and "-m hpc_runner job " in out and "/job/job-ID.json" in out
+    assert "#SBATCH" in out and "-m hpc_runner job " in out and "/jobs/job-ID.json" in out
     assert not (here / "runs").exists() and not (here / "out" / "model.ts").exists()
 
 

@@ -24,10 +24,11 @@ _registered = False
 _WRITERS = frozenset({io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper})  # exact types: a fast pass
 
 
-def _tracked_objects() -> list[object]:
-    """Every object the collector tracks, the frozen ones too (``gc.get_objects`` leaves out what ``gc.freeze``
-    moved aside, as hpc_runner/heap.py does once a run's imports are done)."""
-    if not gc.get_freeze_count():
+def _tracked_objects(frozen: bool) -> list[object]:
+    """Every object the collector tracks; with ``frozen`` the frozen ones too (``gc.get_objects`` leaves out what
+    ``gc.freeze`` moved aside, as hpc_runner/heap.py does once a run's imports are done). Seeing them means
+    unfreezing, and the freeze after it takes everything: only for a process that is ending."""
+    if not frozen or not gc.get_freeze_count():
         return gc.get_objects()
     gc.unfreeze()
     try:
@@ -36,11 +37,13 @@ def _tracked_objects() -> list[object]:
         gc.freeze()
 
 
-def flush_open_files() -> int:
-    """Flush every open buffered writer of this process (reachable or not, frozen or not); return how many were
-    flushed."""
+def flush_open_files(*, frozen: bool = False) -> int:
+    """Flush every open buffered writer of this process, reachable or not; return how many were flushed. A run that
+    failed flushes what it opened (after heap.py froze the imports); the exit hook, ``frozen=True``, also reaches the
+    frozen objects, since it freezes everything next anyway. Freezing a live process's new objects would keep its
+    garbage for good (a packed task goes on to its next point after a failed one)."""
     flushed = 0
-    for obj in _tracked_objects():
+    for obj in _tracked_objects(frozen):
         if type(obj) in _WRITERS:
             with contextlib.suppress(Exception):  # closed, detached, or a raw file that refuses: nothing to save
                 if not obj.closed and obj.writable():
@@ -50,7 +53,7 @@ def flush_open_files() -> int:
 
 
 def _flush_and_freeze() -> None:
-    flush_open_files()
+    flush_open_files(frozen=True)
     gc.freeze()
 
 

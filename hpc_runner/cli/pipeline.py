@@ -15,6 +15,7 @@ from hpc_runner.cli.common import add_preflight_argument, add_stage_arguments, s
 from hpc_runner.cli.container_run import refuse_container
 from hpc_runner.cli.slurm_options import add_cluster_arguments, add_json_argument, load_profile_from_args
 from hpc_runner.errors import UserError
+from hpc_runner.heap import settle_after_imports
 from hpc_runner.jobs.targets import SweepTarget
 from hpc_runner.pipeline.cancel import cancel_pipeline
 from hpc_runner.pipeline.propagate import cancel_never_satisfied
@@ -152,6 +153,7 @@ def status_main(args: argparse.Namespace) -> int:
             break
         if args.watch:
             print(render(record, views), flush=True)
+        settle_after_imports()  # hpc_runner/heap.py: a long wait gets the collector back as CPython has it
         time.sleep(args.interval)
     if args.json:
         for v in views:

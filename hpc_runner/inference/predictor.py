@@ -23,6 +23,7 @@ import torch
 
 from hpc_runner.engine.stop import Preempted, stop_requested
 from hpc_runner.errors import ConfigError
+from hpc_runner.heap import settle_after_imports
 from hpc_runner.inference.case_metrics import METRICS, case_metrics, summarize
 from hpc_runner.inference.manifest import ManifestEntry, OutputManifest
 from hpc_runner.inference.weights import load_weights
@@ -140,6 +141,7 @@ class Predictor:
 
     def run(self) -> dict[str, Any]:
         """Infer (and score) every case of the shard not yet done; return the summary."""
+        settle_after_imports()  # hpc_runner/heap.py: imports done, the network built: the loop collects as usual
         cpus = use_cpu_budget()  # torch threads = the job's CPUs, as for training (also under MONAI's runner)
         t0 = time.perf_counter()
         weights = load_weights(self.network, self.ckpt, map_location=self.device) if self.ckpt else None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from hpc_runner.heap import settle_after_imports
 from hpc_runner.jobs.states import UNKNOWN, counts
 from hpc_runner.jobs.targets import Target, load_target
 from hpc_runner.report.status_table import render as status_table
@@ -97,6 +98,7 @@ def watch_status(
                 break
             if timeout is not None and time.monotonic() - started + interval > timeout:
                 break
+            settle_after_imports()  # hpc_runner/heap.py: a long watch gets the collector back
             time.sleep(interval)
     except KeyboardInterrupt:
         result.interrupted = True

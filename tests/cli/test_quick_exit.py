@@ -90,9 +90,37 @@ def test_a_buffered_writer_frozen_with_the_imports_is_still_flushed(tmp_path: Pa
     """hpc_runner/heap.py freezes the heap once a run's imports are done, and ``gc.get_objects`` leaves frozen
     objects out: a file opened before then, with bytes still in its buffer, is flushed all the same."""
     code = ("import gc, os\nfrom hpc_runner.quick_exit import flush_open_files\n"
-            "f = open('out.bin', 'wb')\nf.write(b'12345678')\ngc.freeze()\nflushed = flush_open_files()\n"
+            "f = open('out.bin', 'wb')\nf.write(b'12345678')\ngc.freeze()\nflushed = flush_open_files(frozen=True)\n"
             "print('on disk:', os.path.getsize('out.bin'), 'still frozen:', gc.get_freeze_count() > 0, flush=True)\n"
             "os._exit(0)\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "on disk: 8 still frozen: True" in res.stdout, res.stdout
+
+
+def test_a_failed_runs_flush_leaves_its_garbage_collectable(tmp_path: Path) -> None:
+    """The runner flushes open files when a run fails, and a packed task goes on to its next point: that flush must
+    not freeze the failed point's objects (a frozen cycle is never freed), and still flushes its unfrozen writer."""
+    code = ("import gc, os\nfrom hpc_runner.quick_exit import flush_open_files\n"
+            "gc.freeze()\nfrozen = gc.get_freeze_count()\n"
+            "class Node:\n    pass\n"
+            "a, b = Node(), Node()\na.other, b.other = b, a\nf = open('out.bin', 'wb')\nf.write(b'123')\na.f = f\n"
+            "flushed = flush_open_files()\ndel a, b\n"
+            "print('on disk:', os.path.getsize('out.bin'), 'freeze count kept:', gc.get_freeze_count() == frozen,"
+            " 'cycle freed:', gc.collect() >= 2, flush=True)\n"
+            "os._exit(0)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "on disk: 3 freeze count kept: True cycle freed: True" in res.stdout, res.stdout
+
+
+def test_a_bundle_that_turned_the_collector_off_still_gets_its_thresholds_back(tmp_path: Path) -> None:
+    """heap.py's settle with the collector off (a bundle's ``$gc.disable()``): CPython's thresholds come back, nothing
+    is frozen, and a second settle does nothing."""
+    code = ("import gc\nfrom hpc_runner import heap\ngc.set_threshold(700, 10, 10)\n"
+            "heap.collect_less_while_importing()\nraised = gc.get_threshold()\ngc.disable()\n"
+            "print('raised', raised, 'settled', heap.settle_after_imports(), gc.get_threshold(), gc.get_freeze_count(),"
+            " 'again', heap.settle_after_imports())\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "raised (20000, 20, 20) settled True (700, 10, 10) 0 again False" in res.stdout, res.stdout

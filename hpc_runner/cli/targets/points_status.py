@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from hpc_runner.data.staging import shared_bytes_of
+from hpc_runner.heap import settle_after_imports
 from hpc_runner.jobs.states import ENDED_WELL
 from hpc_runner.jobs.usage import point_usage
 from hpc_runner.records.json_out import dumps_json
@@ -66,6 +67,7 @@ def show_points(args: argparse.Namespace, target: Any) -> int:
         if args.timeout is not None and time.monotonic() - started > args.timeout:
             print(f"hpc-runner status: {len(pending)} point(s) still queued or running after {args.timeout:g} s")
             break
+        settle_after_imports()  # hpc_runner/heap.py: a long wait gets the collector back as CPython has it
         time.sleep(args.interval)
         target = target.reload()  # each poll reads the record again: tasks and workers change it
 

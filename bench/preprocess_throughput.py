@@ -4,7 +4,7 @@ SPDL, torchdata.nodes, a plain ThreadPoolExecutor, and one thread alone (the 2-c
 Transforms on 1x64^3 float32: ``scipy.ndimage.gaussian_filter(sigma=2)`` and ``abs(np.fft.fftn)``,
 batch 8, collated to a tensor. items/s counts a whole epoch from ``iter()`` to the last batch; the
 first-batch latency is from ``iter()`` to the first batch. Loaders alternate round by round; the
-median round is reported. The gaussian needs the bench extra (scipy; spdl and torchdata are used if installed).
+median round is reported. Needs the bench extra (scipy; spdl and torchdata are used if installed).
 
     .venv/bin/python bench/preprocess_throughput.py [--quick] [--items N] [--rounds R]
 """
@@ -12,7 +12,6 @@ median round is reported. The gaussian needs the bench extra (scipy; spdl and to
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -161,12 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 5)
     print(f"# preprocess throughput: {n} items of 1x64^3 float32, batch {BATCH}, {WORKERS} workers, "
           f"{rounds} round(s), median; items/s (first batch ms)")
-    transforms = [("gaussian", gaussian), ("fft", fft_abs)]
-    if importlib.util.find_spec("scipy") is None:  # the test environment leaves it out (every `import monai` pays it)
-        print("# gaussian: not measured, it needs scipy (the bench extra: pip install -e '.[bench]')")
-        transforms = transforms[1:]
     with Contention() as busy:
-        found = {tname: run_transform(tname, fn, n, rounds) for tname, fn in transforms}
+        found = {tname: run_transform(tname, fn, n, rounds) for tname, fn in (("gaussian", gaussian), ("fft", fft_abs))}
     print(busy.line())
     figures = []
     for tname, (rate, first, best, bound) in found.items():

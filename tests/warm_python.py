@@ -25,13 +25,15 @@ import tempfile
 import threading
 from pathlib import Path
 
+from hpc_runner.heap import IMPORT_THRESHOLDS  # the warm parent imports as a command starts (it imports no hpc_runner)
+
 # The warm parent: reads one request per line on stdin, forks, and in the child runs the module as
 # `python -m` would; answers "pid" when the child starts and "rc" when it ends (it reaps its children).
 _PARENT = r"""
 import gc, json, os, sys
 os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
 thresholds = gc.get_threshold()
-gc.set_threshold(20000, 20, 20)  # as hpc_runner/heap.py starts a command; the children get CPython's back
+gc.set_threshold(*IMPORT_THRESHOLDS)  # as hpc_runner/heap.py starts a command; the children get CPython's back
 for name in WARM:
     try:
         __import__(name)
@@ -111,7 +113,7 @@ class WarmPython:
 
     def _parent(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
-            code = f"WARM = {WARM_MODULES!r}\n" + _PARENT
+            code = f"WARM = {WARM_MODULES!r}\nIMPORT_THRESHOLDS = {IMPORT_THRESHOLDS!r}\n" + _PARENT
             self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, cwd="/", start_new_session=True)
         return self._proc

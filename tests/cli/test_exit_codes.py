@@ -21,7 +21,7 @@ import pytest
 
 from hpc_runner.cli import EPILOG, filesystem_refusal, main
 from hpc_runner.jobs import ledger as sr
-from tests.sweep.test_governor import _sweep
+from tests.jobs.test_governor import _sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2

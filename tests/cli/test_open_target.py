@@ -15,7 +15,7 @@ from hpc_runner.cli.targets import Pipeline, Run, Sweep, Tune, open_target
 from hpc_runner.jobs import ledger as sr
 from hpc_runner.jobs.targets import NotATarget, RunTarget, SweepTarget, TuneTarget, load_target
 from hpc_runner.report.watch import watch_status
-from tests.sweep.test_governor import _sweep
+from tests.jobs.test_governor import _sweep
 from tests.sweep.test_logic_in_memory import new_sweep
 
 MEMORY = {"profile": "mem", "settings": {"executor": "memory", "time": 10, "mem_gb": 1}}

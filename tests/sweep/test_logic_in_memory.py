@@ -25,7 +25,7 @@ from hpc_runner.scheduler.select import executor_for
 from hpc_runner.sweep.resume import record_retry_rules
 from hpc_runner.sweep.right_size import for_target, suggested_for, suggested_settings
 from hpc_runner.sweep.submission import submit_points, top_up
-from tests.sweep.test_governor import _sweep
+from tests.jobs.test_governor import _sweep
 
 SETTINGS = {"executor": "memory", "time": 10, "mem_gb": 1}
 

@@ -10,7 +10,8 @@ command imports (`--help` without torch, the pre-flight's cache across processes
 
 The warm parent imports only third-party modules (torch, MONAI, numpy, nibabel, ignite, yaml, submitit), never
 hpc_runner: the code under test is imported fresh in each child, so nothing of it carries from one test to
-the next.
+the next. It defers MLflow, pyplot and Optuna first, as the entry point does (hpc_runner/optional_modules.py, run
+from its file under another name), so the children import them when used, as a job does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from hpc_runner import optional_modules
 from hpc_runner.heap import IMPORT_THRESHOLDS  # the warm parent imports as a command starts (it imports no hpc_runner)
 
 # The warm parent: reads one request per line on stdin, forks, and in the child runs the module as
@@ -34,6 +36,14 @@ import gc, json, os, sys
 os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
 thresholds = gc.get_threshold()
 gc.set_threshold(*IMPORT_THRESHOLDS)  # as hpc_runner/heap.py starts a command; the children get CPython's back
+# as the entry point defers MLflow, pyplot and Optuna (hpc_runner/optional_modules.py), by that file under another
+# name: hpc_runner itself stays out of the parent
+import importlib.util
+spec = importlib.util.spec_from_file_location("_warm_optional_modules", OPTIONAL_MODULES_FILE)
+optional_modules = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = optional_modules
+spec.loader.exec_module(optional_modules)
+optional_modules.defer_optional_modules()
 for name in WARM:
     try:
         __import__(name)
@@ -113,7 +123,8 @@ class WarmPython:
 
     def _parent(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
-            code = f"WARM = {WARM_MODULES!r}\nIMPORT_THRESHOLDS = {IMPORT_THRESHOLDS!r}\n" + _PARENT
+            code = (f"WARM = {WARM_MODULES!r}\nIMPORT_THRESHOLDS = {IMPORT_THRESHOLDS!r}\n"
+                    f"OPTIONAL_MODULES_FILE = {optional_modules.__file__!r}\n" + _PARENT)
             self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, cwd="/", start_new_session=True)
         return self._proc

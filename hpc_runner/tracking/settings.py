@@ -17,6 +17,7 @@ from typing import Any
 
 from hpc_runner.config.loader import load_file
 from hpc_runner.errors import UserError
+from hpc_runner.optional_modules import import_now
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.json_out import dumps_json
 from hpc_runner.records.read import RecordError, read_json_record
@@ -35,9 +36,10 @@ KINDS = ("mlflow",)
 
 
 def check_mlflow() -> None:
-    """Raise UserError naming the extra to install unless ``import mlflow`` works."""
+    """Raise UserError naming the extra to install unless ``import mlflow`` works (its code run now: the entry point
+    defers it, hpc_runner/optional_modules.py)."""
     try:
-        import mlflow  # noqa: F401
+        import_now("mlflow")
     except ImportError as exc:
         raise UserError(
             f"--tracking mlflow needs the MLflow client, which cannot be imported here ({exc})",

@@ -91,7 +91,7 @@ def batch(grid_engine, tmp_path_factory):
         "oom": ["--scheduler-option", "h_vmem=1500M", "--sweep", "alloc_mb=1100", "--sweep", "hold_s=3",
                 "--retry", "OUT_OF_MEMORY:mem*2"],
         # a point that trains long enough to get a stop signal mid-run
-        "stop": ["--sweep", "mode=train", "--sweep", "max_epochs=4", "--sweep", "n_items=8", "--sweep", "item_s=1"],
+        "stop": ["--sweep", "mode=train", "--sweep", "max_epochs=2", "--sweep", "n_items=8", "--sweep", "item_s=1"],
     }.items():
         res = cli("sweep", "--bundle", USAGE_POINT, "--cluster", PROFILE, "--output_dir", name, *args)
         assert res.returncode == 0, res.stdout + res.stderr

@@ -8,6 +8,7 @@ the last test, in a fresh interpreter.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import threading
@@ -49,24 +50,56 @@ def test_a_deferred_package_is_importable_and_runs_its_code_on_its_first_name_on
     ran.clear()
     assert optional_modules.defer_optional_modules((pkg, f"{pkg}.missing", "no_such_package_anywhere")) == [pkg]
     module = __import__(pkg)
-    # what MONAI's optional_import reads (its file, that it is no namespace package) runs nothing
-    assert module.__file__.endswith("__init__.py") and hasattr(module, "__path__") and not ran
+    # what MONAI's optional_import reads (that it is no namespace package, its expression) runs nothing
+    is_namespace = getattr(module, "__file__", None) is None and hasattr(module, "__path__")
+    assert not is_namespace and module.__spec__.submodule_search_locations and not ran
     assert pkg in optional_modules.pending()
     assert module.VALUE == 42 and [pkg] == ran
-    from importlib import import_module
-    assert import_module(f"{pkg}.sub").TWICE == 84  # a submodule after it, as usual
+    assert importlib.import_module(f"{pkg}.sub").TWICE == 84  # a submodule after it, as usual
     assert module.VALUE == 42 and [pkg] == ran and pkg not in optional_modules.pending()
     assert type(module).__name__ == "module"
 
 
-def test_a_submodule_imported_before_the_package_is_used_imports_beneath_it(packages):
-    pkg = packages({"PKG/__init__.py": COUNTING, "PKG/leaf.py": "LEAF = 'leaf'\n"})
+def test_a_deferred_submodule_is_read_without_running_and_runs_after_its_package(packages):
+    pkg = packages({"PKG/__init__.py": COUNTING, "PKG/leaf.py": COUNTING.replace("42", "'leaf'")})
     ran.clear()
     optional_modules.defer_optional_modules((pkg, f"{pkg}.leaf"))
-    # `import pkg.leaf as leaf` reads pkg.leaf: the deferred submodule, the package's code not run
-    exec(f"import {pkg}.leaf as leaf\nassert leaf.LEAF == 'leaf'", {})
+    # `import pkg.leaf as leaf` reads pkg.leaf: the deferred submodule, no code run
+    exec(f"import {pkg}.leaf as leaf", {})
     assert ran == [] and sys.modules[pkg].leaf is sys.modules[f"{pkg}.leaf"]
-    assert sys.modules[pkg].VALUE == 42 and [pkg] == ran
+    assert sys.modules[f"{pkg}.leaf"].VALUE == "leaf" and ran == [pkg, f"{pkg}.leaf"]  # the package first
+
+
+# optuna's shape: importing `storages` before the package's own code ran (its __init__ imports samplers, which
+# import trial) runs trial first, whose `from . import log` then runs the package mid-way: a circular import
+CIRCULAR = {
+    "PKG/__init__.py": COUNTING + "from .samplers import S\nfrom . import storages\n",
+    "PKG/samplers.py": "from .trial import T\nS = T\n",
+    "PKG/trial.py": "from . import log\nT = 'trial'\n",
+    "PKG/log.py": "",
+    "PKG/storages.py": COUNTING.replace("42", "'storages'") + "from .trial import T\n",
+}
+
+
+def test_a_submodule_import_runs_the_package_first_and_gets_the_one_module_its_package_imported(packages):
+    pkg = packages(CIRCULAR)
+    ran.clear()
+    optional_modules.defer_optional_modules((pkg,))
+    storages = importlib.import_module(f"{pkg}.storages")  # reads the package's __path__: its code runs first
+    assert ran == [pkg, f"{pkg}.storages"]  # each once: the package's own import of storages is the one returned
+    assert storages is sys.modules[f"{pkg}.storages"] is sys.modules[pkg].storages
+    assert storages.__spec__.origin.endswith("storages.py") and storages.T == "trial"
+
+
+def test_imported_beneath_runs_only_that_submodule_and_the_package_stays_deferred(packages, monkeypatch):
+    pkg = packages({"PKG/__init__.py": COUNTING, "PKG/exc.py": COUNTING.replace("42", "'exc'"),
+                    "PKG/other.py": "OTHER = 1\n"})
+    ran.clear()
+    monkeypatch.setattr(optional_modules, "DEFERRED", (pkg,))
+    monkeypatch.setattr(optional_modules, "IMPORTED_BENEATH", (f"{pkg}.exc",))
+    assert optional_modules.defer_optional_modules() == [pkg]
+    assert ran == [f"{pkg}.exc"] and pkg in optional_modules.pending()  # as MONAI takes MlflowException
+    assert importlib.import_module(f"{pkg}.other").OTHER == 1 and ran == [f"{pkg}.exc", pkg]
 
 
 def test_monai_optional_import_counts_a_deferred_package_as_installed_without_running_it(packages):
@@ -122,14 +155,17 @@ def test_an_imported_or_missing_package_is_left_alone(packages):
     assert sys.modules[pkg] is real and type(real).__name__ == "module"
 
 
-def test_the_entry_points_list_is_not_run_by_import_monai_and_runs_when_used():
-    """A fresh interpreter as a job starts: the entry point's list deferred, ``import monai``, then each used."""
+def test_the_entry_points_list_is_deferred_as_monai_is_imported_and_runs_when_used():
+    """A fresh interpreter as a job starts: nothing before MONAI's import (torch's included), the list deferred as it
+    begins, none of it run by ``import monai``, each run when used."""
     code = (
         "import sys\n"
-        "from hpc_runner.optional_modules import DEFERRED, defer_optional_modules, pending\n"
-        "deferred = defer_optional_modules()\n"
+        "from hpc_runner.optional_modules import defer_when_monai_is_imported, pending\n"
+        "defer_when_monai_is_imported()\n"
+        "import torch\n"
+        "print('before', pending(), 'mlflow.exceptions' in sys.modules)\n"
         "import monai\n"
-        "print('deferred', sorted(deferred), 'pending', pending())\n"
+        "print('after', pending())\n"
         "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
         "plt.figure(); plt.close('all')\n"
         "from monai.handlers import MLFlowHandler\n"
@@ -139,10 +175,10 @@ def test_the_entry_points_list_is_not_run_by_import_monai_and_runs_when_used():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
-    deferred = lines["deferred"].split(" pending ")[0]
-    assert "'mlflow'" in deferred and "'matplotlib.pyplot'" in deferred  # the test extra installs both
-    assert lines["deferred"].split(" pending ")[1] == deferred  # none of them ran with `import monai`
-    assert lines["used"].startswith("True") and "mlflow" not in lines["used"] and "pyplot" not in lines["used"]
+    assert lines["before"] == "[] False"
+    # the test extra installs MLflow's client, matplotlib and Optuna
+    assert lines["after"] == "['matplotlib', 'matplotlib.pyplot', 'mlflow', 'mlflow.entities', 'optuna']"
+    assert lines["used"] == "True ['optuna']"
 
 
 def test_import_now_runs_a_deferred_package_at_once_and_raises_its_error_there(packages):

@@ -20,7 +20,7 @@ from hpc_runner.config.argv import clearly_a_typo, option_typos, split_overrides
 from hpc_runner.control_chars import PrintableStream, printable
 from hpc_runner.errors import UserError
 from hpc_runner.heap import collect_less_while_importing
-from hpc_runner.optional_modules import defer_optional_modules
+from hpc_runner.optional_modules import defer_when_monai_is_imported
 from hpc_runner.progress_bars import no_bars_without_a_terminal
 from hpc_runner.quick_exit import freeze_at_exit
 from hpc_runner.records.environment import check_settings
@@ -152,7 +152,7 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 def entry() -> None:
     """The ``hpc-runner`` and ``python -m hpc_runner`` entry point: run ``main`` and exit with its code."""
     collect_less_while_importing()  # hpc_runner/heap.py: until the engine settles the heap before a run
-    defer_optional_modules()  # hpc_runner/optional_modules.py: MLflow, pyplot, Optuna load when used, not with MONAI
+    defer_when_monai_is_imported()  # hpc_runner/optional_modules.py: MLflow, pyplot, Optuna load when used
     freeze_at_exit()
     no_bars_without_a_terminal()
     sys.exit(main())

@@ -17,12 +17,18 @@ PROBE = (
     "sys.argv = ['hpc_runner', *sys.argv[1:]]\n"
     "runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)\n"
 )
+RUN = ("run", "--config_file", "train.json", "--output_dir", "r")  # the bundle's train.json, as PROBE's argv
+
+
+def python(cwd: Path, code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE ARGS`` in a fresh interpreter in ``cwd``; its output captured as text."""
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def test_a_run_through_the_entry_point_freezes_the_heap_at_exit_and_leaves_a_complete_run_dir(tmp_path: Path) -> None:
     (tmp_path / "train.json").write_text(json.dumps({"run": ["$print('one line', flush=True)"]}))
-    res = subprocess.run([sys.executable, "-c", PROBE, "run", "--config_file", "train.json", "--output_dir", "r"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = python(tmp_path, PROBE, *RUN)
     assert res.returncode == 0, res.stderr
     assert "one line" in res.stdout
     assert res.stderr.strip().endswith("frozen at exit: True"), res.stderr
@@ -34,7 +40,7 @@ def test_main_called_in_process_leaves_the_collector_alone(tmp_path: Path) -> No
             "from hpc_runner.cli import main\n"
             "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0, file=sys.stderr))\n"
             "main(['--help'])\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    res = python(tmp_path, code, timeout=60)
     assert res.returncode == 0 and "frozen at exit: False" in res.stderr, res.stderr
 
 
@@ -54,8 +60,7 @@ def test_a_failed_run_loses_no_write_of_a_buffered_file_held_in_a_reference_cycl
     still holds them), and the exit hook flushes again, then freezes the heap."""
     keep = "$(lambda cycle: (cycle.append(cycle), cycle[0].write(b'12345678'), cycle)[-1])([open('out.bin', 'wb')])"
     (tmp_path / "train.json").write_text(json.dumps({"keep": keep, "run": ["@keep", "$1 / 0"]}))
-    res = subprocess.run([sys.executable, "-c", probe, "run", "--config_file", "train.json", "--output_dir", "r"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = python(tmp_path, probe, *RUN)
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip().endswith("frozen at exit: True"), res.stderr
     assert (tmp_path / "out.bin").read_bytes() == b"12345678"
@@ -69,8 +74,7 @@ SEEN = ("$print('seen:', __import__('gc').get_stats()[2]['collections'], list(__
 
 def test_a_command_starts_without_a_full_collection_and_its_run_finds_the_imports_frozen(tmp_path: Path) -> None:
     (tmp_path / "train.json").write_text(json.dumps({"run": [SEEN]}))
-    res = subprocess.run([sys.executable, "-c", PROBE, "run", "--config_file", "train.json", "--output_dir", "r"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = python(tmp_path, PROBE, *RUN)
     assert res.returncode == 0, res.stderr
     # CPython's thresholds (700, 10, 10) run ~8 full collections while torch and MONAI are imported
     assert "seen: 0 [700, 10, 10] True" in res.stdout, res.stdout
@@ -81,7 +85,7 @@ def test_a_run_called_in_process_keeps_the_callers_collector(tmp_path: Path) -> 
     code = ("import gc, sys\ngc.set_threshold(900, 11, 12)\nfrom hpc_runner.cli import main\n"
             "rc = main(['run', '--config_file', 'train.json', '--output_dir', 'r'])\n"
             "print('after:', rc, gc.get_threshold(), gc.get_freeze_count())\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = python(tmp_path, code)
     assert res.returncode == 0, res.stderr
     assert "[900, 11, 12] False" in res.stdout and "after: 0 (900, 11, 12) 0" in res.stdout, res.stdout
 
@@ -93,7 +97,7 @@ def test_a_buffered_writer_frozen_with_the_imports_is_still_flushed(tmp_path: Pa
             "f = open('out.bin', 'wb')\nf.write(b'12345678')\ngc.freeze()\nflushed = flush_open_files(frozen=True)\n"
             "print('on disk:', os.path.getsize('out.bin'), 'still frozen:', gc.get_freeze_count() > 0, flush=True)\n"
             "os._exit(0)\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    res = python(tmp_path, code, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "on disk: 8 still frozen: True" in res.stdout, res.stdout
 
@@ -109,7 +113,7 @@ def test_a_failed_runs_flush_leaves_its_garbage_collectable(tmp_path: Path) -> N
             "print('on disk:', os.path.getsize('out.bin'), 'freeze count kept:', gc.get_freeze_count() == frozen,"
             " 'cycle freed:', gc.collect() >= 2, flush=True)\n"
             "os._exit(0)\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    res = python(tmp_path, code, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "on disk: 3 freeze count kept: True cycle freed: True" in res.stdout, res.stdout
 
@@ -121,6 +125,6 @@ def test_a_bundle_that_turned_the_collector_off_still_gets_its_thresholds_back(t
             "heap.collect_less_while_importing()\nraised = gc.get_threshold()\ngc.disable()\n"
             "print('raised', raised, 'settled', heap.settle_after_imports(), gc.get_threshold(), gc.get_freeze_count(),"
             " 'again', heap.settle_after_imports())\n")
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    res = python(tmp_path, code, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "raised (20000, 20, 20) settled True (700, 10, 10) 0 again False" in res.stdout, res.stdout

@@ -143,9 +143,10 @@ def test_a_dead_server_neither_fails_nor_slows_training_and_the_records_are_sent
     dead_s = time.perf_counter() - t0
     train = [json.loads(Path(d, "summary.json").read_text())["wall_s"] for d in ("plain", "dead")]
     # the training loop does not wait for the server: a wait would cost ~1 s per failed call (QUICK_HTTP: one
-    # retry, backoff 1 s) for each of the 12 steps' records; the bound leaves room for the other test worker's
-    # load on 2 cores (it once stalled this 0.5 s loop by 1.5 s in CI's rehearsal)
-    assert train[1] < train[0] + 4.0, train
+    # retry, backoff 1 s) for each of the 12 steps' records, 12 s or more; the bound leaves room for the other test
+    # worker's load on 2 cores (it once stalled this 0.2-0.5 s loop by 1.5 s in CI's rehearsal, and by 4.6 s in the
+    # rehearsal of 405bfae, beside the SLURM job that holds 1 GB to be killed for its memory)
+    assert train[1] < train[0] + 8.0, train
     assert dead_s < plain_s + 8.0, (plain_s, dead_s)  # nor does the whole run (report, one failed call)
     unsent = [json.loads(x) for x in Path("dead/mlflow-unsent.jsonl").read_text().splitlines()]
     assert sum(1 for r in unsent if r.get("key") == "train/loss") == 12

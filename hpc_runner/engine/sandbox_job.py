@@ -57,7 +57,7 @@ from hpc_runner.engine.sandbox import (
 )
 from hpc_runner.engine.stop import stop_requested
 from hpc_runner.errors import UserError
-from hpc_runner.optional_modules import defer_when_monai_is_imported
+from hpc_runner.process_start import start_process
 from hpc_runner.records.atomic import write_text_atomic
 from hpc_runner.records.read import read_json_record
 from hpc_runner.records.rundir import RunDir
@@ -253,5 +253,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    defer_when_monai_is_imported()  # hpc_runner/optional_modules.py, as the hpc-runner entry point does
+    start_process()  # hpc_runner/process_start.py, as the hpc-runner entry point does
     sys.exit(main())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpc_runner.optional_modules import defer_when_monai_is_imported
+from hpc_runner.process_start import start_process
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.job_arguments import JOB_CALL_MODULE as MODULE
 from hpc_runner.scheduler.job_arguments import MAX_ARGS_BYTES, task_arguments, task_call
@@ -68,5 +68,5 @@ def exit_status(result: object, requeue_exit_code: int | None) -> int:
 
 
 if __name__ == "__main__":
-    defer_when_monai_is_imported()  # hpc_runner/optional_modules.py, as the hpc-runner entry point does
+    start_process()  # hpc_runner/process_start.py, as the hpc-runner entry point does
     sys.exit(main())

@@ -41,15 +41,18 @@ def timed_run(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return end - t0, end - last
 
 
-# `python -m hpc_runner` whose start keeps CPython's thresholds: heap.py's start-up ones set to them (read when the
-# entry point calls it, whatever imported it first); the freeze once the config is parsed is kept, as in ours
-CPYTHON_THRESHOLDS = ("import gc, runpy, sys\nimport hpc_runner.heap as heap\n"
-                      "heap.IMPORT_THRESHOLDS = gc.get_threshold()\nsys.argv[0] = 'hpc_runner'\n"
-                      "runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)")
-# `python -m hpc_runner` that defers nothing: optional_modules.py's list emptied before the entry point reads it
-NOTHING_DEFERRED = ("import runpy, sys\nimport hpc_runner.optional_modules as om\n"
-                    "om.DEFERRED = ()\nsys.argv[0] = 'hpc_runner'\n"
-                    "runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)")
+def ours_with(setup: str) -> str:
+    """`python -m hpc_runner` (for ``python -c``) with one part of its start changed by ``setup``, a line of Python
+    run first, before the entry point reads what it changes."""
+    return "\n".join(["import runpy, sys", setup, "sys.argv[0] = 'hpc_runner'",
+                      "runpy.run_module('hpc_runner', run_name='__main__', alter_sys=True)"])
+
+
+# CPython's thresholds while importing: heap.py's start-up ones set to them (the freeze once the config is parsed is
+# kept, as in ours)
+CPYTHON_THRESHOLDS = ours_with("import gc, hpc_runner.heap as heap; heap.IMPORT_THRESHOLDS = gc.get_threshold()")
+# nothing deferred: optional_modules.py's list emptied
+NOTHING_DEFERRED = ours_with("import hpc_runner.optional_modules as om; om.DEFERRED = ()")
 
 
 def write_bundle(root: Path) -> Path:
@@ -103,6 +106,7 @@ def main() -> int:
         Figure("the same: wall, against our start importing MLflow, pyplot and Optuna with MONAI",
                round(med["ours"][0], 2), "s", "ours, nothing deferred", round(med["nothing_deferred"][0], 2)),
     ], measured_paths=["hpc_runner/quick_exit.py", "hpc_runner/heap.py", "hpc_runner/optional_modules.py",
+                       "hpc_runner/process_start.py",
                        "hpc_runner/engine", "hpc_runner/cli",
                        "bench/exit_time.py"],
         quick=args.quick)

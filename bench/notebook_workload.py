@@ -107,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="short smoke run")
     ap.add_argument("--batches", type=int, default=None, help="batches per epoch (default 8, quick 2)")
     ap.add_argument("--rounds", type=int, default=None, help="epochs per loader, median kept (default 5)")
-    ap.add_argument("--batch-size", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=None, help="items per batch (default 20, quick 4)")
     args = ap.parse_args(argv)
     n_batches = args.batches or (2 if args.quick else 8)
     rounds = args.rounds or (1 if args.quick else 5)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bs = args.batch_size
+    bs = args.batch_size or (4 if args.quick else 20)
     ds = SyntheticSegmentation(n_batches * bs)
     step = make_step(device)
 

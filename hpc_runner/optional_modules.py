@@ -45,7 +45,7 @@ IMPORTED_BENEATH = ("mlflow.exceptions",)
 
 _lock = threading.RLock()  # one package's code at a time; a package's code may load another (pyplot: matplotlib)
 _pending: dict[str, types.ModuleType] = {}  # the deferred modules whose code has not run, by name
-_loaded_meanwhile: set[str] = set()  # modules a deferred module's code imported (see _LoadedMeanwhile), not yet asked
+_loaded_meanwhile: set[str] = set()  # modules beneath its package a deferred module's code imported, not yet asked
 
 
 class _Deferred(types.ModuleType):
@@ -76,7 +76,9 @@ def _load(name: str) -> None:
         before = set(sys.modules)
         try:
             spec.loader.exec_module(module)
-            _loaded_meanwhile.update(set(sys.modules) - before)
+            # only the package's own: an import that reads its __path__ is one of a module beneath it
+            package = name.partition(".")[0]
+            _loaded_meanwhile.update(m for m in set(sys.modules) - before if m.startswith(f"{package}."))
         except BaseException:
             if sys.modules.get(name) is module:  # as a failed import: gone, so a later import tries again
                 del sys.modules[name]
@@ -167,11 +169,10 @@ def _import_beneath(name: str) -> None:
 
 def defer_optional_modules(names: tuple[str, ...] | None = None) -> list[str]:
     """Defer each of ``names`` (``DEFERRED``, read now, when None) that is installed and not imported yet (see the
-    module's docstring), then import ``IMPORTED_BENEATH``; return those deferred."""
+    module's docstring), then import those of ``IMPORTED_BENEATH`` whose package is deferred; return those deferred."""
     deferred = [name for name in (DEFERRED if names is None else names) if _defer(name)]
-    if names is None:
-        for name in IMPORTED_BENEATH:
-            _import_beneath(name)
+    for name in IMPORTED_BENEATH:
+        _import_beneath(name)  # nothing when its package is not deferred
     return deferred
 
 

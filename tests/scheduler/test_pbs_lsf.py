@@ -86,6 +86,16 @@ def test_pbs_settings_refuse_values_pbs_would_misread(values: dict) -> None:
         PbsSettings.from_mapping(values)
 
 
+@pytest.mark.parametrize("kwargs", [{"select": True}, {"ncpus": 0}, {"ngpus": -1}, {"ncpus": 2.5}])
+def test_settings_made_directly_refuse_counts_their_scheduler_would_misread(kwargs: dict) -> None:
+    """The dataclass checks itself too (a True is no count of 1): PBS's as LSF's."""
+    with pytest.raises(ClusterError):
+        PbsSettings(**kwargs)
+    lsf = {"select": "slots", "ncpus": "slots", "ngpus": "gpus"}
+    with pytest.raises(ClusterError):
+        LsfSettings(**{lsf[k]: v for k, v in kwargs.items()})
+
+
 def test_pbs_misspelled_setting_names_the_valid_ones() -> None:
     with pytest.raises(ClusterError) as err:
         PbsSettings.from_mapping({"wallclock": "1:00:00"})

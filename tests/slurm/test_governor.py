@@ -189,20 +189,20 @@ def test_packed_sweep_with_a_small_limit_completes_and_records_the_pack(slurm_cl
     t0 = time.monotonic()
     try:
         out = cli("sweep", "--bundle", TINY, "--cluster", "testcluster", "--slurm", f"qos={QOS}",
-                  "--output_dir", "sw", "--sweep", "seed=range(60)", "--pack", "6")
+                  "--output_dir", "sw", "--sweep", "seed=range(36)", "--pack", "6")
         assert out.returncode == 0, out.stderr
-        assert "24 submitted now in tasks of 6 point(s)" in out.stdout and "36 point(s) wait" in out.stdout
-        record = _wait_until_done(slurm_cluster, cli.cwd / "sw", 60, timeout=900)
+        assert "24 submitted now in tasks of 6 point(s)" in out.stdout and "12 point(s) wait" in out.stdout
+        record = _wait_until_done(slurm_cluster, cli.cwd / "sw", 36, timeout=900)
     finally:
         sampler.stop.set()
         sampler.join()
     assert sampler.error is None and 1 <= sampler.most <= 4, (sampler.error, sampler.most)
     assert record["pack"] == {"points": 6, "parallel": 1}
     jobs = [p["job_id"] for p in record["points"]]
-    assert all(jobs) and len(set(jobs)) == 10  # 10 tasks; the 6 points of a task share its job id
-    assert [jobs.count(j) for j in dict.fromkeys(jobs)] == [6] * 10
+    assert all(jobs) and len(set(jobs)) == 6  # 6 tasks (4, then 2 topped up); a task's 6 points share its job id
+    assert [jobs.count(j) for j in dict.fromkeys(jobs)] == [6] * 6
     assert not [s for s in record["submissions"] if s.get("refused")]
-    print(f"\n60 points --pack 6, MaxSubmitJobsPerUser=4: {time.monotonic() - t0:.0f} s")
+    print(f"\n36 points --pack 6, MaxSubmitJobsPerUser=4: {time.monotonic() - t0:.0f} s")
 
 
 @pytest.mark.slow

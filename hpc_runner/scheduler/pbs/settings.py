@@ -75,8 +75,9 @@ class PbsSettings:
             if getattr(self, key) is not None:
                 name_of(getattr(self, key), key, "PBS", None)
         for name, low in (("select", 1), ("ncpus", 1), ("ngpus", 0)):
-            if not isinstance(getattr(self, name), int) or not low <= getattr(self, name) <= MAX_COUNT:
-                raise ClusterError(f"{name} {getattr(self, name)!r} is out of range", expected=f"{low} to {MAX_COUNT}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+                raise ClusterError(f"{name} {value!r} is out of range", expected=f"{low} to {MAX_COUNT}")
         if self.place is not None and not _PLACE.fullmatch(str(self.place)):
             raise ClusterError(f"place {str(self.place)[:60]!r} is not a PBS placement")
 

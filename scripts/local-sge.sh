@@ -296,7 +296,8 @@ job_runs() {
 }
 slurm_running() {
   [[ -x $HERE/local-slurm.sh ]] || return 1
-  timeout 30 "$HERE/local-slurm.sh" status 2>/dev/null | grep -qE '^slurmctld +running'
+  # grep reads it all (no -q): an early exit would SIGPIPE the writer and, under pipefail, read as "not running"
+  timeout 30 "$HERE/local-slurm.sh" status 2>/dev/null | grep -E '^slurmctld +running' >/dev/null
 }
 close_inherited_fds() {  # the daemons would keep every open fd of this shell (a flock'd lock) for life
   local fd
@@ -341,7 +342,7 @@ no_sge_daemons() { ! pgrep -x sge_qmaster >/dev/null && ! pgrep -x sge_execd >/d
 cmd_stop() {
   if alive "$QMASTER_PID" sge_qmaster; then
     qdel -u '*' >/dev/null 2>&1 || true
-    wait_until 20 queue_empty || log "jobs still listed after 20 s: $(qstat -u '*' 2>&1 | tail -n +3 | head -n 3 | tr '\n' ' ')"
+    wait_until 20 queue_empty || log "jobs still listed after 20 s: $(qstat -u '*' 2>&1 | sed -n 3,5p | tr '\n' ' ')"
     qconf -ke "$(host)" >/dev/null 2>&1 || true
   fi
   local f
@@ -353,7 +354,7 @@ cmd_stop() {
   fi
   # a daemon's pid file can go before the process does: "stopped" means no sge_* process is left (the next
   # scripts/local-slurm.sh start checks for them)
-  wait_until 10 no_sge_daemons || log "an sge daemon is still running after 10 s: $(pgrep -a 'sge_(qmaster|execd)' | head -n 2 | tr '\n' ' ')"
+  wait_until 10 no_sge_daemons || log "an sge daemon is still running after 10 s: $(pgrep -a 'sge_(qmaster|execd)' | sed -n 1,2p | tr '\n' ' ')"
   log "stopped"
 }
 not_alive() { ! alive "$@"; }

@@ -131,7 +131,7 @@ running() {
   local s
   s=$(ps -o stat= -p "$1" 2>/dev/null) && [[ -n $s && ${s:0:1} != Z ]]
 }
-port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
+port_free() { [[ -z $(ss -Hltn "sport = :$1") ]]; }
 # wait_until SECONDS CMD...: poll CMD every 0.2 s.
 wait_until() {
   local n=$(($1 * 5)) i
@@ -143,11 +143,17 @@ wait_until() {
   return 1
 }
 # node_names: vm1 vm2 ... on a machine named vm (a name ending in a digit gets an "n": ci-3n1).
-node_names() {
-  local host i
+# No `... | head` under pipefail in this script: head exits after its lines, and the writer's next write dies of
+# SIGPIPE, which fails the pipeline at random (a CI start once failed so at `node_names | head -n 1`).
+node_name() {  # node_name I: the name of emulated node I
+  local host
   host=$(hostname -s)
   [[ $host == *[0-9] ]] && host+=n
-  for ((i = 1; i <= NODES; i++)); do echo "$host$i"; done
+  echo "$host$1"
+}
+node_names() {
+  local i
+  for ((i = 1; i <= NODES; i++)); do node_name "$i"; done
 }
 node_addr() { echo "$NODE_NET.$1"; }        # node_addr I
 node_port() { echo $((NODE_PORT0 + $1)); }  # node_port I
@@ -197,7 +203,8 @@ write_configs() {
   # slurmd -C reports this machine's real layout; declaring more than exists drains the node. Every
   # emulated node is this machine and declares all of its cores and memory: overcommitted N times,
   # so that a job with 2 tasks on one node still fits, as on the single-node cluster.
-  cpus=$(slurmd -C | head -n 1 | grep -o 'CPUs=.*ThreadsPerCore=[0-9]*') || die "slurmd -C failed"
+  cpus=$(slurmd -C | sed -n '1s/.*\(CPUs=.*ThreadsPerCore=[0-9]*\).*/\1/p') || die "slurmd -C failed"
+  [[ -n $cpus ]] || die "slurmd -C printed no CPUs=...ThreadsPerCore= on its first line"
   ncpu=$(sed -n 's/^CPUs=\([0-9]*\).*/\1/p' <<<"$cpus")
   mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
   mem=$((mem > 2048 ? mem - 1024 : mem))   # leave room for the daemons themselves
@@ -410,7 +417,7 @@ in_own_uts() { unshare --uts true 2>/dev/null; }
 node_topology() {
   local real out=$DIR/etc/hwloc-$2.xml
   TOPO=
-  real=$DIR/state/d-$(node_names | head -n 1)/hwloc_topo_whole.xml
+  real=$DIR/state/d-$(node_name 1)/hwloc_topo_whole.xml
   wait_until 10 test -s "$real" || die "node 1's slurmd wrote no topology ($real)"
   awk -v node="$1" '
     { line[NR] = $0 }
@@ -637,7 +644,7 @@ cancel_recovered_jobs() {
   # One pass is not enough: an array task split off or requeued after the listing escapes it (CI once
   # waited 90 s on such a task, started 10 s after the cancel). Cancel by user until nothing is left.
   wait_until "$TIMEOUT" cancel_until_empty ||
-    die "jobs recovered from the last run still queued after ${TIMEOUT}s: $(squeue -h -o '%i %T' | head -n 5 | tr '\n' ' ')"
+    die "jobs recovered from the last run still queued after ${TIMEOUT}s: $(squeue -h -o '%i %T' | sed -n 1,5p | tr '\n' ' ')"
 }
 
 cancel_all_jobs() {

@@ -117,7 +117,7 @@ def _load(name: str) -> Any:
 def build_parser(names: Collection[str] | None = None) -> tuple[argparse.ArgumentParser,
                                                                  dict[str, argparse.ArgumentParser]]:
     """Return the top-level parser and the parser of each command, or of the ``names`` only: a command that is
-    run imports its own module, not all of them (0.2-0.4 s of every command's and every job's start)."""
+    run imports its own module, not all of them (less CPU at every command's and every job's start)."""
     parser = argparse.ArgumentParser(
         prog="hpc-runner",
         description="Run MONAI-format deep-learning bundles here or on SLURM clusters.",

@@ -333,6 +333,27 @@ def make_cluster() -> Iterator[Callable[..., Any]]:
         yield make
 
 
+@pytest.fixture
+def importing_heap() -> Iterator[tuple[int, ...]]:
+    """The heap as an entry point leaves it before its command runs (hpc_runner/heap.py): the young threshold raised
+    for the imports; yields CPython's own thresholds, which a command that waits puts back at its first poll. Put
+    back as they were after the test, whatever the command did."""
+    import gc
+
+    from hpc_runner import heap
+
+    assert heap._saved is None
+    own = gc.get_threshold()
+    heap.collect_less_while_importing()
+    assert gc.get_threshold() != own and heap._saved == own
+    try:
+        yield own
+    finally:
+        heap._saved = None
+        gc.set_threshold(*own)
+        gc.unfreeze()
+
+
 @pytest.fixture(scope="session")
 def charliecloud_image() -> Path:
     """A real Charliecloud image (a folder) with Debian's Python, this venv's torch and MONAI, and hpc-runner copied

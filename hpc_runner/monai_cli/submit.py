@@ -1,11 +1,12 @@
 """``hpc-runner submit NAME ARGS...`` for MONAI's bundle commands: pre-flight here, then one job running NAME.
 
 The job folder (``--job-dir``, default ``runs/<NAME>/<time>``) gets ``command.yaml`` (the command, the
-working dir, the cluster profile, the job id and its log files) and submitit's ``job/`` logs. The job
+working dir, the cluster profile, the job id and its log files) and the job's logs in ``jobs/``. The job
 runs in the submitting working dir, so relative paths mean what they mean here. Before anything is
 queued the command is checked as far as it can be without doing its work (configs load, files and
 checkpoints exist, the output folder is writable, the network builds, the workflow class imports and
-has the properties its ``--workflow_type`` needs) and ``sbatch --test-only`` accepts the resources.
+has the properties its ``--workflow_type`` needs) and the scheduler accepts the resources (the executor's
+``check_resources``: SLURM's ``sbatch --test-only``).
 """
 
 from __future__ import annotations

@@ -506,3 +506,18 @@ def test_a_choice_whose_run_dir_leads_outside_the_pipeline_is_refused_where_it_i
     write_text_atomic(record.file, record.text())
     with pytest.raises(pr.ClusterError, match=r"the run_dir chosen by stage 'best' '.*' resolves to .*, outside"):
         pr.PipelineRecord.load(directory).choice("best")
+
+
+def test_status_wait_of_a_pipeline_puts_the_collectors_thresholds_back(importing_heap, make_cluster, start,
+                                                                       cli) -> None:
+    """The pipeline's own wait loop gives the collector back at its first poll (the sweep's loops:
+    tests/cli/test_wait_gives_the_collector_back.py)."""
+    import gc
+
+    from hpc_runner import heap
+
+    make_cluster()
+    directory = start()  # every stage queued, none ended: the wait polls until --timeout
+    code, out, err = cli("status", str(directory), "--wait", "--no-submit", "--interval", "0.01", "--timeout", "0.05")
+    assert code == 1 and "still queued or running after 0.05 s" in out, err  # 1: not every stage ended well
+    assert gc.get_threshold() == importing_heap and heap._saved is None

@@ -219,11 +219,21 @@ def _not_utf8(argv: Sequence[str]) -> str | None:
         try:
             token.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raw = token.encode("utf-8", "surrogateescape") if isinstance(token, str) else bytes(token)
+            raw = _as_bytes(token)
             shown = repr(raw[:80])[1:] + ("..." if len(raw) > 80 else "")
             return (f"argument {position} ({shown}) is not UTF-8 text (byte {exc.start} of it). Expected options, "
                     "values, names and paths as UTF-8 text (rename a file whose name is in another encoding).")
     return None
+
+
+def _as_bytes(token: str) -> bytes:
+    """The bytes an argument stands for: a command line's bytes that are not UTF-8 come back as Python made them
+    lone surrogates (``surrogateescape``); a caller of ``main`` may pass any other lone surrogate, shown as its own
+    (invalid) UTF-8 form."""
+    try:
+        return token.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return token.encode("utf-8", "surrogatepass")
 
 
 # a command whose user may reach for an option of the command that queues the same work on a cluster

@@ -59,7 +59,24 @@ def keyword_arguments(spec: CommandSpec, args: argparse.Namespace) -> dict[str, 
 def run_parsed(name: str, args: argparse.Namespace) -> Any:
     """Run command ``name`` with parsed arguments; return what its API function returns."""
     spec = SPECS[name]
-    return _function(spec.api)(**keyword_arguments(spec, args))
+    function, kwargs = _function(spec.api), keyword_arguments(spec, args)
+    _refuse_missing(spec, function, kwargs)
+    return function(**kwargs)
+
+
+def _refuse_missing(spec: CommandSpec, function: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Refuse, in one paragraph, a call that lacks an argument the API function cannot go without (``init_bundle``
+    with no folder: Python's TypeError otherwise)."""
+    import inspect
+
+    for param in inspect.signature(function).parameters.values():
+        needed = param.default is param.empty and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+        if needed and kwargs.get(param.name) is None:
+            names = [p.name for p in spec.params]
+            what = next((p.help for p in spec.params if p.name == param.name), param.name)
+            where = "the first of MONAI's arguments" if names[:1] == [param.name] else "an argument"
+            raise UserError(f"{spec.name} needs --{param.name}", expected=f"{what}: {where}, or --{param.name} VALUE",
+                            hint="Give it in the --args_file" if "args_file" in names else None)
 
 
 def prepare_parsed(name: str, args: argparse.Namespace) -> Any:

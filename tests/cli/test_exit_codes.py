@@ -143,6 +143,7 @@ def test_the_filesystem_refusals_of_a_path_map_to_one_paragraph(tmp_path: Path) 
     ["init_bundle", "nb", "--metadata_str", "\udcff"],  # would be written to a file
     ["run", "--bundle", "bundles/synthetic_seg", "--output_dir", "caf\udce9"],  # would be a folder and a log line
     ["status", "a\udc80b"],
+    ["status", "\udcc3\udc28"],  # a lone surrogate no command line makes (0x28 is ASCII), passed to main() itself
 ])
 def test_an_argument_that_is_not_utf8_is_refused_before_any_command_runs(tmp_path: Path, monkeypatch, capsys,
                                                                          argv: list[str]) -> None:

@@ -52,6 +52,7 @@ CANARY: dict[str, bytes] = {
     ".config/hpc-runner/clusters/canary.yaml": b"extends: local\ndescription: canary\n",
     ".config/hpc-runner/clusters/mem.yaml": b"executor: memory\ncpus_per_task: 1\ntime: 10\nmem_gb: 1\n",
     ".config/hpc-runner/clusters/fuzzslurm.yaml": b"extends: slurm\ntime: 10\n",
+    ".config/hpc-runner/clusters/fuzzsge.yaml": b"extends: sge-local\n",
     ".config/other-app/settings.ini": b"[x]\ny=1\n",
     ".cache/other-app/blob": b"\x00" * 64,
     ".local/share/other-app/data": b"data\n",
@@ -347,7 +348,9 @@ class Case:
             changes = _changes(then, after[where])
             if changes:
                 found.append(f"wrote outside the allowed folders ({where}): {changes[:8]}")
-        pwned = [str(p.relative_to(self.root)) for p in self.root.rglob("*PWNED*")]
+        # what `touch PWNED` (or `> PWNED`) in a value makes when a shell runs it: a file of that very name; a
+        # folder or profile the command was asked to make, named `$(touch PWNED)`, is that name, not a command run
+        pwned = [str(p.relative_to(self.root)) for p in self.root.rglob("PWNED")]
         if pwned or Path(tempfile.gettempdir(), "PWNED").exists():
             found.append(f"a command in a value ran: {pwned}")
         return found

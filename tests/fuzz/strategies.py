@@ -10,8 +10,9 @@ Three kinds of slot take a hostile value, and each kind has its classes:
   a link to one), a link to /dev/zero, a folder, a dangling link, a huge sparse file, deeply nested JSON or YAML, a
   YAML alias bomb, non-UTF-8 bytes, text with control characters, odd numbers (NaN, 1e999, '²'), an empty file,
   and a valid document of the slot's own shape with one value replaced by a hostile one (``mutated``).
-- ``ANSWER_CLASSES``: what a fake scheduler command (sbatch, sacct, squeue, sinfo, scontrol, sacctmgr, scancel,
-  srun) prints: nothing, megabytes, non-UTF-8 bytes, odd digits, control characters, the wrong shape.
+- ``ANSWER_CLASSES``: what a fake scheduler command (SLURM's sbatch, sacct, squeue, sinfo, scontrol, sacctmgr,
+  scancel, srun; Grid Engine's qsub, qstat, qacct, qconf, qdel, qalter) prints: nothing, megabytes, non-UTF-8
+  bytes, odd digits, control characters, the wrong shape.
 
 Each class's strategy starts from its most hostile member (Hypothesis tries the simplest example first, so even one
 example per class is a useful case); more examples add variations.
@@ -225,7 +226,11 @@ FILE_CLASSES: dict[str, st.SearchStrategy[FileSpec]] = {
 
 # ----------------------------------------------------------------------------------------------- scheduler answers
 
-SCHEDULER_COMMANDS = ("sbatch", "sacct", "squeue", "sinfo", "scontrol", "sacctmgr", "scancel", "srun")
+GOLDEN_GRID_ENGINE = Path(__file__).resolve().parents[1] / "scheduler" / "golden" / "gridengine"
+
+SLURM_COMMANDS = ("sbatch", "sacct", "squeue", "sinfo", "scontrol", "sacctmgr", "scancel", "srun")
+GRID_ENGINE_COMMANDS = ("qsub", "qstat", "qacct", "qconf", "qdel", "qalter")
+SCHEDULER_COMMANDS = SLURM_COMMANDS + GRID_ENGINE_COMMANDS  # each profile's commands are on the fake PATH at once
 
 
 @dataclass(frozen=True)
@@ -253,6 +258,18 @@ TEMPLATES: dict[str, list[bytes]] = {
     "sacctmgr": [b"{x}|{x}|{x}|{x}\n", b"root|fuzz|normal|{x}|{x}\n"],
     "scancel": [b"{x}\n"],
     "srun": [b"{x}\n"],
+    # Grid Engine's (tests/scheduler/golden/gridengine/ has the real ones)
+    "qsub": [b"{x}\n", b"{x}.1-2:1\n", b"Your job {x} (\"x\") has been submitted\n"],
+    "qstat": [b"<?xml version='1.0'?>\n<job_info><queue_info><job_list state=\"running\"><JB_job_number>{x}"
+              b"</JB_job_number><state>{x}</state><tasks>{x}</tasks><slots>{x}</slots></job_list></queue_info>"
+              b"<job_info></job_info></job_info>\n", b"{x}\n"],
+    "qacct": [b"=" * 62 + b"\nqname        all.q\nhostname     {x}\njobnumber    {x}\ntaskid       {x}\n"
+              b"failed       {x}\nexit_status  {x}\nru_wallclock {x}\nmaxvmem      {x}\n"
+              b"category     -l h_rt={x},h_vmem={x}\n", b"{x}\n"],
+    "qconf": [b"qname {x}\nslots {x}\npe_list {x}\nh_rt {x}\nh_vmem {x}\nmax_u_jobs {x}\nmax_aj_tasks {x}\n"
+              b"max_aj_instances {x}\n", b"{x}\n"],
+    "qdel": [b"{x}\n"],
+    "qalter": [b"{x}\n"],
 }
 
 _PIECES: dict[str, st.SearchStrategy[bytes]] = {
@@ -286,8 +303,8 @@ ANSWER_CLASSES: dict[str, st.SearchStrategy[Answers]] = {
 
 
 def fake_scheduler(bin_dir: Path, answers: Answers) -> None:
-    """Write the fake SLURM commands into ``bin_dir`` (first on PATH): each prints its answer and exits with the
-    answer's status; every call is listed in ``bin_dir/calls.txt``."""
+    """Write the fake scheduler commands (SLURM's and Grid Engine's) into ``bin_dir`` (first on PATH): each prints
+    its answer and exits with the answer's status; every call is listed in ``bin_dir/calls.txt``."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name in SCHEDULER_COMMANDS:
         body = [f'echo "{name} $*" >> "{bin_dir}/calls.txt"']
@@ -311,4 +328,11 @@ SANE_ANSWERS = Answers({
     "sacctmgr": b"",
     "scancel": b"",
     "srun": b"",
+    "qsub": b"4242\n",  # -terse; `-w v` (the check) reads only the exit status
+    "qstat": b"<?xml version='1.0'?>\n<job_info><queue_info></queue_info><job_info></job_info></job_info>\n",
+    "qacct": b"",
+    "qconf": (GOLDEN_GRID_ENGINE / "qconf_sq.txt").read_bytes()  # -sq and -sconf read their own keys of both
+    + (GOLDEN_GRID_ENGINE / "qconf_sconf_global.txt").read_bytes(),
+    "qdel": b"",
+    "qalter": b"",
 })

@@ -7,7 +7,8 @@ surface is one more line in ``SURFACES``; a new subcommand without a line fails 
 
 Every call is kept cheap: the tiny example bundle (two 16^3 volumes, one epoch, well under a second here),
 ``--dry-run`` where the command has one, ``--cluster mem`` (the in-memory cluster: nothing runs) or the fake
-scheduler (``fuzzslurm``: a SLURM profile whose sbatch, sacct... are the case's scripts).
+scheduler (``fuzzslurm``: a SLURM profile whose sbatch, sacct... are the case's scripts; ``fuzzsge``: the shipped
+``sge-local`` profile, whose qsub, qstat, qacct, qconf... are).
 """
 
 from __future__ import annotations
@@ -74,6 +75,22 @@ def slurm_sweep(case: Case) -> list[list[str]]:
     """Set-up: a two-point sweep submitted to the fake scheduler (sane answers) into ``work/ssw``."""
     return [["sweep", *tiny(case), "--cluster", "fuzzslurm", "--sweep", "seed=1,2", "--no-preflight",
              "--output_dir", "ssw"]]
+
+
+def sge_sweep(case: Case) -> list[list[str]]:
+    """Set-up: a two-point sweep submitted to the fake Grid Engine (sane answers) into ``work/gsw``."""
+    return [["sweep", *tiny(case), "--cluster", "fuzzsge", "--sweep", "seed=1,2", "--no-preflight",
+             "--output_dir", "gsw"]]
+
+
+# a Grid Engine profile in its own words (scheduler/gridengine/settings.py); a surface puts a hostile value in one key
+SGE_PROFILE = {"executor": "gridengine", "queue": "all.q", "pe": "smp", "h_rt": "0:10:0", "h_vmem": "2G",
+               "project": "p1", "slots": 1, "description": "fuzz"}
+
+
+def sge_profile_value(case: Case, key: str, value: str) -> str:
+    """A Grid Engine profile whose ``key`` is the hostile ``value``; returns its name."""
+    return case.profile("hostile", FileSpec("mutate", index=list(SGE_PROFILE).index(key), value=value), SGE_PROFILE)
 
 
 def with_answers(case: Case, answers: Any, argv: list[str]) -> list[str]:
@@ -162,8 +179,9 @@ def completion_profiles(case: Case, name: str) -> Callable[[], int]:
 
         path = case.root / "tmp" / "completion.bash"
         path.write_text(script("bash"))
-        proc = subprocess.run(["bash", "-c", f'source "{path}"; _hpcr_profiles ""; _hpcr_profiles "{safe[:1]}"'],
-                              capture_output=True, timeout=20, cwd=case.work)
+        # the path and the prefix are bash's arguments, never spliced into its code
+        proc = subprocess.run(["bash", "-c", 'source "$1"; _hpcr_profiles ""; _hpcr_profiles "$2"', "bash",
+                               str(path), safe[:1]], capture_output=True, timeout=20, cwd=case.work)
         print(proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
         return proc.returncode
 
@@ -273,6 +291,16 @@ SURFACES: list[Surface] = [
     Surface("submit", "scheduler answers --json", "answers",
             lambda c, v: with_answers(c, v, ["submit", *tiny(c), "--cluster", "fuzzslurm", "--no-preflight",
                                              "--json", "--output_dir", "sub"])),
+    # ---- submit to Grid Engine (its own profile keys, its answers)
+    *(Surface("submit", f"--cluster Grid Engine profile {key} (text)", "text",
+              lambda c, v, key=key: ["submit", *tiny(c), "--dry-run", "--no-preflight", "--cluster",
+                                     sge_profile_value(c, key, v)]) for key in ("queue", "pe", "h_rt", "h_vmem")),
+    Surface("submit", "--scheduler-option VALUE on Grid Engine", "text",
+            lambda c, v: ["submit", *tiny(c), "--cluster", "fuzzsge", "--dry-run", "--no-preflight",
+                          "--scheduler-option", v]),
+    Surface("submit", "Grid Engine answers", "answers",
+            lambda c, v: with_answers(c, v, ["submit", *tiny(c), "--cluster", "fuzzsge", "--no-preflight",
+                                             "--output_dir", "sub"])),
     # ---- sweep
     Surface("sweep", "--sweep seed=VALUE", "text",
             lambda c, v: ["sweep", *mem(c), "--dry-run", "--sweep", f"seed={v}"]),
@@ -301,6 +329,9 @@ SURFACES: list[Surface] = [
     Surface("sweep", "scheduler answers --dry-run --json", "answers",
             lambda c, v: with_answers(c, v, ["sweep", *tiny(c), "--cluster", "fuzzslurm", "--sweep", "seed=1,2",
                                              "--no-preflight", "--dry-run", "--json"])),
+    Surface("sweep", "Grid Engine answers --json", "answers",
+            lambda c, v: with_answers(c, v, ["sweep", *tiny(c), "--cluster", "fuzzsge", "--sweep", "seed=1,2",
+                                             "--no-preflight", "--json", "--output_dir", "gsw"])),
     Surface("sweep", "kept limits cache", "file",
             lambda c, v: limits_cache(c, v) or ["sweep", *tiny(c), "--cluster", "fuzzslurm", "--sweep", "seed=1,2",
                                                 "--no-preflight", "--dry-run"]),
@@ -311,6 +342,8 @@ SURFACES: list[Surface] = [
     *record_lines("status", ["--json"]),
     Surface("status", "scheduler answers", "answers", lambda c, v: with_answers(c, v, ["status", "ssw", "--json"]),
             setup=slurm_sweep),
+    Surface("status", "Grid Engine answers", "answers",
+            lambda c, v: with_answers(c, v, ["status", "gsw", "--json"]), setup=sge_sweep),
     Surface("collect", "--out", "text", lambda c, v: ["collect", sweep_dir(c), "--out", v]),
     *record_lines("collect", run=("summary.json",), sweep=("sweep.yaml", "points/0000/summary.json", "results.jsonl")),
     Surface("report", "DIR", "text", lambda c, v: ["report", v]),
@@ -330,6 +363,8 @@ SURFACES: list[Surface] = [
     Surface("cancel", "sweep dir sweep.yaml", "file", lambda c, v: ["cancel", sweep_dir(c, "sweep.yaml", v)]),
     Surface("cancel", "scheduler answers", "answers", lambda c, v: with_answers(c, v, ["cancel", "ssw"]),
             setup=slurm_sweep),
+    Surface("cancel", "Grid Engine answers", "answers", lambda c, v: with_answers(c, v, ["cancel", "gsw"]),
+            setup=sge_sweep),
     Surface("tracking", "send RUN_DIR run.yaml", "file",
             lambda c, v: ["tracking", "send", run_dir(c, "run.yaml", v)]),
     Surface("tracking", "send RUN_DIR", "text", lambda c, v: ["tracking", "send", v]),
@@ -349,6 +384,8 @@ SURFACES: list[Surface] = [
             lambda c, v: ["cluster", "show", c.profile("hostile", v), "--json"]),
     Surface("cluster", "show: scheduler answers", "answers",
             lambda c, v: with_answers(c, v, ["cluster", "show", "fuzzslurm", "--json"])),
+    Surface("cluster", "show: Grid Engine answers", "answers",
+            lambda c, v: with_answers(c, v, ["cluster", "show", "fuzzsge", "--json"])),
     Surface("cluster", "init NAME", "text", lambda c, v: ["cluster", "init", v],
             writable=(".config/hpc-runner/clusters",)),
     Surface("cluster", "init: scheduler answers", "answers",

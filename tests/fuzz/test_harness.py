@@ -47,6 +47,22 @@ def test_a_write_outside_the_allowed_folders_is_found(case: Case, capfd, where: 
     assert any("wrote outside the allowed folders" in f for f in found), found
 
 
+def test_a_command_a_value_ran_is_found_and_a_folder_named_after_it_is_not(case: Case, capfd) -> None:
+    import subprocess
+
+    def named() -> int:  # `init --to '$(touch PWNED)'`: a folder of that name is what was asked for
+        Path("$(touch PWNED)").mkdir()
+        return 0
+
+    def ran() -> int:  # the same value spliced into a shell's code
+        subprocess.run("mkdir -p sub && cd sub && echo $(touch PWNED)", shell=True, check=True)
+        return 0
+
+    assert _violations(case, capfd, named) == []
+    found = _violations(case, capfd, ran)
+    assert any("a command in a value ran: ['work/sub/PWNED']" in f for f in found), found
+
+
 def test_an_odd_exit_code_a_traceback_and_two_error_paragraphs_are_found(case: Case, capfd) -> None:
     def bad() -> int:
         print("Traceback (most recent call last):", file=sys.stderr)

@@ -181,3 +181,48 @@ def test_max_u_jobs_counts_an_array_as_one_job_so_one_free_job_is_a_whole_array(
     tasks = SubmitLimits(user="u", limits=[Limit("MaxSubmitJobs", "QOS q (sacctmgr)", 10, queued=4)])
     tasks.consume(3)
     assert tasks.free_slots == 3  # SLURM's limits count each task
+
+
+def _fake_qsub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str) -> Path:
+    """qsub answers ``answer``; qdel lists what it was asked to cancel in the returned file."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "qdel-calls.txt"
+    bin_dir.mkdir()
+    (bin_dir / "qsub").write_text(f"#!/bin/sh\nprintf '%s\\n' '{answer}'\n")
+    (bin_dir / "qdel").write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n')
+    for name in ("qsub", "qdel"):
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def _submit(tmp_path: Path, count: int):
+    from hpc_runner.monai_cli.job import run_monai_command
+    from hpc_runner.scheduler.executor import JobRequest
+    from hpc_runner.scheduler.gridengine.executor import GridEngineExecutor
+    from hpc_runner.scheduler.profile import ClusterProfile
+
+    ex = GridEngineExecutor(ClusterProfile("sge", [], {"executor": "gridengine", "time": 10}))
+    request = JobRequest(job_name="s1", folder=tmp_path / "logs", chdir=str(tmp_path))
+    return ex.submit(run_monai_command, [["init_bundle"] * count, [[f"b{k}"] for k in range(count)]], request)
+
+
+@pytest.mark.parametrize(("count", "answer", "ids"), [
+    (3, "4242.1-3:1", ["4242_0", "4242_1", "4242_2"]),
+    (3, "4242", ["4242_0", "4242_1", "4242_2"]),  # a site's wrapper printing the number alone: the tasks asked
+    (1, "4242", ["4242"]),
+])
+def test_qsubs_answer_gives_the_job_and_the_tasks_the_script_asked_for(count, answer, ids, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_qsub(tmp_path, monkeypatch, answer)
+    assert [job.job_id for job in _submit(tmp_path, count)] == ids and not calls.exists()
+
+
+@pytest.mark.parametrize(("count", "answer"), [(2, "4242.1-5:1"), (3, "4242.2-3:1"), (1, "4242.1-2:1")])
+def test_an_answer_naming_other_tasks_than_asked_cancels_the_job_and_records_nothing(
+        count, answer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trusting it would record a point unsubmitted while its task runs (and resume would send it again), or
+    give ids to tasks that were never asked for."""
+    calls = _fake_qsub(tmp_path, monkeypatch, answer)
+    with pytest.raises(ClusterError, match="was cancelled"):
+        _submit(tmp_path, count)
+    assert calls.read_text() == "4242\n" and list((tmp_path / "logs").iterdir()) == []

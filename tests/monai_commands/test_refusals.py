@@ -206,3 +206,13 @@ def test_a_metadata_file_over_the_config_bound_or_a_named_pipe_is_refused_unread
     os.mkfifo(here / "pipe.json")
     assert "named pipe" in refused(capsys, "verify_metadata", "--meta_file", "pipe.json", "--schema",
                                    str(DATA / "meta_schema_small.json"))
+
+
+@pytest.mark.parametrize("argv", [["init_bundle"], ["init_bundle", "--"], ["init_bundle", "--dataset_license", "True"]])
+def test_a_command_without_the_argument_its_function_needs_is_refused_by_name(tmp_path: Path, monkeypatch, capsys,
+                                                                               argv: list[str]) -> None:
+    """MONAI's function would raise Python's TypeError (missing 1 required positional argument)."""
+    monkeypatch.chdir(tmp_path)
+    line = refused(capsys, *argv)
+    assert "init_bundle needs --bundle_dir" in line and "the first of MONAI's arguments" in line
+    assert list(tmp_path.iterdir()) == []

@@ -38,7 +38,7 @@ from hpc_runner.scheduler.executor import (
     job_entry_name,
 )
 from hpc_runner.scheduler.gridengine import commands
-from hpc_runner.scheduler.gridengine.answers import Report, is_limit_refusal, native_id
+from hpc_runner.scheduler.gridengine.answers import Report, Submitted, is_limit_refusal, native_id
 from hpc_runner.scheduler.gridengine.job_script import job_script, log_paths
 from hpc_runner.scheduler.gridengine.settings import PROFILE_KEYS, GridEngineSettings
 from hpc_runner.scheduler.job_state import FROM_ACCOUNTING, FROM_NOWHERE, FROM_QUEUE
@@ -172,7 +172,7 @@ class GridEngineExecutor(Executor):
         script_file = args_file.with_suffix(".sh")
         write_text_atomic(script_file, script)
         try:
-            submitted = commands.submit(script_file)
+            submitted = as_asked(commands.submit(script_file), count)
         except ClusterError:
             args_file.unlink(missing_ok=True)
             script_file.unlink(missing_ok=True)
@@ -267,6 +267,25 @@ class GridEngineExecutor(Executor):
         if ids and after:
             commands.hold_on(ids, after)
         return ids
+
+
+def as_asked(submitted: Submitted, count: int) -> Submitted:
+    """The job qsub answered, with the tasks the script asked for (``-t 1-COUNT``; none for one task). An answer
+    that names the job only is given those tasks (a site's qsub wrapper may print the number alone); an answer whose
+    tasks are not the ones asked, or an array for one task, is not trusted: the job it names is cancelled (its
+    arguments file is removed by the caller, so a task that starts anyway ends at once) and ClusterError says why, so
+    no point is recorded unsubmitted while a task of it runs, or submitted twice."""
+    asked = range(1, count + 1) if count > 1 else range(0)
+    if submitted.tasks == asked:
+        return submitted
+    if count > 1 and not submitted.array:
+        return Submitted(submitted.job_id, asked)
+    commands.cancel([submitted.job_id])
+    shown = f"{submitted.tasks.start}-{submitted.tasks.stop - 1}" if submitted.array else "none"
+    raise ClusterError(f"qsub answered job {submitted.job_id} with tasks {shown}, but the script asked for "
+                       f"{f'tasks 1-{count}' if count > 1 else 'one job, no tasks'}; the job was cancelled (qdel) "
+                       "and nothing is recorded as submitted",
+                       expected="qsub -terse's answer for what was asked: 1234, or 1234.1-N:1 for an array of N")
 
 
 def native_id_or_none(job_id: str) -> tuple[str, int | None] | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from hpc_runner.cli.common import apply_profile_stage
 from hpc_runner.errors import UserError
+from hpc_runner.records.numbers import INT64_MAX
 from hpc_runner.scheduler.profiles import load_profile, parse_setting_overrides
 from hpc_runner.scheduler.select import executor_for
 
@@ -112,6 +113,8 @@ def _whole_number_at_least(minimum: int, what: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{value} must be {what}")
+        if value > INT64_MAX:  # sweep.yaml records it, and refuses a count past 64 bits when read back
+            raise argparse.ArgumentTypeError(f"{text} must be at most {INT64_MAX}")
         return value
 
     return parse

@@ -15,6 +15,7 @@ from hpc_runner.config.loader import record_lines, report_duplicates
 from hpc_runner.config.values import PASS_THROUGH_PREFIXES, Yaml12Loader, parse_value
 from hpc_runner.errors import ConfigError
 from hpc_runner.records.json_out import json_copy
+from hpc_runner.records.numbers import INT64_MAX, INT64_MIN
 from hpc_runner.records.read import RecordError, read_record_text
 from hpc_runner.records.shape import compose_checked
 
@@ -120,10 +121,12 @@ def load_args_file(path: str | Path) -> tuple[list[Override], dict[str, Any]]:
         duplicates: list = []
         record_lines(node, "", {}, duplicates)
         report_duplicates(duplicates, path)
-    if data is None:  # an empty args file overrides nothing
+    if node is None:  # an empty args file (nothing, or only comments) overrides nothing; `null` is no mapping
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError("the args file is not a mapping", where=str(path), expected="a mapping of id: value")
+        kind = "null" if data is None else ("an " if type(data).__name__[0] in "aeiou" else "a ") + type(data).__name__
+        raise ConfigError(f"the args file holds {kind}, not a mapping", where=str(path),
+                          expected="a mapping of config ids to values")
     lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value} if node is not None else {}
     options = {k: data.pop(k) for k in ARGS_FILE_OPTIONS if k in data}
     result = []
@@ -188,8 +191,34 @@ def _kind(value: Any) -> str:
     return "other"
 
 
+def beyond_int64(value: Any) -> int | None:
+    """Return the first whole number in ``value`` (itself, or an item of its lists and mappings, keys included)
+    outside the signed 64-bit range, else None: no config id can hold one (``--max_epochs 999...9`` would
+    train for ever, a seed or a size overflows in torch or numpy)."""
+    stack = [value]
+    while stack:  # a loop: a parsed value's depth is bounded, its width is not
+        item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and not INT64_MIN <= item <= INT64_MAX:
+            return item
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list | tuple):
+            stack += item
+    return None
+
+
+def _int64_expected(big: int) -> str:
+    digits = len(str(abs(big))) if big.bit_length() < 10_000 else f"over {big.bit_length() * 3 // 10}"
+    return (f"whole numbers from {INT64_MIN} to {INT64_MAX} (the signed 64-bit range torch and numpy use); "
+            f"it holds one of {digits} digits")
+
+
 def check_value_type(old: Any, new: Any) -> str | None:
-    """Return what was expected when ``new`` cannot sensibly replace ``old``, else None."""
+    """Return what was expected when ``new`` cannot sensibly replace ``old`` (or holds a whole number past 64 bits,
+    which no id can hold), else None."""
+    big = beyond_int64(new)
+    if big is not None:
+        return _int64_expected(big)
     if isinstance(new, str) and new.startswith(PASS_THROUGH_PREFIXES):
         return None  # expressions, references and macros are typed by the resolver
     if old is None or new is None or isinstance(old, str):
@@ -258,6 +287,11 @@ def apply_override(config: dict, ov: Override, where_defined: Mapping[str, str],
     An id the config lacks is refused when ``strict`` (unless the override adds it, ``+id``); otherwise it is
     added under its existing parent, as MONAI's ``ConfigParser.update`` does.
     """
+    big = beyond_int64(ov.value)
+    if big is not None:  # whatever it replaces or adds: no id holds it
+        raise ConfigError(f"override {ov.origin} gives a whole number past 64 bits for id '{ov.id}'",
+                          where=ov.origin if ov.source == "args_file" else None, id_path=ov.id,
+                          expected=_int64_expected(big))
     exists = has_id(config, ov.id)
     if not exists and not ov.add and not strict:
         parent = _parent_id(ov.id)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from hpc_runner.errors import ConfigError
-from hpc_runner.records.shape import check_yaml_shape
+from hpc_runner.records.shape import MAX_NUMBER_DIGITS, check_yaml_shape
 
 PASS_THROUGH_PREFIXES = ("$", "@", "%")
 
@@ -82,7 +82,8 @@ def parse_value(text: str, *, what: str = "value") -> Any:
     if stripped == "" or stripped.startswith(PASS_THROUGH_PREFIXES):
         return text
     try:
-        if stripped[0] in "[{&*":  # a flow collection: bound its depth and aliases before building it
+        # a flow collection: bound its depth and aliases before building it; a long value: its number's digits
+        if stripped[0] in "[{&*" or len(stripped) > MAX_NUMBER_DIGITS:
 
             check_yaml_shape(Yaml12Loader(stripped), what)
         value = yaml.load(stripped, Loader=Yaml12Loader)

@@ -45,8 +45,9 @@ sweep.yaml is written as JSON (a subset of YAML 1.2), one point a line: at 5,000
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -55,7 +56,7 @@ from hpc_runner.engine.sandbox import received_grants
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.confine import inside, links_inside
 from hpc_runner.records.ledger_record import LedgerRecord, Transactions, TransitionError
-from hpc_runner.records.numbers import is_ascii_digits
+from hpc_runner.records.numbers import INT64_MAX, is_ascii_digits
 from hpc_runner.records.read import LEDGER_MAX_BYTES, RecordError, parse_json_text, read_record_bytes
 from hpc_runner.records.rundir import now_iso
 
@@ -127,29 +128,37 @@ def point_dir_name(index: int, count: int) -> str:
 
 def _check_point(point: Any, n: int, file: Path) -> None:
     """ClusterError unless entry ``n`` of sweep.yaml's points is one hpc-runner could have written."""
-    problem = None
+    problem, key = None, None
     if not isinstance(point, dict):
         problem = f"is a {type(point).__name__}, not a mapping"
     elif point.get("index") != n:
-        problem = f"has index {point.get('index')!r}, not {n}"
+        problem, key = f"has index {_shown(point.get('index'))}, not {n}", "index"
     elif not isinstance(point.get("dir"), str) or not _is_point_dir(point["dir"]):
-        problem = f"has dir {point.get('dir')!r}, not a folder under {POINTS_DIR}/"
+        problem, key = f"has dir {_shown(point.get('dir'))}, not a folder under {POINTS_DIR}/", "dir"
     elif not isinstance(point.get("params", {}), dict) or not isinstance(point.get("extra", {}), dict):
         problem = "has params or extra that are not mappings"
+        key = "params" if not isinstance(point.get("params", {}), dict) else "extra"
     elif not isinstance(point.get("request") or {}, dict) or not all(
             isinstance(v, str | int | float | type(None)) for v in (point.get("request") or {}).values()):
-        problem = f"has request {point.get('request')!r}, not a mapping of profile settings to plain values"
+        problem = f"has request {_shown(point.get('request'))}, not a mapping of profile settings to plain values"
+        key = "request"
     elif point.get("job_id") is not None and not isinstance(point.get("job_id"), str):
-        problem = f"has job_id {point.get('job_id')!r}, not text"
+        problem, key = f"has job_id {_shown(point.get('job_id'))}, not text", "job_id"
     elif point.get("submit", WAITING) not in STATES:
-        problem = f"has state {point.get('submit')!r}, not one of {', '.join(STATES)}"
+        problem, key = f"has state {_shown(point.get('submit'))}, not one of {', '.join(STATES)}", "submit"
     elif not _node_names(point.get("exclude", [])):
-        problem = f"has exclude {point.get('exclude')!r}, not a list of node names"
+        problem, key = f"has exclude {_shown(point.get('exclude'))}, not a list of node names", "exclude"
     elif not _node_names(point.get("attempts", [])) or not all(_is_attempt_dir(a) for a in point.get("attempts", [])):
-        problem = f"has attempts {str(point.get('attempts'))[:200]}, not a list of folders under {ATTEMPTS_DIR}/"
+        problem = f"has attempts {_shown(point.get('attempts'))}, not a list of folders under {ATTEMPTS_DIR}/"
+        key = "attempts"
     if problem:
         raise ClusterError(f"point {n} of the sweep record {problem}", where=str(file),
+                           id_path=f"points[{n}]" + (f".{key}" if key else ""),
                            expected=f"the {SWEEP_FILE} hpc-runner wrote (hand edits may change params only)")
+    for key, value in point.items():  # the other fields a reader uses, where the point has them
+        shape = POINT_FIELDS.get(key)
+        if shape is not None and not shape.fits(value):
+            shape.check(value, f"points[{n}].{key}", file)
 
 
 def _node_names(value: Any) -> bool:
@@ -164,6 +173,168 @@ def _is_point_dir(text: str) -> bool:
 def _is_attempt_dir(text: str) -> bool:
     parts = text.split("/")
     return len(parts) == 2 and parts[0] == ATTEMPTS_DIR and parts[1] not in ("", ".", "..")
+
+
+# ---------------------------------------------------------------- what each key of sweep.yaml holds
+#
+# sweep.yaml is checked once, as it is read (``SweepRecord.load``, and a job's ``read_point``): every key a reader
+# uses has a shape here, so a value of the wrong type (NaN, a list, text, null, a number past 64 bits) is one
+# ClusterError naming the file and the id (``submissions[0].profile``) for every command, and the readers may
+# trust the types they find. A key that is absent is fine (older sweeps lack some); null is fine where the readers
+# treat the key as optional. What a value means (a profile's settings, a tune's section, --safe grants) is checked
+# by its own owner where it is used.
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    """``value`` in a few words for a message: a container by its kind, anything else by its repr, cut short."""
+    if isinstance(value, dict | list):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'} of {len(value)} item(s)"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one value of sweep.yaml is, as hpc-runner writes it (``what``, in words): a value ``ok`` accepts; a
+    mapping whose named ``keys`` have shapes of their own (others are not read); a mapping whose every key
+    ``key_ok`` accepts and every value has the shape ``each``; or a list whose every item has the shape ``item``.
+    ``null``: None stands for the value not being there."""
+
+    what: str
+    ok: Callable[[Any], bool] | None = None
+    keys: dict[str, Shape] | None = None
+    each: Shape | None = None
+    key_ok: Callable[[Any], bool] = _is_text
+    item: Shape | None = None
+    null: bool = False
+
+    def _kind_fits(self, value: Any) -> bool:
+        if self.keys is not None or self.each is not None:
+            return isinstance(value, dict)
+        if self.item is not None:
+            return isinstance(value, list)
+        return self.ok is None or self.ok(value)
+
+    def fits(self, value: Any) -> bool:
+        """Return True when ``value`` has this shape (no message: the fast path of a 10,000-point record)."""
+        if value is None and self.null:
+            return True
+        if not self._kind_fits(value):
+            return False
+        if self.keys is not None:
+            return all(shape.fits(value[k]) for k, shape in self.keys.items() if k in value)
+        if self.each is not None:
+            return all(self.key_ok(k) and self.each.fits(v) for k, v in value.items())
+        if self.item is not None:
+            return all(self.item.fits(v) for v in value)
+        return True
+
+    def check(self, value: Any, at: str, file: Path) -> None:
+        """ClusterError naming ``file``, the id ``at`` and what was expected, at the first part of ``value`` that
+        does not have this shape."""
+        if value is None and self.null:
+            return
+        if not self._kind_fits(value):
+            raise ClusterError(f"the sweep record holds {_shown(value)} there", where=str(file), id_path=at,
+                               expected=f"{self.what}{', or null' if self.null else ''}, as hpc-runner writes it "
+                               "(hand edits may change params only)")
+        if self.keys is not None:
+            for k, shape in self.keys.items():
+                if k in value:
+                    shape.check(value[k], f"{at}.{k}", file)
+        elif self.each is not None:
+            for k, v in value.items():
+                if not self.key_ok(k):
+                    raise ClusterError(f"the sweep record holds the key {_shown(k)} there", where=str(file),
+                                       id_path=at, expected=f"{self.what}, as hpc-runner writes it")
+                self.each.check(v, f"{at}.{k}", file)
+        elif self.item is not None:
+            for n, v in enumerate(value):
+                self.item.check(v, f"{at}[{n}]", file)
+
+
+def _or_null(shape: Shape) -> Shape:
+    return dataclasses.replace(shape, null=True)
+
+
+_TEXT = Shape("text", _is_text)
+_COUNT = Shape(f"a whole number from 0 to {INT64_MAX}", _is_count)
+_POSITIVE = Shape(f"a whole number from 1 to {INT64_MAX}", lambda v: _is_count(v) and v >= 1)
+_TEXTS = Shape("a list of text", item=_TEXT)
+_MAPPING = Shape("a mapping", lambda v: isinstance(v, dict))
+_ENTRIES_LOG = Shape("a list of mappings", item=_MAPPING)  # resumed, cancelled, a point's history: appended to
+_PROFILE = Shape("a cluster profile as recorded (a mapping of profile, file and settings)", null=True,
+                 keys={"profile": _or_null(_TEXT), "file": _or_null(_TEXT), "settings": _or_null(_MAPPING)})
+_SUBMISSION = Shape("a submission (a mapping of at, reason, arrays, profile...)", keys={
+    "reason": _or_null(_TEXT),
+    "arrays": _or_null(Shape("a list of arrays", item=Shape("an array (a mapping with its job_id)",
+                                                            keys={"job_id": _or_null(_TEXT)}))),
+    "profile": _PROFILE,
+    "array_parallelism": _or_null(_POSITIVE),
+    "workers": _or_null(Shape("a mapping of worker numbers (text of digits) to job ids", each=_or_null(_TEXT),
+                              key_ok=is_ascii_digits)),
+})
+# the top-level keys: kind, created, version, spec and the texts only shown are not read as anything else
+SWEEP_FIELDS: dict[str, Shape] = {
+    "bundle": _or_null(_TEXT),
+    "bundle_dir": _or_null(_TEXT),
+    "entry": _or_null(_TEXT),
+    "checked": _or_null(_TEXT),
+    "base": _TEXT,  # where they lead is check_folders' to say
+    "job_folder": _TEXT,
+    "command": Shape("the command as recorded (a mapping of argv, shell and cwd)", null=True,
+                     keys={"argv": _or_null(_TEXTS), "shell": _or_null(_TEXT), "cwd": _or_null(_TEXT)}),
+    "params": Shape("a list of the swept ids (text)", item=_TEXT),
+    "cluster": _PROFILE,
+    "state": Shape(f"one of {', '.join(SWEEP_STATES)}", lambda v: isinstance(v, str) and v in SWEEP_STATES),
+    "error": _or_null(_MAPPING),
+    "submissions": Shape("a list of submissions", item=_SUBMISSION),
+    "submit_calls": _COUNT,
+    "bounds": Shape("a mapping of bounds (max_returns, max_retries, max_submit_calls) to whole numbers",
+                    each=_COUNT, null=True),
+    "pack": Shape("a mapping of points and parallel (whole numbers from 1)", null=True,
+                  keys={"points": _POSITIVE, "parallel": _POSITIVE}),
+    "retry": Shape("a mapping of --retry rules (CAUSE: CHANGE, both text)", each=_TEXT, null=True),
+    "dependency": _or_null(_TEXT),
+    "waiters": _or_null(_TEXTS),
+    "leaving": _or_null(_TEXTS),
+    "sandbox": _or_null(_MAPPING),
+    "tune": _or_null(_MAPPING),
+    "shards": _or_null(_MAPPING),
+    "pipeline": _or_null(_MAPPING),
+    "resumed": _ENTRIES_LOG,
+    "cancelled": _ENTRIES_LOG,
+}
+# a point's keys besides those _check_point checks first (index, dir, params, extra, request, job_id, submit,
+# exclude, attempts); a tune's trials have the last ones
+POINT_FIELDS: dict[str, Shape] = {
+    "jobs": _TEXTS,
+    "returns": _COUNT,
+    "retries": _COUNT,
+    "cause": Shape("a cause (a mapping of kind and message)", null=True,
+                   keys={"kind": _TEXT, "message": _or_null(_TEXT)}),
+    "history": _ENTRIES_LOG,
+    "node_failures": Shape("a mapping of job ids to the nodes their attempts failed on", each=_TEXTS),
+    "trial": _or_null(_COUNT),
+    "trial_id": _or_null(_COUNT),
+    "worker": _or_null(_COUNT),
+    "state": _or_null(_TEXT),
+    "value": _or_null(Shape("a number (a trial's metric: NaN when it diverged)", _is_number)),
+    "epochs": _or_null(_COUNT),
+    "resumed": _COUNT,
+    "error": _or_null(_TEXT),
+}
 
 
 @dataclass
@@ -181,6 +352,13 @@ class SweepRecord(LedgerRecord, noun="sweep", entries="points", check=_check_poi
         if record.data.get("sandbox") is not None:
             record.data["sandbox"] = received_grants(record.data["sandbox"], record.file)
         return record
+
+    def check_fields(self) -> None:
+        """ClusterError naming the id of the first top-level value (besides the points, checked one by one) that
+        does not have the shape hpc-runner writes (``SWEEP_FIELDS``)."""
+        for key, shape in SWEEP_FIELDS.items():
+            if key in self.data and not shape.fits(self.data[key]):
+                shape.check(self.data[key], key, self.file)
 
     @property
     def base_dir(self) -> Path:

@@ -96,13 +96,20 @@ class LedgerRecord:
         except RecordError as err:
             raise ClusterError(err.message, where=err.where, expected=err.expected) from None
         if not isinstance(data, dict) or data.get("kind") != cls.KIND or not isinstance(data.get(cls.ENTRIES), list):
-            raise ClusterError(f"not a {what}", where=str(file), expected=f"a {cls.FILE} written by {cls.KIND}")
+            culprit = None if not isinstance(data, dict) else "kind" if data.get("kind") != cls.KIND else cls.ENTRIES
+            raise ClusterError(f"not a {what}", where=str(file), id_path=culprit,
+                               expected=f"a {cls.FILE} written by {cls.KIND}")
         entries = data.pop(cls.ENTRIES)
         for n, entry in enumerate(entries):
             cls.check_entry(entry, n, file)
         record = cls(path, data, entries)
+        record.check_fields()
         record.check_folders()
         return record
+
+    def check_fields(self) -> None:
+        """ClusterError unless every top-level value the record's readers use has the type its writer gives it
+        (each kind says which: its readers may then trust them)."""
 
     def check_folders(self) -> None:
         """ClusterError unless every folder the record names resolves inside its own folder (records/confine.py;

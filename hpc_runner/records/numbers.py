@@ -14,6 +14,7 @@ import re
 from hpc_runner.errors import UserError
 
 MAX_DIGITS = 18  # below 2**63: every count, size, id and limit a scheduler or a kernel prints
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # the whole numbers torch, numpy and the schedulers take
 _ASCII_WHITESPACE = " \t\r\n"
 _INT = re.compile(rf"\A[0-9]{{1,{MAX_DIGITS}}}\Z")
 DIGITS = frozenset("0123456789")

@@ -37,6 +37,10 @@ MAX_CONFIG_NODES = 200_000
 # The characters of scalars YAML aliases may add once expanded: 2,000 aliases of a 1 MB string are 2,000 nodes
 # and 2 GB to print or copy (the size a config file itself may have)
 MAX_ALIAS_CHARS = 16 << 20
+# The digits of a number (an int or a float). Python refuses to read an int of over 4,300 digits (a ValueError
+# from the parser), and one written in hex (YAML's `0xfff...`) reads but cannot be printed past ~3,570 digits;
+# real configs and records hold numbers of under 30.
+MAX_NUMBER_DIGITS = 1_000
 
 # `$` expressions of real bundles are under 500 characters and nest under 20 levels; at 4,000 characters
 # Python's parser (stack of 6,000) cannot overflow, and its RecursionError at ~1,000 levels is caught.
@@ -45,8 +49,10 @@ MAX_EXPRESSION_DEPTH = 100
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
+_JSON_LONG_NUMBER = re.compile(rf"(?<![0-9])[0-9]{{{MAX_NUMBER_DIGITS + 1},}}")  # from a run's start: linear
 _OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _CLOSE = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 def _too_deep(where: str, how: str = "") -> ConfigError:
@@ -57,10 +63,18 @@ def _too_deep(where: str, how: str = "") -> ConfigError:
     )
 
 
+def _too_long(where: str, chars: int) -> ConfigError:
+    return ConfigError(f"a number of {chars:,} characters is too long to read", where=where,
+                       expected=f"numbers of at most {MAX_NUMBER_DIGITS:,} digits")
+
+
 def check_json_depth(text: str, path: str | Path) -> None:
-    """Raise ConfigError naming the line where JSON ``text`` nests deeper than MAX_DEPTH."""
+    """Raise ConfigError naming the line where JSON ``text`` nests deeper than MAX_DEPTH, or where it writes a
+    number of more than MAX_NUMBER_DIGITS digits (``json.loads`` raises a ValueError for a long int)."""
     # JSON strings cannot hold a raw newline, so blanking them keeps every line number
     blanked = _JSON_STRING.sub('""', text)
+    if len(blanked) > MAX_NUMBER_DIGITS and (long := _JSON_LONG_NUMBER.search(blanked)):
+        raise _too_long(f"{path}:{blanked.count(chr(10), 0, long.start()) + 1}", len(long.group()))
     depth = 0
     for match in _JSON_BRACKET.finditer(blanked):
         if match.group() in "[{":
@@ -75,7 +89,8 @@ def plainly_shallow(text: str) -> bool:
     """True when YAML ``text`` can neither expand nor nest past MAX_DEPTH, seen without parsing it: no anchor or
     alias character at all, and a bound on its nesting within MAX_DEPTH: every bracket open at once, plus, for
     the deepest line, twice its indent (a block sequence may sit at its key's indent, once per indent) and its
-    dashes, colons and question marks (compact nesting on one line). False says only: check the events."""
+    dashes, colons and question marks (compact nesting on one line). Nor can it hold a number over
+    MAX_NUMBER_DIGITS: no line is that long. False says only: check the events."""
     if "&" in text or "*" in text:
         return False
     brackets = text.count("[") + text.count("{")  # every one open at once, at worst
@@ -84,15 +99,16 @@ def plainly_shallow(text: str) -> bool:
         stripped = line.lstrip(" ")
         deepest = max(deepest, 2 * (len(line) - len(stripped)) + 1 + stripped.count("-") + stripped.count(":")
                       + stripped.count("?"))
-        if brackets + deepest > MAX_DEPTH:
+        if brackets + deepest > MAX_DEPTH or len(stripped) > MAX_NUMBER_DIGITS:
             return False
     return True
 
 
 def check_yaml_shape(loader: Any, path: str | Path, max_nodes: int | None = None) -> None:
     """Read ``loader``'s events; raise ConfigError for nesting over MAX_DEPTH, aliases adding over
-    MAX_ALIAS_NODES nodes, an alias inside its own anchor (a cycle), or (``max_nodes``) more nodes as
-    written than that. Disposes of ``loader``.
+    MAX_ALIAS_NODES nodes, an alias inside its own anchor (a cycle), a number (as ``loader`` resolves its
+    scalars) of more than MAX_NUMBER_DIGITS characters, or (``max_nodes``) more nodes as written than that.
+    Disposes of ``loader``.
 
     ``loader`` is a fresh PyYAML loader instance (C or Python); YAML syntax errors propagate as
     ``yaml.YAMLError`` for the caller to report as it does for the composer's.
@@ -128,6 +144,8 @@ def check_yaml_shape(loader: Any, path: str | Path, max_nodes: int | None = None
             elif isinstance(event, yaml.ScalarEvent):
                 total += 1
                 text += len(event.value)
+                if len(event.value) > MAX_NUMBER_DIGITS and _is_number(loader, event):
+                    raise _too_long(f"{path}:{event.start_mark.line + 1}", len(event.value))
                 if event.anchor is not None:
                     size[event.anchor], height[event.anchor], chars[event.anchor] = 1, 0, len(event.value)
                     line[event.anchor] = event.start_mark.line + 1
@@ -158,6 +176,15 @@ def check_yaml_shape(loader: Any, path: str | Path, max_nodes: int | None = None
         raise _too_deep(f"{path}:{error.problem_mark.line + 1}") from None
     finally:
         loader.dispose()
+
+
+def _is_number(loader: Any, event: yaml.ScalarEvent) -> bool:
+    """Whether ``loader`` builds an int or a float of the scalar: its tag, or the one it resolves, as its
+    composer does (a quoted scalar resolves to a string)."""
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    return tag in _NUMBER_TAGS
 
 
 def _check_alias(

@@ -125,6 +125,7 @@ def test_a_binary_metrics_file_is_named_not_a_traceback(cli, finished, tmp_path:
     ("args", "culprits"),
     [
         (["--max_epochs", "1e309"], ["max_epochs", "inf"]),
+        (["--max_epochs", "9" * 400], ["max_epochs", "9223372036854775807"]),  # would train for ever
         (["--max_epochs", "-1"], ["max_epochs", "-1"]),
         (["--max_epochs", "0"], ["max_epochs"]),
         (["--batch_size", ".nan"], ["batch_size"]),

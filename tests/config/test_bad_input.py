@@ -226,3 +226,44 @@ def test_an_override_value_nested_50000_levels_deep_is_refused_naming_it(cli, wo
     else:
         res = cli("config", "--bundle", BUNDLE, cwd=workdir, timeout=30, env={"HPCR__num_train": value})
     _refused(res, "num_train", "more than 100 levels deep")
+
+
+# ---------------------------------------------------------------- numbers too long to read
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("long.yaml", "9" * 5000), ("hex.yaml", "a: 0x" + "f" * 5000 + "\n"), ("long.json", '{"a": ' + "9" * 5000 + "}")],
+)
+def test_a_number_too_long_to_read_in_a_config_metadata_or_args_file_is_refused_naming_it(
+    cli, workdir: Path, name: str, text: str
+) -> None:
+    """Python refuses an int of over 4,300 digits (the parser's ValueError) and reads one in hex that it then
+    cannot print: either is one paragraph naming the file, never a traceback."""
+    (workdir / name).write_text(text)
+    for option in ("--config_file", "--meta_file", "--args_file"):
+        res = cli("config", "--bundle", BUNDLE, option, name, cwd=workdir)
+        _refused(res, f"{name}:1: a number of", "is too long to read", "Expected numbers of at most 1,000 digits")
+
+
+def test_a_long_string_of_digits_is_no_number_and_still_loads(cli, workdir: Path) -> None:
+    (workdir / "train.yaml").write_text(f"a: '{'9' * 5000}'\nb: 1\n")
+    res = cli("config", "--config_file", "train.yaml", "--format", "json", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert '"a": "' + "9" * 5000 + '"' in res.stdout
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "0x" + "f" * 5000])
+def test_an_override_value_too_long_a_number_is_refused_naming_it(cli, workdir: Path, value: str) -> None:
+    _refused(cli("config", "--bundle", BUNDLE, "--num_train", value, cwd=workdir), "--num_train", "too long to read")
+
+
+@pytest.mark.parametrize(("name", "text"), [("args.yaml", "null\n"), ("args.yaml", "~"), ("args.json", "null"),
+                                            ("args.yaml", "[]"), ("args.yaml", "1"), ("args.yaml", '"x"')])
+def test_an_args_file_that_holds_no_mapping_is_refused_naming_it(cli, workdir: Path, name: str, text: str) -> None:
+    (workdir / name).write_text(text)
+    before = _folder(workdir)
+    for command in ("config", "run"):
+        res = cli(command, "--bundle", BUNDLE, "--args_file", name, cwd=workdir)
+        _refused(res, f"{name}: the args file holds", "not a mapping", "Expected a mapping of config ids to values")
+    assert _folder(workdir) == before

@@ -119,6 +119,43 @@ def test_a_number_cannot_become_plain_text(bundle: Path) -> None:
     assert "a number" in str(err.value) and "train.yaml:2" in str(err.value)
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@pytest.mark.parametrize(("tokens", "env", "culprit"), [
+    (["--epochs", "9" * 400], {}, "epochs"),  # as `run --max_epochs 999...9`: trains for ever
+    (["--epochs", str(INT64_MAX + 1)], {}, "epochs"),
+    (["--epochs", str(INT64_MIN - 1)], {}, "epochs"),
+    (["--network_def::channels", f"[8, {10**30}]"], {}, "network_def::channels"),  # inside a list
+    (["--+extra", str(10**30)], {}, "extra"),  # an id the override adds
+    (["--dataset_dir", str(10**30)], {}, "dataset_dir"),  # replacing text
+    ([], {"HPCR__epochs": "9" * 400}, "epochs"),
+    ([], {"HPCR__network_def__strides": f"[{-(10**20)}]"}, "network_def::strides"),
+])
+def test_a_whole_number_past_64_bits_is_refused_naming_the_id_and_the_range(bundle: Path, tokens, env,
+                                                                           culprit) -> None:
+    """torch and numpy take signed 64-bit integers: a larger override is refused before anything runs, from the
+    command line or an HPCR__ variable alike, whatever it replaces."""
+    with pytest.raises(ConfigError) as err:
+        load(bundle, tokens, env)
+    paragraph = err.value.paragraph()
+    assert f"at id '{culprit}'" in paragraph and f"from {INT64_MIN} to {INT64_MAX}" in paragraph, paragraph
+    assert "\n" not in paragraph and len(paragraph) < 600
+
+
+def test_a_whole_number_past_64_bits_in_an_args_file_names_its_line(bundle: Path, tmp_path: Path) -> None:
+    args = tmp_path / "args.yaml"
+    args.write_text(f"lr: 0.5\nepochs: {10**30}\n")
+    with pytest.raises(ConfigError) as err:
+        load(bundle, args_file=args)
+    assert f"{args}:2" in err.value.paragraph() and err.value.id_path == "epochs"
+
+
+def test_the_64_bit_bounds_themselves_are_whole_numbers_like_any_other(bundle: Path) -> None:
+    cfg = load(bundle, ["--epochs", str(INT64_MAX), "--network_def::channels", f"[{INT64_MIN}, 8]"])
+    assert cfg.config["epochs"] == INT64_MAX and cfg.config["network_def"]["channels"] == [INT64_MIN, 8]
+
+
 def test_expressions_and_references_pass_through_to_the_resolver(bundle: Path) -> None:
     cfg = load(bundle, ["--lr", "$1e-3 * 2", "--epochs", "@lr"])
     assert cfg.config["lr"] == "$1e-3 * 2"

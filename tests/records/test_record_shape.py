@@ -103,3 +103,21 @@ def test_a_recorded_config_with_a_key_that_is_not_text_is_refused_naming_it(tmp_
     with pytest.raises(ConfigError) as err:
         load_recorded_config(tmp_path)
     assert "trainer: key nan (float)" in err.value.paragraph() and "config.yaml" in err.value.paragraph()
+
+
+@pytest.mark.parametrize("number", ["9" * 5000, "0x" + "f" * 5000, "1." + "5" * 5000])
+def test_a_record_holding_a_number_too_long_to_read_is_refused_naming_its_line(tmp_path: Path, number: str) -> None:
+    """An int of over 4,300 digits is the parser's ValueError; one in hex reads, then cannot be printed."""
+    with pytest.raises(RecordError) as err:
+        parse_yaml_record(f"entry: run\nstatus: {number}\n", tmp_path / "run.yaml", "run record")
+    assert f"{tmp_path / 'run.yaml'}:2:" in err.value.paragraph()
+    assert "is too long to read" in err.value.paragraph() and "at most 1,000 digits" in err.value.paragraph()
+
+
+def test_a_json_record_holding_a_number_too_long_to_read_is_refused_naming_its_line(tmp_path: Path) -> None:
+    from hpc_runner.records.read import parse_json_text
+
+    with pytest.raises(RecordError) as err:
+        parse_json_text('{"a": 1,\n "b": ' + "9" * 5000 + "}", tmp_path / "summary.json", "summary")
+    assert f"{tmp_path / 'summary.json'}:2:" in err.value.paragraph() and "too long to read" in err.value.paragraph()
+    assert parse_json_text('{"a": "' + "9" * 5000 + '"}', tmp_path / "s.json") == {"a": "9" * 5000}  # a string

@@ -1,9 +1,11 @@
 """What SLURM says about jobs: one ``sacct`` call (``squeue`` when sacct does not answer), parsed once.
 
-``sacct -D --parsable2 -j id1,id2,...`` once for all arrays, parsed by submitit's own
-``SlurmInfoWatcher.read_info`` (it expands ``123_[5-999%32]`` ranges and skips the steps; with ``-D``
-a requeued job has one record per attempt, oldest first, so the last one read is the current one and
-the others count its requeues); ``squeue`` once when sacct does not answer.
+``sacct -D --parsable2 -j id1,id2,...`` once for all arrays, checked (``checked_answer``: a header line naming
+JobID and State, each row of its width, each job id SLURM's in digits 0-9; an answer without the header is no
+answer) and read by ``read_records`` (as submitit's ``SlurmInfoWatcher.read_info`` did: it expands
+``123_[5-999%32]`` ranges, to the tasks asked about, and skips the steps; with ``-D`` a requeued job has one record
+per attempt, oldest first, so the last one read is the current one and the others count its requeues); ``squeue``
+once when sacct does not answer, or answers what cannot be read.
 
 Each job's record becomes a ``JobStatus`` (SLURM's state words read through ``STATES``) and a ``Usage`` (the
 numbers, in bytes and seconds): nothing above scheduler/slurm/ sees sacct's fields.
@@ -19,11 +21,13 @@ Measured on the local cluster with 200 jobs: 586 lines instead of 201, 0.25 s in
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
+from hpc_runner.control_chars import printable
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.records.numbers import outside_int
@@ -74,6 +78,67 @@ SACCT_FIELDS += ",NodeList"  # where each attempt ran: status's node column, the
 USAGE_FIELDS = "Timelimit,TotalCPU,AllocCPUS,ReqMem,MaxRSS,TRESUsageInAve,TRESUsageInMax"
 SACCT_FIELDS += "," + USAGE_FIELDS
 STEP_FIELDS = ("MaxRSS", "TRESUsageInAve", "TRESUsageInMax")  # empty on the allocation's record
+MAX_TASKS = 1_000_000  # the most array tasks one answer's ranges expand to when no task is named (sweep's MAX_POINTS)
+_TASKS = r"[0-9]{1,8}(?:-[0-9]{1,8})?(?:,[0-9]{1,8}(?:-[0-9]{1,8})?)*"
+# SLURM's job ids in digits 0-9: 123, 123_4, a pending array's 123_[5-9,12%2], a step's 123.batch or 123_4.0
+_JOB_ID = re.compile(rf"([0-9]{{1,10}})(?:_([0-9]{{1,8}})|_\[({_TASKS})(?:%[0-9]{{1,8}})?\])?(\.[A-Za-z0-9_]{{1,40}})?")
+
+
+def checked_answer(text: str, what: str = "sacct") -> str:
+    """Return a ``--parsable2`` answer (header line first) with only the rows that can be read: each of the
+    header's width, its job id SLURM's in digits 0-9 (``_JOB_ID``); the others are left out (their jobs are not
+    known). ClusterError naming ``what`` when the first line is no header naming JobID and State: the answer is
+    not sacct's. An empty answer says nothing of any job (``""``)."""
+    lines = text.splitlines()
+    if not lines:
+        return ""
+    names = lines[0].split("|")
+    if "JobID" not in names or "State" not in names:
+        said = printable(" ".join(lines[0].split())[:80])
+        raise ClusterError(f"{what}'s answer could not be read: its first line ({said!r}) is no header line naming "
+                           "the fields asked for",
+                           expected=f"a header line naming JobID and State ({SACCT_FIELDS.replace(',', '|')}), then "
+                           "one row of the header's width per record, as sacct --parsable2 prints them")
+    i = names.index("JobID")
+    rows = [line for line in lines[1:]
+            if len(cells := line.split("|")) == len(names) and _JOB_ID.fullmatch(cells[i].strip())]
+    return "\n".join([lines[0], *rows]) + "\n"
+
+
+def read_records(text: str, wanted: Collection[str] | None = None) -> dict[str, dict[str, str]]:
+    """Return each job's last record (job id -> field -> value) of a checked answer (``checked_answer``), the
+    steps left out. A pending array's range (``123_[5-999%32]``) is the record of each of its tasks that
+    ``wanted`` names; of every task (up to MAX_TASKS in all) when ``wanted`` is None or names the array itself."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        return {}  # no record: a job id sacct does not know (yet)
+    names = lines[0].split("|")
+    asked: dict[str, list[int]] = {}
+    for job_id in wanted or ():
+        m = _JOB_ID.fullmatch(job_id)
+        if m and m.group(2) is not None:
+            asked.setdefault(m.group(1), []).append(int(m.group(2)))
+    whole = None if wanted is None else {j for j in wanted if j.isascii() and j.isdigit()}
+    out: dict[str, dict[str, str]] = {}
+    left = MAX_TASKS
+    for line in lines[1:]:
+        stats = {k: v.strip() for k, v in zip(names, line.split("|"))}
+        m = _JOB_ID.fullmatch(stats.get("JobID", ""))
+        if m is None or m.group(4):  # unreadable (not checked), or a step
+            continue
+        base, task, ranges = m.group(1), m.group(2), m.group(3)
+        if ranges is None:
+            out[base if task is None else f"{base}_{int(task)}"] = stats
+            continue
+        spans = [range(int(a), int(b or a) + 1) for a, _, b in (part.partition("-") for part in ranges.split(","))]
+        if whole is None or base in whole:
+            for span in spans:
+                for k in span[:left]:
+                    out[f"{base}_{k}"] = stats
+                left -= min(left, len(span))
+        else:
+            out.update({f"{base}_{k}": stats for k in asked.get(base, ()) if any(k in span for span in spans)})
+    return out
 
 
 def parse_attempts(text: str) -> dict[str, list[Attempt]]:
@@ -226,11 +291,11 @@ def to_usage(row: dict[str, str], steps: dict[str, Any] | None) -> Usage:
                  gpu_memory_bytes=tres_max.get("gres/gpumem") if gpu else None)
 
 
-def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
-    """Return the answer of ``sacct -D --parsable2 -o JobID,State,...`` (header line first; steps folded)."""
-    from submitit.slurm.slurm import SlurmInfoWatcher
-
-    info, steps = SlurmInfoWatcher().read_info(text), fold_steps(text)
+def parse_sacct(text: str, calls: int = 1, wanted: Collection[str] | None = None) -> SchedulerAnswer:
+    """Return the answer of ``sacct -D --parsable2 -o JobID,State,...`` (header line first; steps folded) about the
+    jobs ``wanted`` (array ranges expanded to those; all when None); ClusterError when it has no header line."""
+    text = checked_answer(text)
+    info, steps = read_records(text, wanted), fold_steps(text)
     step_killed_for_memory(info, steps)
     records = count_records(text)
     statuses = {j: to_status(j, row, max(0, records.get(j, 0) - 1)) for j, row in info.items() if row.get("State")}
@@ -239,11 +304,10 @@ def parse_sacct(text: str, calls: int = 1) -> SchedulerAnswer:
                            words=dict(WORDS))
 
 
-def parse_queue(text: str, calls: int = 2, error: str | None = None) -> SchedulerAnswer:
+def parse_queue(text: str, calls: int = 2, error: str | None = None,
+                wanted: Collection[str] | None = None) -> SchedulerAnswer:
     """Return the answer of ``squeue -h -t all -o %i|%T`` (no header): states only."""
-    from submitit.slurm.slurm import SlurmInfoWatcher
-
-    info = SlurmInfoWatcher().read_info("JobID|State\n" + text)
+    info = read_records(checked_answer("JobID|State\n" + text, "squeue"), wanted)
     statuses = {j: to_status(j, row) for j, row in info.items() if row.get("State")}
     return SchedulerAnswer(statuses, FROM_QUEUE, calls, error, at=_now(), words=dict(WORDS))
 
@@ -255,6 +319,7 @@ def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, tim
     ids = array_ids(job_ids)
     if not ids:
         return SchedulerAnswer({}, FROM_NOWHERE, words=dict(WORDS))
+    wanted = [j for j in job_ids if j]
     command = ["sacct", "-D", "--parsable2", "-o", SACCT_FIELDS, "-j", ",".join(ids)]
     if since:
         command += ["-S", since]
@@ -263,11 +328,13 @@ def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, tim
         if not accounting:
             errors.append("sacct: not asked (cluster check: no accounting on this cluster)")
         elif (res := run_command(command, timeout=timeout)).returncode == 0:
-            return parse_sacct(res.stdout)
+            return parse_sacct(res.stdout, wanted=wanted)
         else:
             errors.append(f"sacct: {res.stderr.strip()[:300]}")
     except (OSError, subprocess.SubprocessError) as exc:
         errors.append(f"sacct: {exc}")
+    except ClusterError as exc:  # an answer that is not sacct's: asked of squeue, as when sacct fails
+        errors.append(exc.message)
     try:
         res = run_command(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"],
                              timeout=timeout)
@@ -277,7 +344,7 @@ def query_scheduler(job_ids: Sequence[str | None], since: str | None = None, tim
     if res.returncode != 0 and "Invalid job id" not in res.stderr:
         return SchedulerAnswer({}, FROM_NOWHERE, 2, "; ".join([*errors, f"squeue: {res.stderr.strip()[:300]}"]),
                                at=_now(), words=dict(WORDS))
-    return parse_queue(res.stdout if res.returncode == 0 else "", 2, "; ".join(errors))
+    return parse_queue(res.stdout if res.returncode == 0 else "", 2, "; ".join(errors), wanted)
 
 
 def queued_states(job_ids: Sequence[str], timeout: float = 30) -> dict[str, str] | None:

@@ -12,6 +12,7 @@ from hpc_runner.records.command_output import run_command
 from hpc_runner.records.numbers import outside_int
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's own default
+NO_CONTROLLER = "no SLURM controller answers"  # how a verdict that no controller answers starts (no limit refusal)
 _CACHE: dict[str, dict[str, str]] = {}
 
 
@@ -58,5 +59,5 @@ def controller_problem(timeout: float = 2.0) -> str | None:
         return f"`scontrol ping` could not run ({exc.strerror or exc})"
     said = " ".join((res.stdout + " " + res.stderr).split())[:300]
     if res.returncode != 0 or ("DOWN" in said and "UP" not in said):
-        return f"no SLURM controller answers (`scontrol ping`: {said or f'exit {res.returncode}'})"
+        return f"{NO_CONTROLLER} (`scontrol ping`: {said or f'exit {res.returncode}'})"
     return None

@@ -87,11 +87,14 @@ def sbatch_error(exc: BaseException) -> ClusterError:
     )
 
 
+UNREADABLE = "sbatch's answer could not be read"  # how that error starts: no refusal (a job may be queued)
+
+
 def _unreadable(res: CommandOutput) -> ClusterError:
     """sbatch exited 0 but said no job id in ASCII digits (``Submitted batch job ١``, nothing, another text)."""
     said = " ".join(res.stdout.split())[:200] or "nothing"
     return ClusterError(
-        f"sbatch's answer could not be read: it exited 0 but printed no job id hpc-runner can use ({printable(said)!r}"
+        f"{UNREADABLE}: it exited 0 but printed no job id hpc-runner can use ({printable(said)!r}"
         "); nothing was recorded and the job's files were removed",
         expected="'Submitted batch job N' with N in digits 0-9, as sbatch prints it",
         hint="Check with squeue whether a job was queued all the same (and scancel it), and whether sbatch is "

@@ -33,7 +33,8 @@ from hpc_runner.records.command_output import CommandOutput, run_command
 from hpc_runner.records.numbers import outside_int
 from hpc_runner.scheduler.executor import Limit, SubmitLimits
 from hpc_runner.scheduler.slurm import limits_cache
-from hpc_runner.scheduler.slurm.cluster_info import max_array_size, scheduler_config
+from hpc_runner.scheduler.slurm.cluster_info import NO_CONTROLLER, max_array_size, scheduler_config
+from hpc_runner.scheduler.slurm.command_job import UNREADABLE
 
 # words in an sbatch refusal that mean "try again when a slot is free", not "this job is wrong"
 LIMIT_MESSAGES = (
@@ -52,7 +53,12 @@ Runner = Callable[[Sequence[str]], CommandOutput]
 
 
 def is_limit_refusal(message: str) -> bool:
-    """True when sbatch's message says a submit limit (or a busy controller) refused the job."""
+    """True when sbatch's message says a submit limit (or a busy controller) refused the job. Never for our own
+    verdicts that quote what a command printed: no controller answers at all (resource_check.unanswered; a later try
+    finds none either, and an answer of ``scontrol ping`` that printed ``MaxJobCount`` was retried for 15 s), or
+    sbatch exited 0 with an answer that could not be read (command_job; a job may be queued: no second try)."""
+    if message.lstrip().startswith((NO_CONTROLLER, UNREADABLE)):
+        return False
     low = message.lower()
     return any(m.lower() in low for m in LIMIT_MESSAGES)
 

@@ -17,7 +17,7 @@ from typing import Any
 from hpc_runner.errors import ClusterError
 from hpc_runner.records.command_output import run_command
 from hpc_runner.scheduler.profile import ClusterProfile
-from hpc_runner.scheduler.slurm.cluster_info import controller_problem
+from hpc_runner.scheduler.slurm.cluster_info import NO_CONTROLLER, controller_problem
 
 _ANSWERS: dict[str, str | None] = {}  # script -> refusal (None: it could start); one call per distinct script
 _PREFIXES = ("sbatch: error: ", "sbatch: ", "error: ")
@@ -79,7 +79,7 @@ def unanswered(profile: ClusterProfile) -> ClusterError | None:
     if problem is None or not problem.startswith(("no SLURM controller", "there is no SLURM")):
         return None
     return ClusterError(
-        f"no SLURM controller answers for profile {profile.name} ({problem}); nothing was submitted",
+        f"{NO_CONTROLLER} for profile {profile.name} ({problem}); nothing was submitted",
         where=profile.where,
         expected="to submit from a login node of that cluster, where `scontrol ping` answers (or --cluster local to "
         "run the jobs here)",

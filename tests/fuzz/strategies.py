@@ -176,7 +176,8 @@ def _deep_json(depth: int, kind: str) -> bytes:
 
 
 def _deep_yaml(depth: int, kind: str) -> bytes:
-    if kind == "block":
+    if kind == "block":  # indents grow with depth: 100,000 levels would be a 5 GB file (the generator's own OOM)
+        depth = min(depth, 3000)  # 4.5 MB, still 30x the nesting any reader takes
         return "".join(f"{' ' * i}a:\n" for i in range(depth)).encode() + b" " * depth + b"a: 1\n"
     if kind == "dashes":
         return b"- " * depth + b"x\n"

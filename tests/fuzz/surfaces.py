@@ -99,7 +99,10 @@ def with_answers(case: Case, answers: Any, argv: list[str]) -> list[str]:
 
 
 def with_env(case: Case, name: str, value: str, argv: list[str]) -> list[str]:
-    case.env[name] = value.replace("\x00", "")
+    """``value`` in the environment as a process would find it: its bytes (no NUL, which no environment holds),
+    decoded as Python decodes the environment (a lone surrogate no decoding makes becomes its bytes' form)."""
+    raw = value.replace("\x00", "").encode("utf-8", "surrogatepass")
+    case.env[name] = raw.decode("utf-8", "surrogateescape")
     return argv
 
 
